@@ -1,0 +1,138 @@
+package models
+
+import (
+	"fmt"
+	"time"
+)
+
+// LimitScope says whether a channel counts its rate limit per channel or per property.
+type LimitScope string
+
+// Limit scopes.
+const (
+	ScopeChannel  LimitScope = "channel"
+	ScopeProperty LimitScope = "property"
+)
+
+// QuotaUnit says what a channel's daily quota counts.
+type QuotaUnit string
+
+// Quota units.
+const (
+	QuotaRequests QuotaUnit = "requests"
+	QuotaLines    QuotaUnit = "lines"
+)
+
+// FamilyShares splits a channel's per-minute ceiling between its endpoint families,
+// in percent; the three sum to 100.
+type FamilyShares struct {
+	Rates        int `yaml:"rates" json:"rates"`
+	Availability int `yaml:"availability" json:"availability"`
+	Restrictions int `yaml:"restrictions" json:"restrictions"`
+}
+
+// Of is the share of family f.
+func (s FamilyShares) Of(f Family) int {
+	switch f {
+	case FamilyRates:
+		return s.Rates
+	case FamilyAvailability:
+		return s.Availability
+	case FamilyRestrictions:
+		return s.Restrictions
+	}
+	return 0
+}
+
+// ChannelConfig is everything paritysync knows about one OTA channel's limits.
+type ChannelConfig struct {
+	Slug string `yaml:"slug" json:"slug"`
+	// BasePath is the path prefix of the channel's endpoints, "/{slug}" by default.
+	BasePath string `yaml:"base_path" json:"base_path"`
+	// RatePerMinute is the channel's published ceiling: at most this many requests
+	// in any 60 s window.
+	RatePerMinute int `yaml:"rate_per_minute" json:"rate_per_minute"`
+	// Burst is the depth of the token buckets. The buckets refill at
+	// RatePerMinute−Burst so that a full burst plus a minute of refill never
+	// exceeds the ceiling in a sliding window.
+	Burst  int          `yaml:"burst" json:"burst"`
+	Shares FamilyShares `yaml:"shares" json:"shares"`
+	Scope  LimitScope   `yaml:"scope" json:"scope"`
+	// DailyQuota is the channel's daily budget in QuotaUnit, reset at UTC midnight.
+	DailyQuota         int       `yaml:"daily_quota" json:"daily_quota"`
+	QuotaUnit          QuotaUnit `yaml:"quota_unit" json:"quota_unit"`
+	HorizonDays        int       `yaml:"horizon_days" json:"horizon_days"`
+	MaxLinesPerRequest int       `yaml:"max_lines_per_request" json:"max_lines_per_request"`
+	// MaxRetryAfter caps how long a Retry-After or a denied token may make us wait.
+	MaxRetryAfter time.Duration `yaml:"max_retry_after" json:"max_retry_after"`
+	// PriorityReserve is how many tokens only priority 1 may take; 0 means a fifth
+	// of the burst, at least one.
+	PriorityReserve int `yaml:"priority_reserve" json:"priority_reserve"`
+}
+
+// FamilyBudget is the refill rate (tokens per minute) and depth of family f's bucket.
+func (c ChannelConfig) FamilyBudget(f Family) (perMinute float64, burst int) {
+	share := float64(c.Shares.Of(f)) / 100
+	refill := float64(c.RatePerMinute - c.Burst)
+	burst = int(float64(c.Burst) * share)
+	if burst < 1 {
+		burst = 1
+	}
+	return refill * share, burst
+}
+
+// Reserve is the effective priority reserve of a bucket of depth burst.
+func (c ChannelConfig) Reserve(burst int) int {
+	if c.PriorityReserve > 0 {
+		return min(c.PriorityReserve, burst)
+	}
+	return max(1, burst/5)
+}
+
+// Cost is what request r takes from the daily quota.
+func (c ChannelConfig) Cost(r ChannelRequest) int {
+	if c.QuotaUnit == QuotaLines {
+		return r.Cost()
+	}
+	return 1
+}
+
+// Validate reports the first inconsistency in c.
+func (c ChannelConfig) Validate() error {
+	switch {
+	case c.Slug == "":
+		return fmt.Errorf("channel: slug is required")
+	case c.RatePerMinute <= 0:
+		return fmt.Errorf("channel %s: rate_per_minute must be > 0", c.Slug)
+	case c.Burst < 1 || c.Burst >= c.RatePerMinute:
+		return fmt.Errorf("channel %s: burst must be in 1..rate_per_minute-1", c.Slug)
+	case c.Shares.Rates+c.Shares.Availability+c.Shares.Restrictions != 100:
+		return fmt.Errorf("channel %s: shares must sum to 100", c.Slug)
+	case c.Scope != ScopeChannel && c.Scope != ScopeProperty:
+		return fmt.Errorf("channel %s: scope must be channel or property", c.Slug)
+	case c.DailyQuota <= 0:
+		return fmt.Errorf("channel %s: daily_quota must be > 0", c.Slug)
+	case c.QuotaUnit != QuotaRequests && c.QuotaUnit != QuotaLines:
+		return fmt.Errorf("channel %s: quota_unit must be requests or lines", c.Slug)
+	case c.HorizonDays <= 0:
+		return fmt.Errorf("channel %s: horizon_days must be > 0", c.Slug)
+	case c.MaxLinesPerRequest <= 0:
+		return fmt.Errorf("channel %s: max_lines_per_request must be > 0", c.Slug)
+	case c.MaxRetryAfter <= 0:
+		return fmt.Errorf("channel %s: max_retry_after must be > 0", c.Slug)
+	}
+	return nil
+}
+
+// DefaultChannels are the channels paritysync knows out of the box.
+func DefaultChannels() []ChannelConfig {
+	base := func(slug string, perMinute int) ChannelConfig {
+		return ChannelConfig{
+			Slug: slug, BasePath: "/" + slug, RatePerMinute: perMinute, Burst: max(2, perMinute/10),
+			Shares: FamilyShares{Rates: 50, Availability: 30, Restrictions: 20},
+			Scope:  ScopeChannel, DailyQuota: 50000, QuotaUnit: QuotaRequests,
+			HorizonDays: 730, MaxLinesPerRequest: 100, MaxRetryAfter: 5 * time.Minute,
+		}
+	}
+	return []ChannelConfig{base("booking_com", 90), base("expedia", 60), base("agoda", 120)}
+}

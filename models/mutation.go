@@ -1,0 +1,90 @@
+package models
+
+import (
+	"github.com/shopspring/decimal"
+)
+
+// Family is an endpoint family of a channel: each takes its own requests.
+type Family string
+
+// The endpoint families, in the order requests for one property are built.
+const (
+	FamilyRates        Family = "rates"
+	FamilyAvailability Family = "availability"
+	FamilyRestrictions Family = "restrictions"
+)
+
+// Families lists every endpoint family in a fixed order.
+var Families = []Family{FamilyRates, FamilyAvailability, FamilyRestrictions}
+
+// Priorities: 1 is urgent, 5 is bulk.
+const (
+	PriorityUrgent  = 1
+	PriorityDefault = 3
+	PriorityBulk    = 5
+)
+
+// Mutation is one change for one cell from the PMS. Pointer fields are optional:
+// nil means "not changed". Values of one family travel as a whole: a mutation that
+// sets any restriction states every restriction it wants the channel to hold.
+type Mutation struct {
+	ID            string           `json:"id"`
+	PropertyID    string           `json:"property_id"`
+	RoomTypeCode  string           `json:"room_type_code"`
+	RatePlanCode  string           `json:"rate_plan_code"`
+	Channel       string           `json:"channel"`
+	StayDate      Date             `json:"stay_date"`
+	Amount        *decimal.Decimal `json:"amount,omitempty"`
+	Currency      string           `json:"currency,omitempty"`
+	Inventory     *int             `json:"inventory,omitempty"`
+	StopSell      *bool            `json:"stop_sell,omitempty"`
+	MinLOS        *int             `json:"min_los,omitempty"`
+	MaxLOS        *int             `json:"max_los,omitempty"`
+	CTA           *bool            `json:"cta,omitempty"`
+	CTD           *bool            `json:"ctd,omitempty"`
+	Version       int64            `json:"version"`
+	Priority      int              `json:"priority,omitempty"`
+	FullSync      bool             `json:"full_sync,omitempty"`
+	CorrelationID string           `json:"correlation_id,omitempty"`
+}
+
+// Cell is the unit of parity: one channel's value for one room, rate plan and night.
+type Cell struct {
+	Channel      string `json:"channel"`
+	PropertyID   string `json:"property_id"`
+	RoomTypeCode string `json:"room_type_code"`
+	RatePlanCode string `json:"rate_plan_code"`
+	StayDate     Date   `json:"stay_date"`
+}
+
+// Cell is the cell m changes.
+func (m Mutation) Cell() Cell {
+	return Cell{Channel: m.Channel, PropertyID: m.PropertyID, RoomTypeCode: m.RoomTypeCode,
+		RatePlanCode: m.RatePlanCode, StayDate: m.StayDate}
+}
+
+// Families lists the endpoint families m touches, in the order of Families.
+func (m Mutation) Families() []Family {
+	var fs []Family
+	if m.Amount != nil || m.Currency != "" {
+		fs = append(fs, FamilyRates)
+	}
+	if m.Inventory != nil {
+		fs = append(fs, FamilyAvailability)
+	}
+	if m.StopSell != nil || m.MinLOS != nil || m.MaxLOS != nil || m.CTA != nil || m.CTD != nil {
+		fs = append(fs, FamilyRestrictions)
+	}
+	return fs
+}
+
+// Outcome is what finally happened to a mutation (or one family's part of it).
+type Outcome string
+
+// The outcomes; every mutation ends in exactly one.
+const (
+	OutcomeCommitted    Outcome = "committed"
+	OutcomeSuperseded   Outcome = "superseded"
+	OutcomeRejected     Outcome = "rejected"
+	OutcomeDeadLettered Outcome = "dead-lettered"
+)

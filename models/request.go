@@ -1,0 +1,52 @@
+package models
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+)
+
+// ChannelRequest is one HTTP call to a channel: one property, one endpoint family,
+// many date-range lines.
+type ChannelRequest struct {
+	Channel    string        `json:"channel"`
+	PropertyID string        `json:"property_id"`
+	Family     Family        `json:"family"`
+	Priority   int           `json:"priority"`
+	Lines      []ARILine     `json:"lines"`
+	Refs       []MutationRef `json:"refs"`
+}
+
+// MutationRef ties a mutation (the part of it in this request's family) to the line
+// that carries it.
+type MutationRef struct {
+	ID            string `json:"id"`
+	Version       int64  `json:"version"`
+	Line          int    `json:"line"`
+	StayDate      Date   `json:"stay_date"`
+	CorrelationID string `json:"correlation_id,omitempty"`
+}
+
+// Cost is what the request takes from a budget counted in lines.
+func (r ChannelRequest) Cost() int { return len(r.Lines) }
+
+// Body is the wire body of the request.
+func (r ChannelRequest) Body() ARIRequest {
+	return ARIRequest{PropertyID: r.PropertyID, Family: r.Family, Lines: r.Lines}
+}
+
+// IdempotencyKey is the SHA-256 hex of the request's canonical content: channel and
+// wire body. encoding/json writes struct fields in declaration order and decimals as
+// their exact string, so the key is the same in every process and Go version.
+func (r ChannelRequest) IdempotencyKey() string {
+	body, err := json.Marshal(struct {
+		Channel string     `json:"channel"`
+		Body    ARIRequest `json:"body"`
+	}{r.Channel, r.Body()})
+	if err != nil {
+		// Only unsupported types fail to marshal, and the body has none.
+		panic("models: marshal channel request: " + err.Error())
+	}
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,102 @@
+package models
+
+import "github.com/shopspring/decimal"
+
+// HTTP headers of the channel wire contract, shared by the simulator and the client.
+const (
+	HeaderIdempotencyKey     = "X-Idempotency-Key"
+	HeaderCorrelationID      = "X-Correlation-ID"
+	HeaderConfirmationID     = "X-OTA-Confirmation-ID"
+	HeaderRateLimitLimit     = "X-RateLimit-Limit"
+	HeaderRateLimitRemaining = "X-RateLimit-Remaining"
+	HeaderRateLimitReset     = "X-RateLimit-Reset"
+	HeaderRetryAfter         = "Retry-After"
+)
+
+// Error codes a channel puts in ARIError.Error.
+const (
+	ErrorInvalid        = "invalid"
+	ErrorQuotaExhausted = "quota_exhausted"
+)
+
+// Line statuses in a 207 response.
+const (
+	LineOK    = "ok"
+	LineError = "error"
+)
+
+// ARIRequest is the body of POST /{channel}/ari.
+type ARIRequest struct {
+	PropertyID string    `json:"property_id"`
+	Family     Family    `json:"family"`
+	Lines      []ARILine `json:"lines"`
+}
+
+// ARILine sets the same values on every night from From to To, inclusive, of one room
+// type and rate plan. Absent fields are not changed.
+type ARILine struct {
+	RoomTypeCode string           `json:"room_type_code"`
+	RatePlanCode string           `json:"rate_plan_code"`
+	From         Date             `json:"from"`
+	To           Date             `json:"to"`
+	Amount       *decimal.Decimal `json:"amount,omitempty"`
+	Currency     string           `json:"currency,omitempty"`
+	Inventory    *int             `json:"inventory,omitempty"`
+	StopSell     *bool            `json:"stop_sell,omitempty"`
+	MinLOS       *int             `json:"min_los,omitempty"`
+	MaxLOS       *int             `json:"max_los,omitempty"`
+	CTA          *bool            `json:"cta,omitempty"`
+	CTD          *bool            `json:"ctd,omitempty"`
+	Version      int64            `json:"version"`
+}
+
+// Nights is the number of stay dates the line covers.
+func (l ARILine) Nights() int { return l.To.DaysSince(l.From) + 1 }
+
+// ARIAccepted is the 200 response body.
+type ARIAccepted struct {
+	ConfirmationID string `json:"confirmation_id"`
+	Accepted       int    `json:"accepted"`
+}
+
+// ARIPartial is the 207 response body: one result per request line.
+type ARIPartial struct {
+	ConfirmationID string          `json:"confirmation_id"`
+	Results        []ARILineResult `json:"results"`
+}
+
+// ARILineResult is the fate of one line (0-based index) of a 207 response.
+type ARILineResult struct {
+	Line    int    `json:"line"`
+	Status  string `json:"status"`
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// ARIError is the body of a 4xx response.
+type ARIError struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+}
+
+// ARICell is one night of one room type and rate plan as the channel holds it.
+type ARICell struct {
+	RoomTypeCode string           `json:"room_type_code"`
+	RatePlanCode string           `json:"rate_plan_code"`
+	Date         Date             `json:"date"`
+	Amount       *decimal.Decimal `json:"amount,omitempty"`
+	Currency     string           `json:"currency,omitempty"`
+	Inventory    *int             `json:"inventory,omitempty"`
+	StopSell     *bool            `json:"stop_sell,omitempty"`
+	MinLOS       *int             `json:"min_los,omitempty"`
+	MaxLOS       *int             `json:"max_los,omitempty"`
+	CTA          *bool            `json:"cta,omitempty"`
+	CTD          *bool            `json:"ctd,omitempty"`
+	Version      int64            `json:"version"`
+}
+
+// ARIState is the body of GET /{channel}/ari?property_id=&from=&to=.
+type ARIState struct {
+	PropertyID string    `json:"property_id"`
+	Cells      []ARICell `json:"cells"`
+}
