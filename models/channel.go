@@ -124,15 +124,35 @@ func (c ChannelConfig) Validate() error {
 	return nil
 }
 
+// DefaultRatePerMinute is the ceiling of a channel added by configuration without
+// one: the most conservative of the channels we know.
+const DefaultRatePerMinute = 60
+
+// NewChannelConfig is a channel with the house defaults for everything but its slug
+// and ceiling; the burst is a tenth of the ceiling so a burst never dominates it.
+func NewChannelConfig(slug string, perMinute int) ChannelConfig {
+	return ChannelConfig{
+		Slug: slug, BasePath: "/" + slug, RatePerMinute: perMinute, Burst: max(2, perMinute/10),
+		Shares: FamilyShares{Rates: 50, Availability: 30, Restrictions: 20},
+		Scope:  ScopeChannel, DailyQuota: 50000, QuotaUnit: QuotaRequests,
+		HorizonDays: 730, MaxLinesPerRequest: 100, MaxRetryAfter: 5 * time.Minute,
+	}
+}
+
 // DefaultChannels are the channels paritysync knows out of the box.
 func DefaultChannels() []ChannelConfig {
-	base := func(slug string, perMinute int) ChannelConfig {
-		return ChannelConfig{
-			Slug: slug, BasePath: "/" + slug, RatePerMinute: perMinute, Burst: max(2, perMinute/10),
-			Shares: FamilyShares{Rates: 50, Availability: 30, Restrictions: 20},
-			Scope:  ScopeChannel, DailyQuota: 50000, QuotaUnit: QuotaRequests,
-			HorizonDays: 730, MaxLinesPerRequest: 100, MaxRetryAfter: 5 * time.Minute,
-		}
+	return []ChannelConfig{
+		NewChannelConfig("booking_com", 90),
+		NewChannelConfig("expedia", 60),
+		NewChannelConfig("agoda", 120),
 	}
-	return []ChannelConfig{base("booking_com", 90), base("expedia", 60), base("agoda", 120)}
+}
+
+// ChannelMap indexes channels by slug; a later entry with the same slug wins.
+func ChannelMap(channels []ChannelConfig) map[string]ChannelConfig {
+	m := make(map[string]ChannelConfig, len(channels))
+	for _, c := range channels {
+		m[c.Slug] = c
+	}
+	return m
 }

@@ -1,0 +1,326 @@
+package models
+
+import (
+	_ "embed"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultPropertyPattern is the property id format the PMS emits unless configured
+// otherwise.
+const DefaultPropertyPattern = `^prop_[0-9a-f]{8}$`
+
+// Bounds of the values a mutation may carry.
+const (
+	MaxInventory = 999
+	// MaxStayNights bounds min/max length of stay: no channel takes a restriction of
+	// more than a year, so anything larger is a PMS bug, not a policy.
+	MaxStayNights = 365
+	// MaxAmountDigits and MaxAmountPlaces bound an amount the way channels store it:
+	// a DECIMAL(10,2), so at most 8 digits before the point.
+	MaxAmountDigits = 10
+	MaxAmountPlaces = 2
+)
+
+// FieldError is one problem with one field of a mutation; Field is the json name so
+// the PMS can point at the offending input.
+type FieldError struct {
+	Field string `json:"field"`
+	Rule  string `json:"rule"`
+}
+
+// Error is "field: rule".
+func (e FieldError) Error() string { return e.Field + ": " + e.Rule }
+
+// ValidationError lists every problem of a mutation, so the PMS can fix them all in
+// one round trip instead of one per attempt.
+type ValidationError []FieldError
+
+// Error joins all problems with "; ".
+func (ve ValidationError) Error() string {
+	parts := make([]string, len(ve))
+	for i, e := range ve {
+		parts[i] = e.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Unwrap exposes each FieldError to errors.As and errors.Is.
+func (ve ValidationError) Unwrap() []error {
+	errs := make([]error, len(ve))
+	for i, e := range ve {
+		errs[i] = e
+	}
+	return errs
+}
+
+// Err is ve as an error, nil when there is no problem. A nil ValidationError stored
+// in an error interface is not a nil error; Err avoids that trap.
+func (ve ValidationError) Err() error {
+	if len(ve) == 0 {
+		return nil
+	}
+	return ve
+}
+
+// Has reports whether ve holds the given field and rule; handy for callers that map
+// problems to outcomes, and for tests.
+func (ve ValidationError) Has(field, rule string) bool {
+	for _, e := range ve {
+		if e.Field == field && e.Rule == rule {
+			return true
+		}
+	}
+	return false
+}
+
+// Rules reported by Validate. They are constants so callers and tests can match on
+// them without copying strings.
+const (
+	RuleRequired         = "required"
+	RulePropertyPattern  = "must match the property id pattern"
+	RuleRoomTypeCode     = "must be 2-16 characters of [A-Z0-9_]"
+	RuleRatePlanCode     = "must be 2-24 characters of [A-Z0-9_]"
+	RuleChannelUnknown   = "must be a configured channel"
+	RuleNotPast          = "must not be before today (UTC)"
+	RuleWithinHorizon    = "must be within the channel's horizon"
+	RuleAmountPositive   = "must be > 0"
+	RuleAmountPlaces     = "must have at most 2 decimal places"
+	RuleAmountDigits     = "must have at most 10 digits (8 before the decimal point)"
+	RuleCurrencyWithAmt  = "required with amount"
+	RuleCurrencyISO      = "must be an active ISO 4217 code"
+	RuleCurrencyNoAmount = "must not be set without amount"
+	RuleInventoryRange   = "must be in 0..999"
+	RuleLOSRange         = "must be in 1..365"
+	RuleMinLEMax         = "must be <= max_los"
+	RuleVersion          = "must be >= 1"
+	RulePriority         = "must be 1..5 or absent"
+	RuleNothingToChange  = "must change at least one of amount, inventory, stop_sell, min_los, max_los, cta, ctd"
+)
+
+// FieldMutation names the mutation as a whole in a FieldError whose problem is not
+// one field's.
+const FieldMutation = "mutation"
+
+// Validator checks mutations against the configured channels and property id format.
+// Its clock is injected so "today" is testable and, in workflows, deterministic.
+type Validator struct {
+	PropertyPattern *regexp.Regexp
+	Channels        map[string]ChannelConfig
+	Now             func() time.Time
+}
+
+// NewValidator builds a Validator; an empty propertyPattern means
+// DefaultPropertyPattern and a nil now means time.Now.
+func NewValidator(channels []ChannelConfig, propertyPattern string, now func() time.Time) (*Validator, error) {
+	if propertyPattern == "" {
+		propertyPattern = DefaultPropertyPattern
+	}
+	re, err := regexp.Compile(propertyPattern)
+	if err != nil {
+		return nil, fmt.Errorf("property id pattern: %w", err)
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Validator{PropertyPattern: re, Channels: ChannelMap(channels), Now: now}, nil
+}
+
+// Validate returns every problem of m at once, in field order; nil when m is valid.
+// It returns the concrete type so callers can inspect the fields; use Err to get an
+// error value.
+func (v *Validator) Validate(m Mutation) ValidationError {
+	var ve ValidationError
+	add := func(field, rule string) { ve = append(ve, FieldError{Field: field, Rule: rule}) }
+
+	if m.ID == "" {
+		add("id", RuleRequired)
+	}
+	switch {
+	case m.PropertyID == "":
+		add("property_id", RuleRequired)
+	case !v.propertyPattern().MatchString(m.PropertyID):
+		add("property_id", RulePropertyPattern)
+	}
+	if !isCode(m.RoomTypeCode, 2, 16) {
+		add("room_type_code", RuleRoomTypeCode)
+	}
+	if !isCode(m.RatePlanCode, 2, 24) {
+		add("rate_plan_code", RuleRatePlanCode)
+	}
+	ch, known := v.Channels[m.Channel]
+	switch {
+	case m.Channel == "":
+		add("channel", RuleRequired)
+	case !known:
+		add("channel", RuleChannelUnknown)
+	}
+	if m.StayDate.IsZero() {
+		add("stay_date", RuleRequired)
+	} else {
+		today := DateOf(v.now())
+		switch {
+		case m.StayDate.Before(today):
+			add("stay_date", RuleNotPast)
+		case known && m.StayDate.After(today.AddDays(ch.HorizonDays)):
+			add("stay_date", RuleWithinHorizon)
+		}
+	}
+	if m.Amount != nil {
+		if !m.Amount.IsPositive() {
+			add("amount", RuleAmountPositive)
+		}
+		places, whole := amountDigits(m)
+		if places > MaxAmountPlaces {
+			add("amount", RuleAmountPlaces)
+		}
+		if whole > MaxAmountDigits-MaxAmountPlaces {
+			add("amount", RuleAmountDigits)
+		}
+	}
+	switch {
+	case m.Amount != nil && m.Currency == "":
+		add("currency", RuleCurrencyWithAmt)
+	case m.Amount == nil && m.Currency != "":
+		add("currency", RuleCurrencyNoAmount)
+	case m.Currency != "" && !IsCurrencyCode(m.Currency):
+		add("currency", RuleCurrencyISO)
+	}
+	if m.Inventory != nil && (*m.Inventory < 0 || *m.Inventory > MaxInventory) {
+		add("inventory", RuleInventoryRange)
+	}
+	minOK := m.MinLOS == nil || (*m.MinLOS >= 1 && *m.MinLOS <= MaxStayNights)
+	maxOK := m.MaxLOS == nil || (*m.MaxLOS >= 1 && *m.MaxLOS <= MaxStayNights)
+	if !minOK {
+		add("min_los", RuleLOSRange)
+	}
+	if !maxOK {
+		add("max_los", RuleLOSRange)
+	}
+	if minOK && maxOK && m.MinLOS != nil && m.MaxLOS != nil && *m.MinLOS > *m.MaxLOS {
+		add("min_los", RuleMinLEMax)
+	}
+	if m.Version < 1 {
+		add("version", RuleVersion)
+	}
+	if m.Priority < 0 || m.Priority > PriorityBulk {
+		add("priority", RulePriority)
+	}
+	// Currency alone changes nothing, so it does not count as a value here.
+	if m.Amount == nil && m.Inventory == nil && m.StopSell == nil && m.MinLOS == nil &&
+		m.MaxLOS == nil && m.CTA == nil && m.CTD == nil {
+		add(FieldMutation, RuleNothingToChange)
+	}
+	return ve
+}
+
+func (v *Validator) propertyPattern() *regexp.Regexp {
+	if v.PropertyPattern == nil {
+		return defaultPropertyRE()
+	}
+	return v.PropertyPattern
+}
+
+func (v *Validator) now() time.Time {
+	if v.Now == nil {
+		return time.Now()
+	}
+	return v.Now()
+}
+
+var defaultPropertyRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(DefaultPropertyPattern)
+})
+
+// isCode reports whether s is min..max characters of [A-Z0-9_]; a byte loop, because
+// channels reject lower case and anything non-ASCII alike.
+func isCode(s string, minLen, maxLen int) bool {
+	if len(s) < minLen || len(s) > maxLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// amountDigits counts the significant decimal places and the digits before the
+// point of m.Amount, ignoring trailing zeros ("120.50" has 1 place, 3 whole digits).
+// It works on the coefficient and exponent instead of String so a huge exponent
+// costs nothing.
+func amountDigits(m Mutation) (places, whole int) {
+	coef := m.Amount.Coefficient()
+	if coef.Sign() == 0 {
+		return 0, 0
+	}
+	s := strings.TrimPrefix(coef.String(), "-")
+	exp := int64(m.Amount.Exponent())
+	trimmed := strings.TrimRight(s, "0")
+	exp += int64(len(s) - len(trimmed))
+	n := int64(len(trimmed))
+	if exp < 0 {
+		places = int(min(-exp, 1<<31))
+	}
+	if w := n + exp; w > 0 {
+		whole = int(min(w, 1<<31))
+	}
+	return places, whole
+}
+
+// ApplyDefaults fills what the PMS may leave out. Priority: a stop-sell or zero
+// inventory is urgent even inside a full sync, because until it lands the channel
+// can sell a room the hotel no longer has; a full sync is bulk; anything else is
+// default. newID makes the correlation id (a uuid in production, fixed in tests).
+func (m *Mutation) ApplyDefaults(newID func() string) {
+	if m.Priority == 0 {
+		m.Priority = m.defaultPriority()
+	}
+	if m.CorrelationID == "" && newID != nil {
+		m.CorrelationID = newID()
+	}
+}
+
+func (m Mutation) defaultPriority() int {
+	switch {
+	case m.StopSell != nil && *m.StopSell, m.Inventory != nil && *m.Inventory == 0:
+		return PriorityUrgent
+	case m.FullSync:
+		return PriorityBulk
+	}
+	return PriorityDefault
+}
+
+// effectivePriority is m.Priority, or the default ApplyDefaults would give, so a
+// caller that skipped ApplyDefaults never gets a priority 0 ahead of urgent work.
+func (m Mutation) effectivePriority() int {
+	if m.Priority == 0 {
+		return m.defaultPriority()
+	}
+	return m.Priority
+}
+
+//go:embed iso4217.txt
+var iso4217List string
+
+var currencyCodes = sync.OnceValue(func() map[string]bool {
+	set := make(map[string]bool, 160)
+	for line := range strings.Lines(iso4217List) {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		for _, code := range strings.Fields(line) {
+			set[code] = true
+		}
+	}
+	return set
+})
+
+// IsCurrencyCode reports whether code is an active ISO 4217 currency a room can be
+// priced in (upper case, as on the wire).
+func IsCurrencyCode(code string) bool { return currencyCodes()[code] }

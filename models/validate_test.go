@@ -1,0 +1,321 @@
+package models
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// testNow is a fixed clock: 2026-03-10 23:30 UTC, late in the day so a time-zone
+// slip would show up as a wrong "today".
+var testNow = func() time.Time { return time.Date(2026, 3, 10, 23, 30, 0, 0, time.UTC) }
+
+func newTestValidator(t testing.TB) *Validator {
+	t.Helper()
+	v, err := NewValidator(DefaultChannels(), "", testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func dec(s string) *decimal.Decimal {
+	d := decimal.RequireFromString(s)
+	return &d
+}
+
+func day(s string) Date {
+	d, err := ParseDate(s)
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
+// validMutation changes every family so that clearing one value still leaves a
+// valid mutation.
+func validMutation() Mutation {
+	return Mutation{
+		ID: "m-1", PropertyID: "prop_0a1b2c3d", RoomTypeCode: "DLXKING", RatePlanCode: "BAR_FLEX",
+		Channel: "booking_com", StayDate: day("2026-03-10"),
+		Amount: dec("129.90"), Currency: "EUR", Inventory: ptr(4),
+		StopSell: ptr(false), MinLOS: ptr(2), MaxLOS: ptr(14), CTA: ptr(false), CTD: ptr(true),
+		Version: 7, Priority: 3,
+	}
+}
+
+func TestValidateAcceptsValidMutation(t *testing.T) {
+	v := newTestValidator(t)
+	cases := map[string]func(*Mutation){
+		"all families": func(*Mutation) {},
+		"rates only": func(m *Mutation) {
+			*m = Mutation{ID: m.ID, PropertyID: m.PropertyID, RoomTypeCode: "DB", RatePlanCode: "BB", Channel: "agoda", StayDate: m.StayDate, Amount: dec("99999999.99"), Currency: "JPY", Version: 1}
+		},
+		"inventory zero":      func(m *Mutation) { m.Inventory = ptr(0) },
+		"inventory max":       func(m *Mutation) { m.Inventory = ptr(999) },
+		"min equals max los":  func(m *Mutation) { m.MinLOS, m.MaxLOS = ptr(3), ptr(3) },
+		"trailing zeros":      func(m *Mutation) { m.Amount = dec("120.5000") },
+		"last day of horizon": func(m *Mutation) { m.StayDate = day("2026-03-10").AddDays(730) },
+		"priority absent":     func(m *Mutation) { m.Priority = 0 },
+		"priority bulk":       func(m *Mutation) { m.Priority = 5 },
+		"codes at max length": func(m *Mutation) { m.RoomTypeCode, m.RatePlanCode = "ABCDEFGHIJ_12345", "ABCDEFGHIJKLMNOPQRST_123" },
+		"max los only":        func(m *Mutation) { m.MinLOS = nil },
+		"amount as integer":   func(m *Mutation) { m.Amount = dec("1e2") },
+		"restrictions only":   func(m *Mutation) { m.Amount, m.Currency, m.Inventory = nil, "", nil },
+		"availability only": func(m *Mutation) {
+			*m = Mutation{ID: "x", PropertyID: m.PropertyID, RoomTypeCode: "DB", RatePlanCode: "BB", Channel: "expedia", StayDate: m.StayDate, Inventory: ptr(1), Version: 1}
+		},
+	}
+	for name, mod := range cases {
+		t.Run(name, func(t *testing.T) {
+			m := validMutation()
+			mod(&m)
+			if ve := v.Validate(m); ve != nil {
+				t.Fatalf("Validate = %v, want no problem", ve)
+			}
+		})
+	}
+}
+
+// TestValidateRules covers each rule once: the named change to a valid mutation must
+// produce exactly that one field error.
+func TestValidateRules(t *testing.T) {
+	v := newTestValidator(t)
+	cases := []struct {
+		name  string
+		mod   func(*Mutation)
+		field string
+		rule  string
+	}{
+		{"id required", func(m *Mutation) { m.ID = "" }, "id", RuleRequired},
+		{"property required", func(m *Mutation) { m.PropertyID = "" }, "property_id", RuleRequired},
+		{"property pattern", func(m *Mutation) { m.PropertyID = "prop_0A1B2C3D" }, "property_id", RulePropertyPattern},
+		{"property pattern anchored", func(m *Mutation) { m.PropertyID = "xprop_0a1b2c3d" }, "property_id", RulePropertyPattern},
+		{"room type too short", func(m *Mutation) { m.RoomTypeCode = "D" }, "room_type_code", RuleRoomTypeCode},
+		{"room type too long", func(m *Mutation) { m.RoomTypeCode = "ABCDEFGHIJ_123456" }, "room_type_code", RuleRoomTypeCode},
+		{"room type lower case", func(m *Mutation) { m.RoomTypeCode = "dlxking" }, "room_type_code", RuleRoomTypeCode},
+		{"room type empty", func(m *Mutation) { m.RoomTypeCode = "" }, "room_type_code", RuleRoomTypeCode},
+		{"rate plan too long", func(m *Mutation) { m.RatePlanCode = "ABCDEFGHIJKLMNOPQRST_1234" }, "rate_plan_code", RuleRatePlanCode},
+		{"rate plan dash", func(m *Mutation) { m.RatePlanCode = "BAR-FLEX" }, "rate_plan_code", RuleRatePlanCode},
+		{"channel required", func(m *Mutation) { m.Channel = "" }, "channel", RuleRequired},
+		{"channel unknown", func(m *Mutation) { m.Channel = "bookingcom" }, "channel", RuleChannelUnknown},
+		{"stay date required", func(m *Mutation) { m.StayDate = Date{} }, "stay_date", RuleRequired},
+		{"stay date yesterday", func(m *Mutation) { m.StayDate = day("2026-03-09") }, "stay_date", RuleNotPast},
+		{"stay date beyond horizon", func(m *Mutation) { m.StayDate = day("2026-03-10").AddDays(731) }, "stay_date", RuleWithinHorizon},
+		{"amount zero", func(m *Mutation) { m.Amount = dec("0") }, "amount", RuleAmountPositive},
+		{"amount negative", func(m *Mutation) { m.Amount = dec("-10") }, "amount", RuleAmountPositive},
+		{"amount three places", func(m *Mutation) { m.Amount = dec("129.905") }, "amount", RuleAmountPlaces},
+		{"amount nine whole digits", func(m *Mutation) { m.Amount = dec("100000000") }, "amount", RuleAmountDigits},
+		{"amount huge exponent", func(m *Mutation) { m.Amount = dec("1e9000") }, "amount", RuleAmountDigits},
+		{"currency required with amount", func(m *Mutation) { m.Currency = "" }, "currency", RuleCurrencyWithAmt},
+		{"currency not iso", func(m *Mutation) { m.Currency = "EUD" }, "currency", RuleCurrencyISO},
+		{"currency lower case", func(m *Mutation) { m.Currency = "eur" }, "currency", RuleCurrencyISO},
+		{"currency withdrawn", func(m *Mutation) { m.Currency = "HRK" }, "currency", RuleCurrencyISO},
+		{"currency not payable", func(m *Mutation) { m.Currency = "XAU" }, "currency", RuleCurrencyISO},
+		{"currency without amount", func(m *Mutation) { m.Amount = nil }, "currency", RuleCurrencyNoAmount},
+		{"inventory negative", func(m *Mutation) { m.Inventory = ptr(-1) }, "inventory", RuleInventoryRange},
+		{"inventory above 999", func(m *Mutation) { m.Inventory = ptr(1000) }, "inventory", RuleInventoryRange},
+		{"min los zero", func(m *Mutation) { m.MinLOS = ptr(0) }, "min_los", RuleLOSRange},
+		{"max los above a year", func(m *Mutation) { m.MaxLOS = ptr(366) }, "max_los", RuleLOSRange},
+		{"min los above max los", func(m *Mutation) { m.MinLOS, m.MaxLOS = ptr(5), ptr(4) }, "min_los", RuleMinLEMax},
+		{"version zero", func(m *Mutation) { m.Version = 0 }, "version", RuleVersion},
+		{"priority six", func(m *Mutation) { m.Priority = 6 }, "priority", RulePriority},
+		{"priority negative", func(m *Mutation) { m.Priority = -1 }, "priority", RulePriority},
+		{"nothing to change", func(m *Mutation) {
+			m.Amount, m.Currency, m.Inventory, m.StopSell, m.MinLOS, m.MaxLOS, m.CTA, m.CTD = nil, "", nil, nil, nil, nil, nil, nil
+		}, FieldMutation, RuleNothingToChange},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := validMutation()
+			tc.mod(&m)
+			ve := v.Validate(m)
+			want := ValidationError{{Field: tc.field, Rule: tc.rule}}
+			if len(ve) != 1 || ve[0] != want[0] {
+				t.Fatalf("Validate = %#v, want %#v", ve, want)
+			}
+		})
+	}
+}
+
+func TestValidateHorizonIsPerChannel(t *testing.T) {
+	chans := DefaultChannels()
+	chans[1].HorizonDays = 30 // expedia
+	v, err := NewValidator(chans, "", testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := validMutation()
+	m.StayDate = day("2026-03-10").AddDays(31)
+	if ve := v.Validate(m); ve != nil {
+		t.Fatalf("booking_com: %v", ve)
+	}
+	m.Channel = "expedia"
+	if ve := v.Validate(m); !ve.Has("stay_date", RuleWithinHorizon) || len(ve) != 1 {
+		t.Fatalf("expedia: got %v, want only the horizon rule", ve)
+	}
+}
+
+func TestValidateCustomPropertyPattern(t *testing.T) {
+	v, err := NewValidator(DefaultChannels(), `^H[0-9]{4}$`, testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := validMutation()
+	m.PropertyID = "H0042"
+	if ve := v.Validate(m); ve != nil {
+		t.Fatalf("Validate = %v", ve)
+	}
+	if _, err := NewValidator(nil, "([", nil); err == nil {
+		t.Fatal("NewValidator accepted a broken pattern")
+	}
+}
+
+func TestValidateReportsEveryProblemAtOnce(t *testing.T) {
+	v := newTestValidator(t)
+	m := Mutation{
+		PropertyID: "hotel-1", RoomTypeCode: "x", RatePlanCode: "BAR", Channel: "trivago",
+		StayDate: day("2026-01-01"), Amount: dec("-1.234"), Inventory: ptr(5000),
+		MinLOS: ptr(0), Version: 0, Priority: 9,
+	}
+	ve := v.Validate(m)
+	want := ValidationError{
+		{"id", RuleRequired},
+		{"property_id", RulePropertyPattern},
+		{"room_type_code", RuleRoomTypeCode},
+		{"channel", RuleChannelUnknown},
+		{"stay_date", RuleNotPast},
+		{"amount", RuleAmountPositive},
+		{"amount", RuleAmountPlaces},
+		{"currency", RuleCurrencyWithAmt},
+		{"inventory", RuleInventoryRange},
+		{"min_los", RuleLOSRange},
+		{"version", RuleVersion},
+		{"priority", RulePriority},
+	}
+	if len(ve) != len(want) {
+		t.Fatalf("got %d problems %v, want %d", len(ve), ve, len(want))
+	}
+	for i := range want {
+		if ve[i] != want[i] {
+			t.Errorf("problem %d = %v, want %v", i, ve[i], want[i])
+		}
+	}
+	err := ve.Err()
+	var fe FieldError
+	if !errors.As(err, &fe) || fe != want[0] {
+		t.Errorf("errors.As FieldError = %v, want %v", fe, want[0])
+	}
+	if got := (FieldError{"amount", RuleAmountPositive}).Error(); got != "amount: must be > 0" {
+		t.Errorf("FieldError.Error = %q", got)
+	}
+	if got := ve[:2].Error(); got != "id: required; property_id: must match the property id pattern" {
+		t.Errorf("ValidationError.Error = %q", got)
+	}
+	if ValidationError(nil).Err() != nil {
+		t.Error("empty ValidationError.Err is not nil")
+	}
+}
+
+func TestValidateTodayIsUTC(t *testing.T) {
+	// 00:30 on 11 March in UTC+2 is still 10 March in UTC.
+	east := time.FixedZone("EET", 2*3600)
+	v, err := NewValidator(DefaultChannels(), "", func() time.Time { return time.Date(2026, 3, 11, 0, 30, 0, 0, east) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := validMutation()
+	m.StayDate = day("2026-03-10")
+	if ve := v.Validate(m); ve != nil {
+		t.Fatalf("Validate = %v, want today accepted", ve)
+	}
+}
+
+func TestApplyDefaults(t *testing.T) {
+	ids := 0
+	newID := func() string { ids++; return "generated" }
+	cases := []struct {
+		name string
+		m    Mutation
+		want int
+	}{
+		{"stop sell is urgent", Mutation{StopSell: ptr(true)}, PriorityUrgent},
+		{"sold out is urgent", Mutation{Inventory: ptr(0)}, PriorityUrgent},
+		{"stop sell in a full sync stays urgent", Mutation{StopSell: ptr(true), FullSync: true}, PriorityUrgent},
+		{"full sync is bulk", Mutation{Amount: dec("10"), FullSync: true}, PriorityBulk},
+		{"reopening is default", Mutation{StopSell: ptr(false)}, PriorityDefault},
+		{"rate change is default", Mutation{Amount: dec("10")}, PriorityDefault},
+		{"explicit priority kept", Mutation{StopSell: ptr(true), Priority: 4}, 4},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := tc.m
+			m.ApplyDefaults(newID)
+			if m.Priority != tc.want {
+				t.Errorf("Priority = %d, want %d", m.Priority, tc.want)
+			}
+			if m.CorrelationID != "generated" {
+				t.Errorf("CorrelationID = %q", m.CorrelationID)
+			}
+		})
+	}
+	m := Mutation{CorrelationID: "from-pms"}
+	m.ApplyDefaults(newID)
+	if m.CorrelationID != "from-pms" {
+		t.Errorf("CorrelationID overwritten: %q", m.CorrelationID)
+	}
+}
+
+func TestCurrencyList(t *testing.T) {
+	for _, c := range []string{"EUR", "USD", "GBP", "JPY", "CHF", "XCG", "ZWG", "SLE", "VES"} {
+		if !IsCurrencyCode(c) {
+			t.Errorf("%s rejected", c)
+		}
+	}
+	for _, c := range []string{"", "EU", "EURO", "XXX", "XTS", "ANG", "ZWL", "DEM"} {
+		if IsCurrencyCode(c) {
+			t.Errorf("%q accepted", c)
+		}
+	}
+}
+
+// FuzzValidate feeds arbitrary JSON through decoding, validation, defaults and
+// coalescing; none may panic, and an accepted mutation must coalesce into one line.
+func FuzzValidate(f *testing.F) {
+	seed, _ := json.Marshal(validMutation())
+	f.Add(seed)
+	f.Add([]byte(`{"amount":"1e9999","currency":"EUR","stay_date":"9999-12-31","version":1}`))
+	f.Add([]byte(`{"amount":-0.000,"min_los":-5,"max_los":2147483647,"priority":-9223372036854775808}`))
+	f.Add([]byte(`{"stay_date":"0000-01-01","inventory":0,"property_id":"prop_00000000"}`))
+	f.Add([]byte(`{}`))
+	v := newTestValidator(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var m Mutation
+		if json.Unmarshal(data, &m) != nil {
+			return
+		}
+		ve := v.Validate(m)
+		_ = ve.Error()
+		m.ApplyDefaults(func() string { return "c" })
+		if m.Priority < 0 || m.Priority > PriorityBulk {
+			if ve.Has("priority", RulePriority) {
+				return
+			}
+			t.Fatalf("priority %d accepted", m.Priority)
+		}
+		out := Coalesce([]Mutation{m}, v.Channels)
+		if ve == nil {
+			if n := len(out.Requests); n != len(m.Families()) {
+				t.Fatalf("valid mutation gave %d requests for %d families", n, len(m.Families()))
+			}
+			for _, r := range out.Requests {
+				_ = r.IdempotencyKey()
+			}
+		}
+	})
+}
