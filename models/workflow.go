@@ -1,0 +1,251 @@
+package models
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// TaskQueue is the Temporal task queue every paritysync worker polls.
+const TaskQueue = "paritysync"
+
+// Signal and query names of BatchSync and ChannelSync.
+const (
+	SignalPauseChannel  = "pause-channel"
+	SignalResumeChannel = "resume-channel"
+	QueryStatus         = "status"
+)
+
+// Search attributes paritysync sets so runs are findable in the UI.
+const (
+	SearchAttrChannel  = "Channel"
+	SearchAttrBatchID  = "BatchID"
+	SearchAttrPriority = "Priority"
+)
+
+// MaxInlineMutations is the most mutations a BatchSync input carries inline; larger
+// batches travel by reference (a claim check in Redis).
+const MaxInlineMutations = 500
+
+// BatchWorkflowID is the workflow id of a batch.
+func BatchWorkflowID(batchID string) string { return "batch/" + batchID }
+
+// ChannelSyncWorkflowID is the workflow id of chunk n of a batch's requests to one
+// channel at one priority.
+func ChannelSyncWorkflowID(batchID, channel string, priority, n int) string {
+	return fmt.Sprintf("batch/%s/%s/p%d/%d", batchID, channel, priority, n)
+}
+
+// RetryPolicy is how ChannelSync waits out failures with durable timers.
+type RetryPolicy struct {
+	// Initial, Max and Attempts shape the full-jitter exponential backoff after
+	// 5xx answers and timeouts.
+	Initial  time.Duration `json:"initial"`
+	Max      time.Duration `json:"max"`
+	Attempts int           `json:"attempts"`
+	// MaxWait caps one wait for a denied token or a Retry-After.
+	MaxWait time.Duration `json:"max_wait"`
+	// MaxDeferrals bounds how often one request may be deferred by throttling
+	// before it is dead-lettered.
+	MaxDeferrals int `json:"max_deferrals"`
+}
+
+// DefaultRetryPolicy is 1 s doubling to 60 s over 5 attempts; throttle waits capped at 5 min.
+func DefaultRetryPolicy() RetryPolicy {
+	return RetryPolicy{Initial: time.Second, Max: time.Minute, Attempts: 5, MaxWait: 5 * time.Minute, MaxDeferrals: 200}
+}
+
+// BatchSyncInput starts a batch. Exactly one of Mutations and PayloadKey is set.
+type BatchSyncInput struct {
+	BatchID    string     `json:"batch_id"`
+	Mutations  []Mutation `json:"mutations,omitempty"`
+	PayloadKey string     `json:"payload_key,omitempty"`
+	// MaxRunningChildren bounds the ChannelSync children running at once.
+	MaxRunningChildren int `json:"max_running_children,omitempty"`
+	// Window is how many requests each ChannelSync keeps in flight.
+	Window int         `json:"window,omitempty"`
+	Retry  RetryPolicy `json:"retry"`
+	// Carry is the state handed to the next run on continue-as-new.
+	Carry *BatchCarry `json:"carry,omitempty"`
+}
+
+// BatchCarry is what a BatchSync run hands to its continuation.
+type BatchCarry struct {
+	Plan    BatchPlan         `json:"plan"`
+	Next    int               `json:"next"`
+	Results []ChannelCounts   `json:"results"`
+	Paused  map[string]string `json:"paused,omitempty"`
+}
+
+// Chunk is a stored slice of one channel's requests at one priority.
+type Chunk struct {
+	Channel  string `json:"channel"`
+	Priority int    `json:"priority"`
+	N        int    `json:"n"`
+	Key      string `json:"key"`
+	Requests int    `json:"requests"`
+	Updates  int    `json:"updates"`
+}
+
+// BatchPlan is PrepareBatch's small answer: where the chunks are and what was
+// already decided.
+type BatchPlan struct {
+	BatchID   string          `json:"batch_id"`
+	Mutations int             `json:"mutations"`
+	Chunks    []Chunk         `json:"chunks"`
+	Decided   []ChannelCounts `json:"decided"`
+	Rejected  []Rejection     `json:"rejected,omitempty"`
+}
+
+// Rejection is an invalid mutation and every reason it is invalid.
+type Rejection struct {
+	MutationID string       `json:"mutation_id"`
+	Channel    string       `json:"channel"`
+	Problems   []FieldError `json:"problems"`
+}
+
+// ChannelCounts tallies one channel's updates (a mutation's part in one endpoint
+// family) by outcome. Rejected counts whole mutations.
+type ChannelCounts struct {
+	Channel      string `json:"channel"`
+	Total        int    `json:"total"`
+	Committed    int    `json:"committed"`
+	Superseded   int    `json:"superseded"`
+	Rejected     int    `json:"rejected"`
+	DeadLettered int    `json:"dead_lettered"`
+	// Deferred counts waits for a token or a Retry-After; it is not an outcome.
+	Deferred int `json:"deferred"`
+	Requests int `json:"requests"`
+}
+
+// Add adds o's tallies to c.
+func (c *ChannelCounts) Add(o ChannelCounts) {
+	c.Total += o.Total
+	c.Committed += o.Committed
+	c.Superseded += o.Superseded
+	c.Rejected += o.Rejected
+	c.DeadLettered += o.DeadLettered
+	c.Deferred += o.Deferred
+	c.Requests += o.Requests
+}
+
+// Done is how many of c's updates have an outcome.
+func (c ChannelCounts) Done() int { return c.Committed + c.Superseded + c.Rejected + c.DeadLettered }
+
+// MergeCounts sums counts per channel, sorted by channel. It ranges over no map, so
+// workflow code may call it.
+func MergeCounts(lists ...[]ChannelCounts) []ChannelCounts {
+	index := map[string]int{}
+	var out []ChannelCounts
+	for _, l := range lists {
+		for _, c := range l {
+			i, ok := index[c.Channel]
+			if !ok {
+				i = len(out)
+				index[c.Channel] = i
+				out = append(out, ChannelCounts{Channel: c.Channel})
+			}
+			out[i].Add(c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Channel < out[j].Channel })
+	return out
+}
+
+// BatchStatus answers the status query and is BatchSync's result.
+type BatchStatus struct {
+	BatchID   string          `json:"batch_id"`
+	Mutations int             `json:"mutations"`
+	Channels  []ChannelCounts `json:"channels"`
+	Chunks    int             `json:"chunks"`
+	Running   int             `json:"running"`
+	Finished  int             `json:"finished"`
+	Paused    []string        `json:"paused,omitempty"`
+	Rejected  []Rejection     `json:"rejected,omitempty"`
+	Done      bool            `json:"done"`
+}
+
+// Totals sums the per-channel counts.
+func (s BatchStatus) Totals() ChannelCounts {
+	var t ChannelCounts
+	for _, c := range s.Channels {
+		t.Add(c)
+	}
+	t.Channel = "all"
+	return t
+}
+
+// ChannelSyncInput is one chunk of requests to push to one channel.
+type ChannelSyncInput struct {
+	BatchID  string      `json:"batch_id"`
+	Chunk    Chunk       `json:"chunk"`
+	Window   int         `json:"window"`
+	Retry    RetryPolicy `json:"retry"`
+	Paused   string      `json:"paused,omitempty"`
+	// Remaining lists the request indexes still to push after a continue-as-new;
+	// nil means all of them.
+	Remaining []int         `json:"remaining,omitempty"`
+	Counts    ChannelCounts `json:"counts"`
+}
+
+// PauseSignal is the payload of the pause-channel and resume-channel signals.
+type PauseSignal struct {
+	Channel string `json:"channel"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// PushInput asks PushRequest to send request Index of a stored chunk.
+type PushInput struct {
+	BatchID  string `json:"batch_id"`
+	ChunkKey string `json:"chunk_key"`
+	Index    int    `json:"index"`
+	// RefreshCredential asks for a new bearer token before sending (after a 401).
+	RefreshCredential bool `json:"refresh_credential,omitempty"`
+}
+
+// PushResult is what a delivered request came to.
+type PushResult struct {
+	ConfirmationID string        `json:"confirmation_id"`
+	Committed      int           `json:"committed"`
+	Superseded     int           `json:"superseded"`
+	Failed         []FailedLine  `json:"failed,omitempty"`
+	FailedRefs     []MutationRef `json:"failed_refs,omitempty"`
+}
+
+// FailedLine is a line a channel refused in a partial success.
+type FailedLine struct {
+	Line    int    `json:"line"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// DeadLetterInput parks a request, or some of its lines, that cannot be delivered.
+type DeadLetterInput struct {
+	BatchID  string `json:"batch_id"`
+	ChunkKey string `json:"chunk_key"`
+	Index    int    `json:"index"`
+	// Lines, when set, limits the entry to these line indexes (partial success).
+	Lines   []int  `json:"lines,omitempty"`
+	Reason  string `json:"reason"`
+	Status  int    `json:"status,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// DeadLetterResult says how many updates were parked.
+type DeadLetterResult struct {
+	Updates int    `json:"updates"`
+	EntryID string `json:"entry_id"`
+}
+
+// Dead-letter reasons.
+const (
+	ReasonRejected       = "rejected"
+	ReasonAuth           = "auth"
+	ReasonQuotaExhausted = "quota_exhausted"
+	ReasonRetryExhausted = "retry_budget_exhausted"
+	ReasonLineFailed     = "line_failed"
+	ReasonChildFailed    = "channel_sync_failed"
+)
+
+// WholeChunk as a DeadLetterInput.Index parks every request of the chunk.
+const WholeChunk = -1
