@@ -17,6 +17,11 @@ const (
 const (
 	ErrorInvalid        = "invalid"
 	ErrorQuotaExhausted = "quota_exhausted"
+	// ErrorUnauthorized, ErrorRateLimited and ErrorServer label 401, 429 and 5xx
+	// bodies; clients classify by status, these only make the bodies readable.
+	ErrorUnauthorized = "unauthorized"
+	ErrorRateLimited  = "rate_limited"
+	ErrorServer       = "server_error"
 )
 
 // Line statuses in a 207 response.

@@ -1,0 +1,165 @@
+// Package sim is a strict OTA channel: it enforces rate limits, daily quotas, bearer
+// tokens and idempotency keys, stores the cells it is sent, and injects faults on
+// demand. It is an http.Handler, so tests run it in-process under httptest and the
+// otasim binary serves it.
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/paritysync/paritysync/models"
+)
+
+// Defaults applied by New to zero-valued Config fields.
+const (
+	DefaultTokenMaxAge    = time.Hour
+	DefaultMaxBodyBytes   = 1 << 20
+	DefaultIdempotencyTTL = 24 * time.Hour
+	DefaultRatePerMinute  = 60
+	DefaultHorizonDays    = 730
+)
+
+// Window is the length of the sliding rate-limit window.
+const Window = time.Minute
+
+// TokenPrefix starts every token the simulator issues; the rest is the issue time in
+// unix seconds, so a test can mint an old token without a token endpoint.
+const TokenPrefix = "simtoken-"
+
+// Config is the simulator's whole configuration. The zero value serves
+// models.DefaultChannels with no faults.
+type Config struct {
+	// Channels are the channels served, each at its BasePath ("/{slug}" when empty).
+	// The fields used are Slug, BasePath, RatePerMinute, Scope, DailyQuota, QuotaUnit,
+	// HorizonDays and MaxLinesPerRequest; a zero DailyQuota or MaxLinesPerRequest
+	// means unlimited.
+	Channels []models.ChannelConfig `yaml:"channels" json:"channels"`
+	// TokenMaxAge is how long after its issue time a simtoken-<unix> token is
+	// accepted.
+	TokenMaxAge time.Duration `yaml:"token_max_age" json:"token_max_age"`
+	// StaticTokens never expire; they make curl and the demo easy.
+	StaticTokens []string `yaml:"static_tokens" json:"-"`
+	// MaxBodyBytes bounds a request body; larger bodies get 413.
+	MaxBodyBytes int64 `yaml:"max_body_bytes" json:"max_body_bytes"`
+	// IdempotencyTTL is how long a response is kept for replay under its key.
+	IdempotencyTTL time.Duration `yaml:"idempotency_ttl" json:"idempotency_ttl"`
+	// Faults are active from the start; POST /admin/faults replaces them.
+	Faults Faults `yaml:"faults" json:"faults"`
+	// Seed makes fault injection reproducible.
+	Seed uint64 `yaml:"seed" json:"seed"`
+	// Now is the simulator's clock; time.Now when nil. Tests inject a fake one.
+	Now func() time.Time `yaml:"-" json:"-"`
+}
+
+// Faults are the misbehaviours the simulator injects. Ratios are probabilities in
+// [0, 1] drawn per request.
+type Faults struct {
+	// Channels limits the faults to these slugs; empty means every channel.
+	Channels []string `yaml:"channels" json:"channels,omitempty"`
+	// ErrorRatio answers 500/502/503/504 without applying anything.
+	ErrorRatio float64 `yaml:"error_ratio" json:"error_ratio"`
+	// LatencyMS delays every response.
+	LatencyMS int `yaml:"latency_ms" json:"latency_ms"`
+	// Hang holds every request until the client gives up or the simulator closes.
+	Hang bool `yaml:"hang" json:"hang"`
+	// StormSeconds answers every push with StormStatus for this many seconds from
+	// the moment the faults are set.
+	StormSeconds int `yaml:"storm_seconds" json:"storm_seconds"`
+	// StormStatus is 429 (default) or 503; both carry Retry-After.
+	StormStatus int `yaml:"storm_status" json:"storm_status,omitempty"`
+	// PartialRatio answers 207 with at least one failed line; failed lines are not
+	// applied.
+	PartialRatio float64 `yaml:"partial_ratio" json:"partial_ratio"`
+	// CommitThen500Ratio applies the request and stores its response for replay,
+	// then answers 500: the response is lost, the write is not.
+	CommitThen500Ratio float64 `yaml:"commit_then_500_ratio" json:"commit_then_500_ratio"`
+	// DriftRatio answers 200 without applying anything: silent drift that only
+	// reconciliation finds.
+	DriftRatio float64 `yaml:"drift_ratio" json:"drift_ratio"`
+	// StormUntil is when the current storm ends; set by the simulator, ignored on
+	// input.
+	StormUntil *time.Time `yaml:"-" json:"storm_until,omitempty"`
+}
+
+// Validate reports the first out-of-range fault setting.
+func (f Faults) Validate() error {
+	ratios := []struct {
+		name string
+		v    float64
+	}{
+		{"error_ratio", f.ErrorRatio}, {"partial_ratio", f.PartialRatio},
+		{"commit_then_500_ratio", f.CommitThen500Ratio}, {"drift_ratio", f.DriftRatio},
+	}
+	for _, r := range ratios {
+		// The negated form also rejects NaN.
+		if !(r.v >= 0 && r.v <= 1) {
+			return fmt.Errorf("%s: must be in [0, 1]", r.name)
+		}
+	}
+	switch {
+	case f.LatencyMS < 0:
+		return fmt.Errorf("latency_ms: must be >= 0")
+	case f.StormSeconds < 0:
+		return fmt.Errorf("storm_seconds: must be >= 0")
+	case f.StormStatus != 0 && f.StormStatus != 429 && f.StormStatus != 503:
+		return fmt.Errorf("storm_status: must be 429 or 503")
+	}
+	return nil
+}
+
+// appliesTo reports whether the faults target channel slug.
+func (f Faults) appliesTo(slug string) bool {
+	if len(f.Channels) == 0 {
+		return true
+	}
+	for _, c := range f.Channels {
+		if c == slug {
+			return true
+		}
+	}
+	return false
+}
+
+// IssueToken is a bearer token the simulator treats as issued at t.
+func IssueToken(t time.Time) string { return fmt.Sprintf("%s%d", TokenPrefix, t.Unix()) }
+
+// withDefaults fills zero fields so the rest of the simulator never checks for them.
+func (c Config) withDefaults() Config {
+	if len(c.Channels) == 0 {
+		c.Channels = models.DefaultChannels()
+	}
+	chs := make([]models.ChannelConfig, len(c.Channels))
+	for i, ch := range c.Channels {
+		if ch.BasePath == "" {
+			ch.BasePath = "/" + ch.Slug
+		}
+		if ch.RatePerMinute <= 0 {
+			ch.RatePerMinute = DefaultRatePerMinute
+		}
+		if ch.Scope == "" {
+			ch.Scope = models.ScopeChannel
+		}
+		if ch.QuotaUnit == "" {
+			ch.QuotaUnit = models.QuotaRequests
+		}
+		if ch.HorizonDays <= 0 {
+			ch.HorizonDays = DefaultHorizonDays
+		}
+		chs[i] = ch
+	}
+	c.Channels = chs
+	if c.TokenMaxAge <= 0 {
+		c.TokenMaxAge = DefaultTokenMaxAge
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.IdempotencyTTL <= 0 {
+		c.IdempotencyTTL = DefaultIdempotencyTTL
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}

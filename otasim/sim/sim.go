@@ -1,0 +1,692 @@
+package sim
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/paritysync/paritysync/models"
+)
+
+// maxIdempotencyKeyLen bounds the X-Idempotency-Key header.
+const maxIdempotencyKeyLen = 255
+
+// maxStateNights bounds the date range of one GET of channel state.
+const maxStateNights = 1000
+
+// ChannelStats are the counters of one channel, as GET /stats reports them.
+type ChannelStats struct {
+	// Limit is the channel's requests per sliding 60 s window (per property when
+	// the channel is property-scoped).
+	Limit int `json:"limit"`
+	// Requests counts every request to the channel's ARI endpoint.
+	Requests int `json:"requests"`
+	// Accepted counts pushes answered 200 whose lines the channel took.
+	Accepted int `json:"accepted"`
+	// Partial counts pushes answered 207.
+	Partial int `json:"partial"`
+	// Throttled counts 429 answers, from the limit or a storm.
+	Throttled int `json:"throttled"`
+	// ServerErrors counts 5xx answers, injected or from a 503 storm.
+	ServerErrors int `json:"server_errors"`
+	// Duplicates counts pushes answered by idempotent replay.
+	Duplicates int `json:"duplicates"`
+	// StaleOverwrites counts nights a line tried to set with a lower version than
+	// the channel held; those nights were not changed.
+	StaleOverwrites int `json:"stale_overwrites"`
+	// AuthFailures counts 401 answers.
+	AuthFailures int `json:"auth_failures"`
+	// Invalid counts 4xx answers to malformed requests.
+	Invalid int `json:"invalid"`
+	// QuotaExhausted counts 400 quota_exhausted answers.
+	QuotaExhausted int `json:"quota_exhausted"`
+	// FaultsInjected counts requests a fault changed.
+	FaultsInjected int `json:"faults_injected"`
+	// NightsApplied counts nights written to the channel's state.
+	NightsApplied int `json:"nights_applied"`
+	// MaxWindowRequests is the most valid pushes that arrived in any 60 s window
+	// of one limit key; a client that respects the limit keeps it <= Limit.
+	MaxWindowRequests int `json:"max_window_requests"`
+	// DailyUsed is the quota spent today (UTC); DailyQuota 0 means unlimited.
+	DailyUsed  int `json:"daily_used"`
+	DailyQuota int `json:"daily_quota"`
+}
+
+// Simulator is a strict OTA channel. It is safe for concurrent use.
+type Simulator struct {
+	cfg    Config
+	now    func() time.Time
+	static map[string]bool
+	closed chan struct{}
+	close  sync.Once
+
+	mu         sync.Mutex
+	rng        *rand.Rand
+	faults     Faults
+	stormUntil time.Time
+	bySlug     map[string]*channel
+	byPath     map[string]*channel
+}
+
+// channel is the mutable state of one served channel.
+type channel struct {
+	cfg       models.ChannelConfig
+	windows   map[string]*window // admitted pushes per limit key
+	arrivals  map[string]*window // valid pushes per limit key, for MaxWindowRequests
+	quotaDay  models.Date
+	idem      map[string]stored
+	idemOrder []idemEntry
+	cells     map[string]map[cellKey]*cellState // by property
+	stats     ChannelStats
+	throttles int // alternates the Retry-After form
+	seq       int // confirmation ids
+}
+
+type stored struct {
+	bodyHash [32]byte
+	rep      reply
+	at       time.Time
+}
+
+type idemEntry struct {
+	key string
+	at  time.Time
+}
+
+type cellKey struct {
+	room, rate string
+	date       models.Date
+}
+
+// cellState keeps the version per family: families are pushed independently, so a
+// stale rates line must not be judged against the version an availability line set.
+type cellState struct {
+	cell     models.ARICell
+	versions map[models.Family]int64
+}
+
+// reply is a complete response, kept whole so an idempotent replay is verbatim.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// New builds a simulator; zero Config fields take the documented defaults.
+func New(cfg Config) *Simulator {
+	cfg = cfg.withDefaults()
+	s := &Simulator{
+		cfg:    cfg,
+		now:    cfg.Now,
+		static: map[string]bool{},
+		closed: make(chan struct{}),
+		rng:    rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		bySlug: map[string]*channel{},
+		byPath: map[string]*channel{},
+	}
+	for _, t := range cfg.StaticTokens {
+		if t != "" {
+			s.static[t] = true
+		}
+	}
+	for _, c := range cfg.Channels {
+		ch := &channel{
+			cfg: c, windows: map[string]*window{}, arrivals: map[string]*window{},
+			idem: map[string]stored{}, cells: map[string]map[cellKey]*cellState{},
+		}
+		ch.stats.Limit, ch.stats.DailyQuota = c.RatePerMinute, c.DailyQuota
+		s.bySlug[c.Slug] = ch
+		s.byPath[strings.TrimSuffix(c.BasePath, "/")] = ch
+	}
+	// An invalid start configuration is the operator's to fix; the binary validates
+	// it before calling New, so here it only means no faults.
+	if cfg.Faults.Validate() == nil {
+		s.setFaultsLocked(cfg.Faults)
+	}
+	return s
+}
+
+// Close releases hanging requests; the simulator keeps serving otherwise.
+func (s *Simulator) Close() { s.close.Do(func() { close(s.closed) }) }
+
+// Stats is a snapshot of every channel's counters, keyed by slug.
+func (s *Simulator) Stats() map[string]ChannelStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	out := make(map[string]ChannelStats, len(s.bySlug))
+	for slug, ch := range s.bySlug {
+		ch.rollQuota(now)
+		out[slug] = ch.stats
+	}
+	return out
+}
+
+// SetFaults replaces the injected faults; a storm starts now.
+func (s *Simulator) SetFaults(f Faults) error {
+	if err := f.Validate(); err != nil {
+		return fmt.Errorf("faults: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setFaultsLocked(f)
+	return nil
+}
+
+func (s *Simulator) setFaultsLocked(f Faults) {
+	f.StormUntil = nil
+	f.Channels = slices.Clone(f.Channels)
+	s.faults = f
+	s.stormUntil = time.Time{}
+	if f.StormSeconds > 0 {
+		s.stormUntil = s.now().Add(time.Duration(f.StormSeconds) * time.Second)
+	}
+}
+
+// Faults are the faults in force, with StormUntil set while a storm lasts.
+func (s *Simulator) Faults() Faults {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.faults
+	f.Channels = slices.Clone(f.Channels)
+	if until := s.stormUntil; until.After(s.now()) {
+		f.StormUntil = &until
+	}
+	return f
+}
+
+// ServeHTTP routes POST and GET {base_path}/ari, GET /stats and /admin/faults.
+func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Path
+	switch path {
+	case "/stats":
+		if !allow(w, r, http.MethodGet) {
+			return
+		}
+		writeJSON(w, http.StatusOK, s.Stats())
+		return
+	case "/admin/faults":
+		s.serveFaults(w, r)
+		return
+	}
+	base, ok := strings.CutSuffix(path, "/ari")
+	ch := s.byPath[base] // immutable after New
+	if !ok || ch == nil {
+		writeJSON(w, http.StatusNotFound, models.ARIError{Error: models.ErrorInvalid, Message: "path: no such endpoint"})
+		return
+	}
+	switch r.Method {
+	case http.MethodPost:
+		s.servePush(w, r, ch)
+	case http.MethodGet:
+		s.serveState(w, r, ch)
+	default:
+		allow(w, r, http.MethodPost, http.MethodGet)
+	}
+}
+
+func allow(w http.ResponseWriter, r *http.Request, methods ...string) bool {
+	if slices.Contains(methods, r.Method) {
+		return true
+	}
+	w.Header().Set("Allow", strings.Join(methods, ", "))
+	writeJSON(w, http.StatusMethodNotAllowed, models.ARIError{Error: models.ErrorInvalid, Message: "method: not allowed"})
+	return false
+}
+
+func (s *Simulator) serveFaults(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet:
+		writeJSON(w, http.StatusOK, s.Faults())
+	case http.MethodPost:
+		var f Faults
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+		if err == nil {
+			err = strictUnmarshal(body, &f)
+		}
+		if err == nil {
+			err = s.SetFaults(f)
+		}
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, models.ARIError{Error: models.ErrorInvalid, Message: cleanJSONError(err)})
+			return
+		}
+		writeJSON(w, http.StatusOK, s.Faults())
+	default:
+		allow(w, r, http.MethodGet, http.MethodPost)
+	}
+}
+
+func (s *Simulator) servePush(w http.ResponseWriter, r *http.Request, ch *channel) {
+	s.mu.Lock()
+	ch.stats.Requests++
+	f := s.faults
+	if !f.appliesTo(ch.cfg.Slug) {
+		f = Faults{}
+	}
+	if f.Hang || f.LatencyMS > 0 {
+		ch.stats.FaultsInjected++
+	}
+	s.mu.Unlock()
+
+	if !s.delay(r.Context(), f) {
+		return
+	}
+	// Read the body before taking the lock: a slow client must not stall others.
+	body, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+
+	s.mu.Lock()
+	now := s.now()
+	rep, key := s.push(ch, r, body, readErr, now, f)
+	ch.rateHeaders(key, now, rep.header)
+	s.mu.Unlock()
+	rep.write(w)
+}
+
+// delay applies the latency and hang faults; false means the client is gone.
+func (s *Simulator) delay(ctx context.Context, f Faults) bool {
+	if f.Hang {
+		select {
+		case <-ctx.Done():
+		case <-s.closed:
+		}
+		return false
+	}
+	if f.LatencyMS > 0 {
+		t := time.NewTimer(time.Duration(f.LatencyMS) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return false
+		case <-s.closed:
+			return false
+		}
+	}
+	return true
+}
+
+// push decides one push; it runs under s.mu and returns the limit key it counted
+// against ("" when the request never got that far).
+func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr error, now time.Time, f Faults) (reply, string) {
+	if !s.authorized(r.Header.Get("Authorization"), now) {
+		ch.stats.AuthFailures++
+		rep := errorReply(http.StatusUnauthorized, models.ErrorUnauthorized, "bearer token missing, unknown or expired")
+		rep.header.Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+		return rep, ""
+	}
+	if readErr != nil {
+		ch.stats.Invalid++
+		var tooBig *http.MaxBytesError
+		if errors.As(readErr, &tooBig) {
+			return errorReply(http.StatusRequestEntityTooLarge, models.ErrorInvalid,
+				fmt.Sprintf("body: larger than %d bytes", tooBig.Limit)), ""
+		}
+		return errorReply(http.StatusBadRequest, models.ErrorInvalid, "body: unreadable"), ""
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		ch.stats.Invalid++
+		return errorReply(http.StatusUnsupportedMediaType, models.ErrorInvalid, "Content-Type: want application/json"), ""
+	}
+	idemKey := r.Header.Get(models.HeaderIdempotencyKey)
+	if idemKey == "" || len(idemKey) > maxIdempotencyKeyLen {
+		ch.stats.Invalid++
+		return errorReply(http.StatusBadRequest, models.ErrorInvalid,
+			fmt.Sprintf("%s: required, at most %d characters", models.HeaderIdempotencyKey, maxIdempotencyKeyLen)), ""
+	}
+	req, err := decodeRequest(body, ch.cfg)
+	if err != nil {
+		ch.stats.Invalid++
+		return errorReply(http.StatusBadRequest, models.ErrorInvalid, err.Error()), ""
+	}
+
+	key := ch.limitKey(req.PropertyID)
+	ch.stats.MaxWindowRequests = max(ch.stats.MaxWindowRequests, getWindow(ch.arrivals, key).add(now))
+
+	if now.Before(s.stormUntil) && f.StormSeconds > 0 {
+		ch.stats.FaultsInjected++
+		status := f.StormStatus
+		if status == 0 {
+			status = http.StatusTooManyRequests
+		}
+		if status == http.StatusTooManyRequests {
+			ch.stats.Throttled++
+		} else {
+			ch.stats.ServerErrors++
+		}
+		return ch.throttle(status, s.stormUntil.Sub(now), now), key
+	}
+	win := getWindow(ch.windows, key)
+	if win.count(now) >= ch.cfg.RatePerMinute {
+		ch.stats.Throttled++
+		return ch.throttle(http.StatusTooManyRequests, win.nextFree(now), now), key
+	}
+	win.add(now)
+
+	hash := sha256.Sum256(body)
+	ch.pruneIdem(now, s.cfg.IdempotencyTTL)
+	if prev, ok := ch.idem[idemKey]; ok {
+		if prev.bodyHash != hash {
+			ch.stats.Invalid++
+			return errorReply(http.StatusBadRequest, models.ErrorInvalid,
+				models.HeaderIdempotencyKey+": reused with a different body"), key
+		}
+		ch.stats.Duplicates++
+		return prev.rep.clone(), key
+	}
+
+	cost := 1
+	if ch.cfg.QuotaUnit == models.QuotaLines {
+		cost = len(req.Lines)
+	}
+	ch.rollQuota(now)
+	if ch.cfg.DailyQuota > 0 && ch.stats.DailyUsed+cost > ch.cfg.DailyQuota {
+		ch.stats.QuotaExhausted++
+		return errorReply(http.StatusBadRequest, models.ErrorQuotaExhausted,
+			fmt.Sprintf("daily quota of %d %s used; resets at 00:00 UTC", ch.cfg.DailyQuota, ch.cfg.QuotaUnit)), key
+	}
+	ch.stats.DailyUsed += cost
+
+	if s.roll(f.ErrorRatio) {
+		ch.stats.FaultsInjected++
+		ch.stats.ServerErrors++
+		statuses := []int{500, 502, 503, 504}
+		status := statuses[s.rng.IntN(len(statuses))]
+		return errorReply(status, models.ErrorServer, "injected server error"), key
+	}
+
+	drift := s.roll(f.DriftRatio)
+	failed := map[int]bool{}
+	if !drift && s.roll(f.PartialRatio) {
+		for i := range req.Lines {
+			if s.rng.IntN(2) == 0 {
+				failed[i] = true
+			}
+		}
+		if len(failed) == 0 {
+			failed[s.rng.IntN(len(req.Lines))] = true
+		}
+	}
+	if drift || len(failed) > 0 {
+		ch.stats.FaultsInjected++
+	}
+	if !drift {
+		for i, l := range req.Lines {
+			if !failed[i] {
+				ch.apply(req.PropertyID, req.Family, l)
+			}
+		}
+	}
+
+	ch.seq++
+	conf := fmt.Sprintf("%s-%06d", ch.cfg.Slug, ch.seq)
+	var rep reply
+	if len(failed) == 0 {
+		ch.stats.Accepted++
+		rep = jsonReply(http.StatusOK, models.ARIAccepted{ConfirmationID: conf, Accepted: len(req.Lines)})
+	} else {
+		ch.stats.Partial++
+		res := models.ARIPartial{ConfirmationID: conf, Results: make([]models.ARILineResult, len(req.Lines))}
+		for i := range req.Lines {
+			res.Results[i] = models.ARILineResult{Line: i, Status: models.LineOK}
+			if failed[i] {
+				res.Results[i] = models.ARILineResult{Line: i, Status: models.LineError,
+					Code: "line_rejected", Message: "injected line failure"}
+			}
+		}
+		rep = jsonReply(http.StatusMultiStatus, res)
+	}
+	rep.header.Set(models.HeaderConfirmationID, conf)
+	ch.idem[idemKey] = stored{bodyHash: hash, rep: rep.clone(), at: now}
+	ch.idemOrder = append(ch.idemOrder, idemEntry{key: idemKey, at: now})
+
+	if s.roll(f.CommitThen500Ratio) {
+		ch.stats.FaultsInjected++
+		ch.stats.ServerErrors++
+		return errorReply(http.StatusInternalServerError, models.ErrorServer, "injected error after commit"), key
+	}
+	return rep, key
+}
+
+// roll draws one fault; a zero ratio draws nothing so unrelated faults do not shift
+// the random sequence a test relies on.
+func (s *Simulator) roll(ratio float64) bool {
+	return ratio > 0 && s.rng.Float64() < ratio
+}
+
+// authorized accepts a static token, or a simtoken-<unix> issued no later than a
+// minute from now and no longer than TokenMaxAge ago.
+func (s *Simulator) authorized(h string, now time.Time) bool {
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		return false
+	}
+	if s.static[tok] {
+		return true
+	}
+	digits, ok := strings.CutPrefix(tok, TokenPrefix)
+	if !ok {
+		return false
+	}
+	sec, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || sec < 0 || sec > now.Unix()+60 {
+		return false
+	}
+	return now.Unix()-sec <= int64(s.cfg.TokenMaxAge/time.Second)
+}
+
+func (s *Simulator) serveState(w http.ResponseWriter, r *http.Request, ch *channel) {
+	s.mu.Lock()
+	now := s.now()
+	rep := s.state(ch, r, now)
+	ch.rateHeaders("", now, rep.header)
+	s.mu.Unlock()
+	rep.write(w)
+}
+
+// state answers GET {base}/ari. Reads are not rate limited: reconciliation reads a
+// night's worth of state and a real channel gives reads their own budget.
+func (s *Simulator) state(ch *channel, r *http.Request, now time.Time) reply {
+	if !s.authorized(r.Header.Get("Authorization"), now) {
+		ch.stats.AuthFailures++
+		return errorReply(http.StatusUnauthorized, models.ErrorUnauthorized, "bearer token missing, unknown or expired")
+	}
+	q := r.URL.Query()
+	prop := q.Get("property_id")
+	if prop == "" {
+		return errorReply(http.StatusBadRequest, models.ErrorInvalid, "property_id: required")
+	}
+	from, err := models.ParseDate(q.Get("from"))
+	if err != nil {
+		return errorReply(http.StatusBadRequest, models.ErrorInvalid, "from: "+err.Error())
+	}
+	to, err := models.ParseDate(q.Get("to"))
+	if err != nil {
+		return errorReply(http.StatusBadRequest, models.ErrorInvalid, "to: "+err.Error())
+	}
+	if to.Before(from) || to.DaysSince(from) >= maxStateNights {
+		return errorReply(http.StatusBadRequest, models.ErrorInvalid,
+			fmt.Sprintf("to: must be within %d nights on or after from", maxStateNights))
+	}
+	st := models.ARIState{PropertyID: prop, Cells: []models.ARICell{}}
+	for k, c := range ch.cells[prop] {
+		if !k.date.Before(from) && !k.date.After(to) {
+			st.Cells = append(st.Cells, c.cell)
+		}
+	}
+	slices.SortFunc(st.Cells, func(a, b models.ARICell) int {
+		if c := strings.Compare(a.RoomTypeCode, b.RoomTypeCode); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.RatePlanCode, b.RatePlanCode); c != 0 {
+			return c
+		}
+		return a.Date.Time().Compare(b.Date.Time())
+	})
+	return jsonReply(http.StatusOK, st)
+}
+
+// limitKey is the sliding-window key of a push: the property for property-scoped
+// channels, otherwise the whole channel.
+func (ch *channel) limitKey(property string) string {
+	if ch.cfg.Scope == models.ScopeProperty {
+		return property
+	}
+	return ""
+}
+
+func getWindow(m map[string]*window, key string) *window {
+	w := m[key]
+	if w == nil {
+		w = &window{}
+		m[key] = w
+	}
+	return w
+}
+
+// rateHeaders sets X-RateLimit-*: Reset is the seconds until the window of key is
+// empty again, so Remaining/Reset never overstates the safe rate.
+func (ch *channel) rateHeaders(key string, now time.Time, h http.Header) {
+	limit := ch.cfg.RatePerMinute
+	used, reset := 0, time.Duration(0)
+	if w := ch.windows[key]; w != nil {
+		used, reset = w.count(now), w.clear(now)
+	}
+	h.Set(models.HeaderRateLimitLimit, strconv.Itoa(limit))
+	h.Set(models.HeaderRateLimitRemaining, strconv.Itoa(max(0, limit-used)))
+	h.Set(models.HeaderRateLimitReset, strconv.FormatInt(ceilSeconds(reset), 10))
+}
+
+// throttle is a 429 or 503 whose Retry-After alternates between delta-seconds and
+// an IMF-fixdate, so clients are exercised on both forms.
+func (ch *channel) throttle(status int, wait time.Duration, now time.Time) reply {
+	secs := max(1, ceilSeconds(wait))
+	rep := errorReply(status, models.ErrorRateLimited, fmt.Sprintf("retry in %d s", secs))
+	ch.throttles++
+	if ch.throttles%2 == 1 {
+		rep.header.Set(models.HeaderRetryAfter, strconv.FormatInt(secs, 10))
+	} else {
+		// Whole seconds after now, rounded up, so the date is never early.
+		at := now.Truncate(time.Second).Add(time.Duration(secs) * time.Second)
+		if !at.Equal(now) {
+			at = at.Add(time.Second)
+		}
+		rep.header.Set(models.HeaderRetryAfter, at.UTC().Format(http.TimeFormat))
+	}
+	return rep
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// rollQuota starts a new quota day at UTC midnight.
+func (ch *channel) rollQuota(now time.Time) {
+	if day := models.DateOf(now); day != ch.quotaDay {
+		ch.quotaDay, ch.stats.DailyUsed = day, 0
+	}
+}
+
+func (ch *channel) pruneIdem(now time.Time, ttl time.Duration) {
+	n := 0
+	for n < len(ch.idemOrder) && now.Sub(ch.idemOrder[n].at) >= ttl {
+		e := ch.idemOrder[n]
+		if ch.idem[e.key].at.Equal(e.at) {
+			delete(ch.idem, e.key)
+		}
+		n++
+	}
+	if n > 0 {
+		ch.idemOrder = append(ch.idemOrder[:0], ch.idemOrder[n:]...)
+	}
+}
+
+// apply writes every night of l whose stored version for the family is not newer.
+func (ch *channel) apply(property string, fam models.Family, l models.ARILine) {
+	cells := ch.cells[property]
+	if cells == nil {
+		cells = map[cellKey]*cellState{}
+		ch.cells[property] = cells
+	}
+	for d := l.From; !d.After(l.To); d = d.AddDays(1) {
+		k := cellKey{room: l.RoomTypeCode, rate: l.RatePlanCode, date: d}
+		c := cells[k]
+		if c == nil {
+			c = &cellState{
+				cell:     models.ARICell{RoomTypeCode: l.RoomTypeCode, RatePlanCode: l.RatePlanCode, Date: d},
+				versions: map[models.Family]int64{},
+			}
+			cells[k] = c
+		}
+		if l.Version < c.versions[fam] {
+			ch.stats.StaleOverwrites++
+			continue
+		}
+		c.versions[fam] = l.Version
+		c.cell.Version = max(c.cell.Version, l.Version)
+		set(&c.cell.Amount, l.Amount)
+		if l.Currency != "" {
+			c.cell.Currency = l.Currency
+		}
+		set(&c.cell.Inventory, l.Inventory)
+		set(&c.cell.StopSell, l.StopSell)
+		set(&c.cell.MinLOS, l.MinLOS)
+		set(&c.cell.MaxLOS, l.MaxLOS)
+		set(&c.cell.CTA, l.CTA)
+		set(&c.cell.CTD, l.CTD)
+		ch.stats.NightsApplied++
+	}
+}
+
+// set copies a present optional value, so the cell never aliases request memory.
+func set[T any](dst **T, src *T) {
+	if src != nil {
+		v := *src
+		*dst = &v
+	}
+}
+
+func errorReply(status int, code, msg string) reply {
+	return jsonReply(status, models.ARIError{Error: code, Message: msg})
+}
+
+func jsonReply(status int, v any) reply {
+	body, err := json.Marshal(v)
+	if err != nil {
+		// Every value passed here is a plain wire struct.
+		body, status = []byte(`{"error":"server_error","message":"encode"}`), http.StatusInternalServerError
+	}
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	return reply{status: status, header: h, body: append(body, '\n')}
+}
+
+func (r reply) clone() reply {
+	return reply{status: r.status, header: r.header.Clone(), body: slices.Clone(r.body)}
+}
+
+func (r reply) write(w http.ResponseWriter) {
+	for k, v := range r.header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(r.status)
+	_, _ = w.Write(r.body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	jsonReply(status, v).write(w)
+}

@@ -1,0 +1,227 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/paritysync/paritysync/models"
+)
+
+// Bounds a strict channel enforces on every line.
+const (
+	maxIDLen     = 64
+	maxInventory = 999
+	maxLOS       = 999
+)
+
+var (
+	currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
+	maxAmount  = decimal.New(1, 8) // 100,000,000.00 exclusive
+)
+
+// invalidError is a 400 invalid answer; its message starts with the field at fault.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string { return e.msg }
+
+func invalid(field, format string, args ...any) error {
+	return &invalidError{msg: field + ": " + fmt.Sprintf(format, args...)}
+}
+
+// decodeRequest reads a push body strictly: unknown fields, trailing data and wrong
+// types are errors that name the field, so a client bug is found on the first call.
+func decodeRequest(body []byte, cfg models.ChannelConfig) (models.ARIRequest, error) {
+	var top struct {
+		PropertyID *string            `json:"property_id"`
+		Family     *models.Family     `json:"family"`
+		Lines      *[]json.RawMessage `json:"lines"`
+	}
+	if err := strictUnmarshal(body, &top); err != nil {
+		return models.ARIRequest{}, fieldError("body", body, err)
+	}
+	var req models.ARIRequest
+	switch {
+	case top.PropertyID == nil || *top.PropertyID == "":
+		return req, invalid("property_id", "required")
+	case len(*top.PropertyID) > maxIDLen:
+		return req, invalid("property_id", "longer than %d characters", maxIDLen)
+	case top.Family == nil || *top.Family == "":
+		return req, invalid("family", "required")
+	case !knownFamily(*top.Family):
+		return req, invalid("family", "unknown family %q", string(*top.Family))
+	case top.Lines == nil || len(*top.Lines) == 0:
+		return req, invalid("lines", "at least one line is required")
+	case cfg.MaxLinesPerRequest > 0 && len(*top.Lines) > cfg.MaxLinesPerRequest:
+		return req, invalid("lines", "%d lines, at most %d allowed", len(*top.Lines), cfg.MaxLinesPerRequest)
+	}
+	req = models.ARIRequest{PropertyID: *top.PropertyID, Family: *top.Family, Lines: make([]models.ARILine, len(*top.Lines))}
+	for i, raw := range *top.Lines {
+		name := fmt.Sprintf("lines[%d]", i)
+		if err := strictUnmarshal(raw, &req.Lines[i]); err != nil {
+			return req, fieldError(name, raw, err)
+		}
+		if err := validateLine(name, req.Family, req.Lines[i], cfg); err != nil {
+			return req, err
+		}
+	}
+	return req, nil
+}
+
+func knownFamily(f models.Family) bool {
+	for _, k := range models.Families {
+		if f == k {
+			return true
+		}
+	}
+	return false
+}
+
+func strictUnmarshal(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
+
+// fieldError turns a decode error of object raw into an invalid answer that names
+// the offending field. encoding/json does not say which field a custom unmarshaler
+// (dates, decimals) failed on, so each member is decoded alone to find it.
+func fieldError(prefix string, raw []byte, err error) error {
+	var unknown, typeErr = "", (*json.UnmarshalTypeError)(nil)
+	if msg := err.Error(); strings.HasPrefix(msg, "json: unknown field ") {
+		unknown = strings.Trim(strings.TrimPrefix(msg, "json: unknown field "), `"`)
+	}
+	if unknown != "" {
+		return invalid(join(prefix, unknown), "unknown field")
+	}
+	if errors.As(err, &typeErr) && typeErr.Field != "" {
+		return invalid(join(prefix, typeErr.Field), "want %s", typeErr.Type)
+	}
+	var members map[string]json.RawMessage
+	if json.Unmarshal(raw, &members) == nil && prefix != "body" {
+		keys := make([]string, 0, len(members))
+		for k := range members {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			var line models.ARILine
+			one, _ := json.Marshal(map[string]json.RawMessage{k: members[k]})
+			if e := json.Unmarshal(one, &line); e != nil {
+				return invalid(join(prefix, k), "%s", cleanJSONError(e))
+			}
+		}
+	}
+	return invalid(prefix, "%s", cleanJSONError(err))
+}
+
+func join(prefix, field string) string {
+	if prefix == "body" {
+		return field
+	}
+	return prefix + "." + field
+}
+
+func cleanJSONError(err error) string {
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// validateLine applies the channel's rules to one line; fields of another family
+// are refused rather than ignored, because silently dropping them hides a bug.
+func validateLine(name string, fam models.Family, l models.ARILine, cfg models.ChannelConfig) error {
+	switch {
+	case l.RoomTypeCode == "":
+		return invalid(name+".room_type_code", "required")
+	case len(l.RoomTypeCode) > maxIDLen:
+		return invalid(name+".room_type_code", "longer than %d characters", maxIDLen)
+	case l.RatePlanCode == "":
+		return invalid(name+".rate_plan_code", "required")
+	case len(l.RatePlanCode) > maxIDLen:
+		return invalid(name+".rate_plan_code", "longer than %d characters", maxIDLen)
+	case l.From.IsZero():
+		return invalid(name+".from", "required")
+	case l.To.IsZero():
+		return invalid(name+".to", "required")
+	case l.To.Before(l.From):
+		return invalid(name+".to", "before from")
+	case l.Nights() > cfg.HorizonDays:
+		return invalid(name+".to", "line spans %d nights, at most %d", l.Nights(), cfg.HorizonDays)
+	case l.Version < 1:
+		return invalid(name+".version", "must be >= 1")
+	}
+	rates := l.Amount != nil || l.Currency != ""
+	avail := l.Inventory != nil
+	restr := l.StopSell != nil || l.MinLOS != nil || l.MaxLOS != nil || l.CTA != nil || l.CTD != nil
+	switch fam {
+	case models.FamilyRates:
+		if avail || restr {
+			return invalid(name, "availability or restriction fields in a rates request")
+		}
+		if l.Amount == nil {
+			return invalid(name+".amount", "required")
+		}
+		if err := validAmount(*l.Amount); err != nil {
+			return invalid(name+".amount", "%s", err)
+		}
+		if !currencyRE.MatchString(l.Currency) {
+			return invalid(name+".currency", "want a 3-letter ISO 4217 code")
+		}
+	case models.FamilyAvailability:
+		if rates || restr {
+			return invalid(name, "rate or restriction fields in an availability request")
+		}
+		if l.Inventory == nil {
+			return invalid(name+".inventory", "required")
+		}
+		if *l.Inventory < 0 || *l.Inventory > maxInventory {
+			return invalid(name+".inventory", "must be in 0..%d", maxInventory)
+		}
+	case models.FamilyRestrictions:
+		if rates || avail {
+			return invalid(name, "rate or availability fields in a restrictions request")
+		}
+		if !restr {
+			return invalid(name, "no restriction set")
+		}
+		if l.MinLOS != nil && (*l.MinLOS < 1 || *l.MinLOS > maxLOS) {
+			return invalid(name+".min_los", "must be in 1..%d", maxLOS)
+		}
+		if l.MaxLOS != nil && (*l.MaxLOS < 1 || *l.MaxLOS > maxLOS) {
+			return invalid(name+".max_los", "must be in 1..%d", maxLOS)
+		}
+		if l.MinLOS != nil && l.MaxLOS != nil && *l.MinLOS > *l.MaxLOS {
+			return invalid(name+".max_los", "below min_los")
+		}
+	}
+	return nil
+}
+
+func validAmount(a decimal.Decimal) error {
+	// Bound the exponent before rounding: a value like 1e-999999999 would otherwise
+	// make Round allocate a huge coefficient.
+	if exp := a.Exponent(); exp < -20 || exp > 20 {
+		return errors.New("out of range")
+	}
+	switch {
+	case !a.IsPositive():
+		return errors.New("must be > 0")
+	case !a.LessThan(maxAmount):
+		return errors.New("must be < 100000000")
+	case !a.Equal(a.Round(2)):
+		return errors.New("at most 2 decimal places")
+	}
+	return nil
+}
