@@ -66,14 +66,11 @@ func (m Mutation) Cell() Cell {
 // Families lists the endpoint families m touches, in the order of Families.
 func (m Mutation) Families() []Family {
 	var fs []Family
-	if m.Amount != nil || m.Currency != "" {
-		fs = append(fs, FamilyRates)
-	}
-	if m.Inventory != nil {
-		fs = append(fs, FamilyAvailability)
-	}
-	if m.StopSell != nil || m.MinLOS != nil || m.MaxLOS != nil || m.CTA != nil || m.CTD != nil {
-		fs = append(fs, FamilyRestrictions)
+	set := familiesOf(&m)
+	for i, f := range Families {
+		if set.has(i) {
+			fs = append(fs, f)
+		}
 	}
 	return fs
 }

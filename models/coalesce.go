@@ -1,0 +1,297 @@
+package models
+
+import (
+	"cmp"
+	"slices"
+)
+
+// DefaultMaxLinesPerRequest packs requests for a channel missing from the map given
+// to Coalesce; validation rejects such mutations, so this only keeps Coalesce total.
+const DefaultMaxLinesPerRequest = 100
+
+// Coalesced is what a batch of mutations becomes: the channel requests to send and
+// the parts of mutations a newer version made pointless.
+type Coalesced struct {
+	Requests   []ChannelRequest `json:"requests"`
+	Superseded []Superseded     `json:"superseded"`
+}
+
+// Superseded is one family's part of a mutation that lost to a newer (or, at equal
+// version, later) mutation of the same cell; its outcome is superseded.
+type Superseded struct {
+	ID      string `json:"id"`
+	Channel string `json:"channel"`
+	Family  Family `json:"family"`
+	Version int64  `json:"version"`
+	// By is the version that won the cell.
+	By int64 `json:"by"`
+}
+
+// cellFamily is the unit of last-writer-wins: a mutation touching rates and
+// restrictions competes separately in each.
+type cellFamily struct {
+	cell   Cell
+	family Family
+}
+
+// part is one family's share of one winning mutation, with its sort key
+// precomputed: ranks instead of strings and a day number instead of a Date, so the
+// sort compares integers.
+// It holds no pointers, so the sort swaps it without GC write barriers.
+type part struct {
+	idx      int // of the mutation in the input
+	famIdx   int
+	priority int
+	channel  int // rank of the channel slug
+	property int // rank of the property id
+	room     int // rank of the room type code
+	plan     int // rank of the rate plan code
+	day      int64
+}
+
+// Coalesce turns validated mutations (ApplyDefaults already applied) into as few
+// channel requests as possible. It is pure and deterministic: output depends only on
+// the input, never on map iteration, so a workflow can call it and replay it, and
+// the same batch always yields the same requests and idempotency keys.
+//
+// Per (cell, family) the highest version wins; at equal versions the later mutation
+// in input order wins, as the PMS sent it last. Winners are grouped by channel,
+// priority, property and family, sorted by room type, rate plan and date, and runs
+// of consecutive nights with equal values and equal version merge into one line.
+// Lines pack into requests of at most the channel's MaxLinesPerRequest.
+func Coalesce(ms []Mutation, channels map[string]ChannelConfig) Coalesced {
+	fams := make([]familySet, len(ms))
+	// Pass 1: the winning input index per (cell, family).
+	winner := make(map[cellFamily]int, len(ms))
+	for i := range ms {
+		fams[i] = familiesOf(&ms[i])
+		for fi, f := range Families {
+			if !fams[i].has(fi) {
+				continue
+			}
+			k := cellFamily{ms[i].Cell(), f}
+			if w, ok := winner[k]; !ok || ms[i].Version >= ms[w].Version {
+				winner[k] = i
+			}
+		}
+	}
+
+	// Pass 2, in input order: winners become parts, losers are reported.
+	parts := make([]part, 0, len(winner))
+	var superseded []Superseded
+	for i := range ms {
+		m := &ms[i]
+		for fi, f := range Families {
+			if !fams[i].has(fi) {
+				continue
+			}
+			w := winner[cellFamily{m.Cell(), f}]
+			if w != i {
+				superseded = append(superseded, Superseded{ID: m.ID, Channel: m.Channel, Family: f,
+					Version: m.Version, By: ms[w].Version})
+				continue
+			}
+			parts = append(parts, part{idx: i, famIdx: fi, priority: m.effectivePriority(),
+				day: m.StayDate.Time().Unix() / 86400})
+		}
+	}
+	// Sorted by content rather than left in input order, so a shuffled batch reports
+	// the same superseded list.
+	slices.SortFunc(superseded, func(a, b Superseded) int {
+		return cmp.Or(cmp.Compare(a.Channel, b.Channel), cmp.Compare(a.ID, b.ID),
+			cmp.Compare(familyIndex(a.Family), familyIndex(b.Family)),
+			cmp.Compare(a.Version, b.Version), cmp.Compare(a.By, b.By))
+	})
+
+	rank(parts, func(p *part) string { return ms[p.idx].Channel }, func(p *part, r int) { p.channel = r })
+	rank(parts, func(p *part) string { return ms[p.idx].PropertyID }, func(p *part, r int) { p.property = r })
+	rank(parts, func(p *part) string { return ms[p.idx].RoomTypeCode }, func(p *part, r int) { p.room = r })
+	rank(parts, func(p *part) string { return ms[p.idx].RatePlanCode }, func(p *part, r int) { p.plan = r })
+	// One (cell, family) has exactly one winner, so this order is total: no two
+	// parts compare equal and the sort needs no stability to be deterministic.
+	slices.SortFunc(parts, func(a, b part) int {
+		return cmp.Or(cmp.Compare(a.channel, b.channel), cmp.Compare(a.priority, b.priority),
+			cmp.Compare(a.property, b.property), cmp.Compare(a.famIdx, b.famIdx),
+			cmp.Compare(a.room, b.room), cmp.Compare(a.plan, b.plan), cmp.Compare(a.day, b.day))
+	})
+
+	var out []ChannelRequest
+	var starts []int
+	for lo := 0; lo < len(parts); {
+		hi := lo + 1
+		for hi < len(parts) && sameGroup(parts[lo], parts[hi]) {
+			hi++
+		}
+		out, starts = appendGroup(out, ms, parts[lo:hi], maxLines(channels, ms[parts[lo].idx].Channel), starts[:0])
+		lo = hi
+	}
+	return Coalesced{Requests: out, Superseded: superseded}
+}
+
+// rank replaces a string key by its position among the distinct values in byte
+// order, which sorts exactly as the strings do.
+func rank(parts []part, key func(*part) string, set func(*part, int)) {
+	ids := make(map[string]int)
+	var distinct []string
+	for i := range parts {
+		k := key(&parts[i])
+		if _, ok := ids[k]; !ok {
+			ids[k] = len(distinct)
+			distinct = append(distinct, k)
+		}
+	}
+	slices.Sort(distinct)
+	for r, k := range distinct {
+		ids[k] = r
+	}
+	for i := range parts {
+		set(&parts[i], ids[key(&parts[i])])
+	}
+}
+
+func sameGroup(a, b part) bool {
+	return a.channel == b.channel && a.priority == b.priority && a.property == b.property && a.famIdx == b.famIdx
+}
+
+// continues reports whether b extends a's line: the next night of the same room type
+// and rate plan with the same values and the same version. The version must match
+// because the wire line carries a single version and the channel records it for
+// every night it covers: merging nights of different versions would record a
+// version the PMS never sent for some of them and break the stale-write guard and
+// reconciliation, which compare versions per night.
+func continues(ms []Mutation, a, b part) bool {
+	return a.room == b.room && a.plan == b.plan && b.day == a.day+1 &&
+		ms[a.idx].Version == ms[b.idx].Version && sameFamilyValues(Families[a.famIdx], ms[a.idx], ms[b.idx])
+}
+
+// appendGroup merges one (channel, priority, property, family) group's sorted parts
+// into lines and packs them into requests of at most perRequest lines. starts is
+// scratch space for the index of each line's first part.
+func appendGroup(out []ChannelRequest, ms []Mutation, parts []part, perRequest int, starts []int) ([]ChannelRequest, []int) {
+	for i := range parts {
+		if i == 0 || !continues(ms, parts[i-1], parts[i]) {
+			starts = append(starts, i)
+		}
+	}
+	lineEnd := func(l int) int {
+		if l+1 < len(starts) {
+			return starts[l+1]
+		}
+		return len(parts)
+	}
+	first, family := &ms[parts[0].idx], Families[parts[0].famIdx]
+	for l0 := 0; l0 < len(starts); l0 += perRequest {
+		l1 := min(l0+perRequest, len(starts))
+		req := ChannelRequest{Channel: first.Channel, PropertyID: first.PropertyID, Family: family,
+			Priority: parts[0].priority, Lines: make([]ARILine, 0, l1-l0),
+			Refs: make([]MutationRef, 0, lineEnd(l1-1)-starts[l0])}
+		for l := l0; l < l1; l++ {
+			run := parts[starts[l]:lineEnd(l)]
+			line := lineOf(family, &ms[run[0].idx])
+			line.To = ms[run[len(run)-1].idx].StayDate
+			for _, p := range run {
+				req.Refs = append(req.Refs, refOf(&ms[p.idx], l-l0))
+				// Every part of a group shares its priority today; min keeps the
+				// documented meaning (most urgent ref) should grouping ever change.
+				req.Priority = min(req.Priority, p.priority)
+			}
+			req.Lines = append(req.Lines, line)
+		}
+		out = append(out, req)
+	}
+	return out, starts
+}
+
+func refOf(m *Mutation, line int) MutationRef {
+	return MutationRef{ID: m.ID, Version: m.Version, Line: line, StayDate: m.StayDate, CorrelationID: m.CorrelationID}
+}
+
+// lineOf is the one-night line of m's family f; it copies the values so a request
+// never aliases the caller's mutations.
+func lineOf(f Family, m *Mutation) ARILine {
+	l := ARILine{RoomTypeCode: m.RoomTypeCode, RatePlanCode: m.RatePlanCode,
+		From: m.StayDate, To: m.StayDate, Version: m.Version}
+	switch f {
+	case FamilyRates:
+		l.Amount = clonePtr(m.Amount)
+		l.Currency = m.Currency
+	case FamilyAvailability:
+		l.Inventory = clonePtr(m.Inventory)
+	case FamilyRestrictions:
+		l.StopSell = clonePtr(m.StopSell)
+		l.MinLOS = clonePtr(m.MinLOS)
+		l.MaxLOS = clonePtr(m.MaxLOS)
+		l.CTA = clonePtr(m.CTA)
+		l.CTD = clonePtr(m.CTD)
+	}
+	return l
+}
+
+// sameFamilyValues reports whether a and b set the same values in family f. Amounts
+// compare numerically: 120.5 and 120.50 are one price.
+func sameFamilyValues(f Family, a, b Mutation) bool {
+	switch f {
+	case FamilyRates:
+		if (a.Amount == nil) != (b.Amount == nil) || a.Currency != b.Currency {
+			return false
+		}
+		return a.Amount == nil || a.Amount.Equal(*b.Amount)
+	case FamilyAvailability:
+		return equalPtr(a.Inventory, b.Inventory)
+	case FamilyRestrictions:
+		return equalPtr(a.StopSell, b.StopSell) && equalPtr(a.MinLOS, b.MinLOS) &&
+			equalPtr(a.MaxLOS, b.MaxLOS) && equalPtr(a.CTA, b.CTA) && equalPtr(a.CTD, b.CTD)
+	}
+	return false
+}
+
+func equalPtr[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// familySet is a bit set of indexes into Families.
+type familySet uint8
+
+func (s familySet) has(i int) bool { return s&(1<<i) != 0 }
+
+// familiesOf is the set behind Mutation.Families, without allocating a slice.
+func familiesOf(m *Mutation) familySet {
+	var s familySet
+	if m.Amount != nil || m.Currency != "" {
+		s |= 1 << 0
+	}
+	if m.Inventory != nil {
+		s |= 1 << 1
+	}
+	if m.StopSell != nil || m.MinLOS != nil || m.MaxLOS != nil || m.CTA != nil || m.CTD != nil {
+		s |= 1 << 2
+	}
+	return s
+}
+
+func familyIndex(f Family) int {
+	for i, g := range Families {
+		if g == f {
+			return i
+		}
+	}
+	return len(Families)
+}
+
+func maxLines(channels map[string]ChannelConfig, slug string) int {
+	if c, ok := channels[slug]; ok && c.MaxLinesPerRequest > 0 {
+		return c.MaxLinesPerRequest
+	}
+	return DefaultMaxLinesPerRequest
+}
