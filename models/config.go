@@ -1,0 +1,236 @@
+package models
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// EnvChannelPrefix starts every per-channel environment override:
+// PARITYSYNC_CHANNEL_<SLUG>_<FIELD>, SLUG upper-cased.
+const EnvChannelPrefix = "PARITYSYNC_CHANNEL_"
+
+// channelsFile is the YAML channel file. Every field of an entry is a pointer so an
+// entry overrides exactly the fields it sets and nothing else.
+type channelsFile struct {
+	Channels []channelEntry `yaml:"channels"`
+}
+
+type channelEntry struct {
+	Slug               string      `yaml:"slug"`
+	BasePath           *string     `yaml:"base_path"`
+	RatePerMinute      *int        `yaml:"rate_per_minute"`
+	Burst              *int        `yaml:"burst"`
+	Shares             *shareEntry `yaml:"shares"`
+	Scope              *LimitScope `yaml:"scope"`
+	DailyQuota         *int        `yaml:"daily_quota"`
+	QuotaUnit          *QuotaUnit  `yaml:"quota_unit"`
+	HorizonDays        *int        `yaml:"horizon_days"`
+	MaxLinesPerRequest *int        `yaml:"max_lines_per_request"`
+	MaxRetryAfter      *string     `yaml:"max_retry_after"`
+	PriorityReserve    *int        `yaml:"priority_reserve"`
+}
+
+type shareEntry struct {
+	Rates        *int `yaml:"rates"`
+	Availability *int `yaml:"availability"`
+	Restrictions *int `yaml:"restrictions"`
+}
+
+// LoadChannels is the effective channel configuration: DefaultChannels, then the
+// YAML file at path (optional: "" skips it), then PARITYSYNC_CHANNEL_<SLUG>_*
+// environment overrides read through getenv. Every problem is reported, each naming
+// the file or variable it came from, so an operator fixes them in one pass.
+func LoadChannels(path string, getenv func(string) string) ([]ChannelConfig, error) {
+	channels := DefaultChannels()
+	// sources records, per channel, where its non-default values came from, so a
+	// validation error can name them.
+	sources := make([][]string, len(channels))
+	index := make(map[string]int, len(channels))
+	for i, c := range channels {
+		index[c.Slug] = i
+	}
+	var errs []error
+
+	if path != "" {
+		entries, err := readChannelsFile(path)
+		if err != nil {
+			return nil, err
+		}
+		seen := make(map[string]bool, len(entries))
+		for n, e := range entries {
+			where := fmt.Sprintf("channels file %s: channel %d", path, n+1)
+			switch {
+			case e.Slug == "":
+				errs = append(errs, fmt.Errorf("%s: slug is required", where))
+				continue
+			case !isSlug(e.Slug):
+				errs = append(errs, fmt.Errorf("%s: slug %q: want lower-case letters, digits and _", where, e.Slug))
+				continue
+			case seen[e.Slug]:
+				errs = append(errs, fmt.Errorf("%s: slug %s listed twice", where, e.Slug))
+				continue
+			}
+			seen[e.Slug] = true
+			i, ok := index[e.Slug]
+			if !ok {
+				perMinute := DefaultRatePerMinute
+				if e.RatePerMinute != nil {
+					perMinute = *e.RatePerMinute
+				}
+				channels = append(channels, NewChannelConfig(e.Slug, perMinute))
+				sources = append(sources, nil)
+				i = len(channels) - 1
+				index[e.Slug] = i
+			}
+			if err := e.applyTo(&channels[i]); err != nil {
+				errs = append(errs, fmt.Errorf("channels file %s: channel %s: %w", path, e.Slug, err))
+			}
+			sources[i] = append(sources[i], "channels file "+path)
+		}
+	}
+
+	if getenv != nil {
+		for i := range channels {
+			set, err := applyChannelEnv(&channels[i], getenv)
+			errs = append(errs, err...)
+			sources[i] = append(sources[i], set...)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+
+	for i, c := range channels {
+		if err := c.Validate(); err != nil {
+			from := "defaults"
+			if len(sources[i]) > 0 {
+				from = strings.Join(sources[i], ", ")
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", from, err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return channels, nil
+}
+
+func readChannelsFile(path string) ([]channelEntry, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("channels file: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	// A misspelt key would otherwise be ignored silently and the default kept.
+	dec.KnownFields(true)
+	var f channelsFile
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("channels file %s: %w", path, err)
+	}
+	return f.Channels, nil
+}
+
+// applyTo copies the fields e sets onto c.
+func (e channelEntry) applyTo(c *ChannelConfig) error {
+	setInt := func(dst *int, src *int) {
+		if src != nil {
+			*dst = *src
+		}
+	}
+	if e.BasePath != nil {
+		c.BasePath = *e.BasePath
+	}
+	setInt(&c.RatePerMinute, e.RatePerMinute)
+	setInt(&c.Burst, e.Burst)
+	if e.Shares != nil {
+		setInt(&c.Shares.Rates, e.Shares.Rates)
+		setInt(&c.Shares.Availability, e.Shares.Availability)
+		setInt(&c.Shares.Restrictions, e.Shares.Restrictions)
+	}
+	if e.Scope != nil {
+		c.Scope = *e.Scope
+	}
+	setInt(&c.DailyQuota, e.DailyQuota)
+	if e.QuotaUnit != nil {
+		c.QuotaUnit = *e.QuotaUnit
+	}
+	setInt(&c.HorizonDays, e.HorizonDays)
+	setInt(&c.MaxLinesPerRequest, e.MaxLinesPerRequest)
+	setInt(&c.PriorityReserve, e.PriorityReserve)
+	if e.MaxRetryAfter != nil {
+		d, err := time.ParseDuration(*e.MaxRetryAfter)
+		if err != nil {
+			return fmt.Errorf("max_retry_after: want a duration like \"5m\": %w", err)
+		}
+		c.MaxRetryAfter = d
+	}
+	return nil
+}
+
+// applyChannelEnv applies the environment overrides of c and returns the names of
+// the variables it used and the problems it found.
+func applyChannelEnv(c *ChannelConfig, getenv func(string) string) (used []string, errs []error) {
+	prefix := EnvChannelPrefix + strings.ToUpper(c.Slug) + "_"
+	ints := []struct {
+		name string
+		dst  *int
+	}{
+		{"RATE_PER_MINUTE", &c.RatePerMinute},
+		{"BURST", &c.Burst},
+		{"DAILY_QUOTA", &c.DailyQuota},
+		{"MAX_LINES_PER_REQUEST", &c.MaxLinesPerRequest},
+		{"HORIZON_DAYS", &c.HorizonDays},
+	}
+	for _, f := range ints {
+		name := prefix + f.name
+		val := strings.TrimSpace(getenv(name))
+		if val == "" {
+			continue
+		}
+		n, err := strconv.Atoi(val)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: want an integer, got %q", name, val))
+			continue
+		}
+		*f.dst = n
+		used = append(used, name)
+	}
+	if val := strings.TrimSpace(getenv(prefix + "SCOPE")); val != "" {
+		c.Scope = LimitScope(val)
+		used = append(used, prefix+"SCOPE")
+	}
+	if val := strings.TrimSpace(getenv(prefix + "MAX_RETRY_AFTER")); val != "" {
+		d, err := time.ParseDuration(val)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: want a duration like \"5m\", got %q", prefix+"MAX_RETRY_AFTER", val))
+		} else {
+			c.MaxRetryAfter = d
+			used = append(used, prefix+"MAX_RETRY_AFTER")
+		}
+	}
+	return used, errs
+}
+
+// isSlug reports whether s is a usable channel slug: it becomes a URL path segment,
+// a Redis hash tag and an environment variable name, so only [a-z0-9_], starting
+// with a letter.
+func isSlug(s string) bool {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,190 @@
+package models
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeChannels(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "channels.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func env(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+func TestLoadChannelsDefaults(t *testing.T) {
+	got, err := LoadChannels("", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ChannelMap(got)
+	for slug, perMinute := range map[string]int{"booking_com": 90, "expedia": 60, "agoda": 120} {
+		if m[slug].RatePerMinute != perMinute {
+			t.Errorf("%s rate = %d, want %d", slug, m[slug].RatePerMinute, perMinute)
+		}
+	}
+	if len(got) != 3 || got[0].Slug != "booking_com" {
+		t.Errorf("channels = %v", got)
+	}
+}
+
+func TestLoadChannelsYAMLOverridesOnlyWhatItSets(t *testing.T) {
+	path := writeChannels(t, `
+channels:
+  - slug: expedia
+    rate_per_minute: 40
+    max_retry_after: 90s
+    shares: {rates: 40, availability: 40}
+  - slug: hotelbeds
+    burst: 3
+    scope: property
+    quota_unit: lines
+`)
+	got, err := LoadChannels(path, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ChannelMap(got)
+	exp := m["expedia"]
+	want := NewChannelConfig("expedia", 60)
+	want.RatePerMinute, want.MaxRetryAfter = 40, 90*time.Second
+	want.Shares = FamilyShares{Rates: 40, Availability: 40, Restrictions: 20}
+	if exp != want {
+		t.Errorf("expedia = %+v\nwant      %+v", exp, want)
+	}
+	if m["booking_com"] != NewChannelConfig("booking_com", 90) {
+		t.Errorf("booking_com changed: %+v", m["booking_com"])
+	}
+	hb, ok := m["hotelbeds"]
+	if !ok || len(got) != 4 || got[3].Slug != "hotelbeds" {
+		t.Fatalf("new channel not appended: %v", got)
+	}
+	wantHB := NewChannelConfig("hotelbeds", DefaultRatePerMinute)
+	wantHB.Burst, wantHB.Scope, wantHB.QuotaUnit = 3, ScopeProperty, QuotaLines
+	if hb != wantHB {
+		t.Errorf("hotelbeds = %+v\nwant        %+v", hb, wantHB)
+	}
+}
+
+func TestLoadChannelsNewChannelBurstFollowsItsRate(t *testing.T) {
+	path := writeChannels(t, "channels:\n  - slug: trip_com\n    rate_per_minute: 300\n")
+	got, err := LoadChannels(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := ChannelMap(got)["trip_com"]; c.RatePerMinute != 300 || c.Burst != 30 || c.BasePath != "/trip_com" {
+		t.Errorf("trip_com = %+v", c)
+	}
+}
+
+func TestLoadChannelsEnvOverridesFile(t *testing.T) {
+	path := writeChannels(t, "channels:\n  - slug: agoda\n    burst: 20\n")
+	got, err := LoadChannels(path, env(map[string]string{
+		"PARITYSYNC_CHANNEL_AGODA_BURST":                       "15",
+		"PARITYSYNC_CHANNEL_AGODA_RATE_PER_MINUTE":             "100",
+		"PARITYSYNC_CHANNEL_BOOKING_COM_DAILY_QUOTA":           "1000",
+		"PARITYSYNC_CHANNEL_BOOKING_COM_MAX_LINES_PER_REQUEST": "25",
+		"PARITYSYNC_CHANNEL_EXPEDIA_SCOPE":                     "property",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ChannelMap(got)
+	if c := m["agoda"]; c.Burst != 15 || c.RatePerMinute != 100 {
+		t.Errorf("agoda = %+v", c)
+	}
+	if c := m["booking_com"]; c.DailyQuota != 1000 || c.MaxLinesPerRequest != 25 {
+		t.Errorf("booking_com = %+v", c)
+	}
+	if c := m["expedia"]; c.Scope != ScopeProperty {
+		t.Errorf("expedia scope = %s", c.Scope)
+	}
+}
+
+// Each bad value must come back naming where it was set, and all of them at once.
+func TestLoadChannelsNamesBadValues(t *testing.T) {
+	cases := []struct {
+		name  string
+		yaml  string
+		env   map[string]string
+		wants []string
+	}{
+		{"env not an integer", "", map[string]string{"PARITYSYNC_CHANNEL_EXPEDIA_BURST": "ten"},
+			[]string{`PARITYSYNC_CHANNEL_EXPEDIA_BURST: want an integer, got "ten"`}},
+		{"env invalid scope", "", map[string]string{"PARITYSYNC_CHANNEL_AGODA_SCOPE": "global"},
+			[]string{"PARITYSYNC_CHANNEL_AGODA_SCOPE: channel agoda: scope must be channel or property"}},
+		{"env burst above rate", "", map[string]string{"PARITYSYNC_CHANNEL_EXPEDIA_BURST": "60"},
+			[]string{"PARITYSYNC_CHANNEL_EXPEDIA_BURST: channel expedia: burst must be"}},
+		{"file shares", "channels:\n  - slug: expedia\n    shares: {rates: 90}\n", nil,
+			[]string{"channels file {path}: channel expedia: shares must sum to 100"}},
+		{"file bad duration", "channels:\n  - slug: expedia\n    max_retry_after: five minutes\n", nil,
+			[]string{"channels file {path}: channel expedia: max_retry_after: want a duration"}},
+		{"file unknown key", "channels:\n  - slug: expedia\n    rate_per_min: 10\n", nil,
+			[]string{"channels file {path}:", "rate_per_min"}},
+		{"file wrong type", "channels:\n  - slug: expedia\n    burst: lots\n", nil,
+			[]string{"channels file {path}:", "line 3"}},
+		{"file missing slug", "channels:\n  - burst: 3\n", nil,
+			[]string{"channels file {path}: channel 1: slug is required"}},
+		{"file bad slug", "channels:\n  - slug: Booking.com\n", nil,
+			[]string{`channels file {path}: channel 1: slug "Booking.com"`}},
+		{"file duplicate slug", "channels:\n  - slug: agoda\n  - slug: agoda\n", nil,
+			[]string{"channels file {path}: channel 2: slug agoda listed twice"}},
+		{"file and env both named", "channels:\n  - slug: agoda\n    rate_per_minute: 10\n",
+			map[string]string{"PARITYSYNC_CHANNEL_AGODA_BURST": "12"},
+			[]string{"channels file {path}, PARITYSYNC_CHANNEL_AGODA_BURST: channel agoda: burst must be"}},
+		{"several problems at once", "", map[string]string{
+			"PARITYSYNC_CHANNEL_EXPEDIA_DAILY_QUOTA": "x", "PARITYSYNC_CHANNEL_AGODA_MAX_LINES_PER_REQUEST": "y"},
+			[]string{"PARITYSYNC_CHANNEL_EXPEDIA_DAILY_QUOTA", "PARITYSYNC_CHANNEL_AGODA_MAX_LINES_PER_REQUEST"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := ""
+			if tc.yaml != "" {
+				path = writeChannels(t, tc.yaml)
+			}
+			got, err := LoadChannels(path, env(tc.env))
+			if err == nil {
+				t.Fatalf("no error, channels %+v", got)
+			}
+			for _, want := range tc.wants {
+				want = strings.ReplaceAll(want, "{path}", path)
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q\ndoes not contain %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadChannelsMissingFile(t *testing.T) {
+	_, err := LoadChannels(filepath.Join(t.TempDir(), "nope.yaml"), nil)
+	if err == nil || !strings.HasPrefix(err.Error(), "channels file: ") || !os.IsNotExist(unwrapAll(err)) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func unwrapAll(err error) error {
+	for {
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return err
+		}
+		err = u.Unwrap()
+	}
+}
+
+func TestLoadChannelsEmptyFile(t *testing.T) {
+	got, err := LoadChannels(writeChannels(t, "# nothing yet\n"), nil)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("got %v, %v", got, err)
+	}
+}
