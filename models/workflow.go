@@ -177,11 +177,11 @@ func (s BatchStatus) Totals() ChannelCounts {
 
 // ChannelSyncInput is one chunk of requests to push to one channel.
 type ChannelSyncInput struct {
-	BatchID  string      `json:"batch_id"`
-	Chunk    Chunk       `json:"chunk"`
-	Window   int         `json:"window"`
-	Retry    RetryPolicy `json:"retry"`
-	Paused   string      `json:"paused,omitempty"`
+	BatchID string      `json:"batch_id"`
+	Chunk   Chunk       `json:"chunk"`
+	Window  int         `json:"window"`
+	Retry   RetryPolicy `json:"retry"`
+	Paused  string      `json:"paused,omitempty"`
 	// Remaining lists the request indexes still to push after a continue-as-new;
 	// nil means all of them.
 	Remaining []int         `json:"remaining,omitempty"`

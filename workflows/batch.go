@@ -1,0 +1,202 @@
+package workflows
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/paritysync/paritysync/models"
+)
+
+// BatchSync prepares a batch and pushes its chunks through ChannelSync children,
+// most urgent first and a bounded number at a time. It forwards pause and resume
+// signals to the affected children, answers the status query, and returns the
+// final counts.
+func BatchSync(ctx workflow.Context, in models.BatchSyncInput) (models.BatchStatus, error) {
+	b := &batchSync{in: in, paused: map[string]string{}}
+	return b.run(ctx)
+}
+
+type batchSync struct {
+	in      models.BatchSyncInput
+	plan    models.BatchPlan
+	next    int
+	results []models.ChannelCounts
+	paused  map[string]string
+	running []runningChild
+}
+
+type runningChild struct {
+	id      string
+	channel string
+}
+
+func (b *batchSync) status() models.BatchStatus {
+	st := models.BatchStatus{
+		BatchID: b.in.BatchID, Mutations: b.plan.Mutations, Chunks: len(b.plan.Chunks),
+		Channels: models.MergeCounts(b.plan.Decided, b.results), Running: len(b.running),
+		Finished: len(b.results), Rejected: b.plan.Rejected,
+	}
+	for _, c := range b.plan.Chunks {
+		if reason, ok := b.paused[c.Channel]; ok && reason != "" && !contains(st.Paused, c.Channel) {
+			st.Paused = append(st.Paused, c.Channel)
+		}
+	}
+	return st
+}
+
+func (b *batchSync) run(ctx workflow.Context) (models.BatchStatus, error) {
+	log := workflow.GetLogger(ctx)
+	if err := workflow.SetQueryHandler(ctx, models.QueryStatus, func() (models.BatchStatus, error) {
+		return b.status(), nil
+	}); err != nil {
+		return models.BatchStatus{}, fmt.Errorf("status query: %w", err)
+	}
+	if c := b.in.Carry; c != nil {
+		b.plan, b.next, b.results = c.Plan, c.Next, c.Results
+		if c.Paused != nil {
+			b.paused = c.Paused
+		}
+	} else {
+		actx := withActivity(ctx, 10*time.Minute, models.PriorityDefault)
+		if err := workflow.ExecuteActivity(actx, acts.PrepareBatch, b.in).Get(ctx, &b.plan); err != nil {
+			return b.status(), fmt.Errorf("prepare batch %s: %w", b.in.BatchID, err)
+		}
+		// Urgent chunks first, whatever order the plan came in; stable keeps the
+		// plan's order within a priority.
+		sort.SliceStable(b.plan.Chunks, func(i, j int) bool { return b.plan.Chunks[i].Priority < b.plan.Chunks[j].Priority })
+		log.Info("batch planned", "mutations", b.plan.Mutations, "chunks", len(b.plan.Chunks))
+	}
+
+	sel := workflow.NewSelector(ctx)
+	sel.AddReceive(workflow.GetSignalChannel(ctx, models.SignalPauseChannel), func(c workflow.ReceiveChannel, _ bool) {
+		var sig models.PauseSignal
+		c.Receive(ctx, &sig)
+		if sig.Reason == "" {
+			sig.Reason = "paused by operator"
+		}
+		b.paused[sig.Channel] = sig.Reason
+		b.forward(ctx, models.SignalPauseChannel, sig)
+	})
+	sel.AddReceive(workflow.GetSignalChannel(ctx, models.SignalResumeChannel), func(c workflow.ReceiveChannel, _ bool) {
+		var sig models.PauseSignal
+		c.Receive(ctx, &sig)
+		delete(b.paused, sig.Channel)
+		b.forward(ctx, models.SignalResumeChannel, sig)
+	})
+
+	maxRunning := b.in.MaxRunningChildren
+	if maxRunning <= 0 {
+		maxRunning = DefaultMaxRunningChildren
+	}
+	for {
+		long := workflow.GetInfo(ctx).GetCurrentHistoryLength() > historyLimit
+		for !long && len(b.running) < maxRunning && b.next < len(b.plan.Chunks) {
+			b.start(ctx, sel, b.plan.Chunks[b.next])
+			b.next++
+		}
+		if len(b.running) == 0 {
+			if b.next >= len(b.plan.Chunks) {
+				break
+			}
+			if long {
+				log.Info("continuing as new", "next", b.next)
+				next := b.in
+				next.Mutations, next.PayloadKey = nil, ""
+				next.Carry = &models.BatchCarry{Plan: b.plan, Next: b.next, Results: b.results, Paused: b.paused}
+				return b.status(), workflow.NewContinueAsNewError(ctx, BatchSync, next)
+			}
+		}
+		sel.Select(ctx)
+	}
+	for sel.HasPending() {
+		sel.Select(ctx) // apply signals that arrived with the last result
+	}
+	st := b.status()
+	st.Done = true
+	t := st.Totals()
+	log.Info("batch done", "committed", t.Committed, "superseded", t.Superseded,
+		"rejected", t.Rejected, "dead_lettered", t.DeadLettered)
+	return st, nil
+}
+
+// start launches the ChannelSync child for chunk c and wires its result into sel.
+func (b *batchSync) start(ctx workflow.Context, sel workflow.Selector, c models.Chunk) {
+	id := models.ChannelSyncWorkflowID(b.in.BatchID, c.Channel, c.Priority, c.N)
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:            id,
+		TaskQueue:             workflow.GetInfo(ctx).TaskQueueName,
+		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_TERMINATE,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
+		Priority:              temporal.Priority{PriorityKey: c.Priority},
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			attrChannel.ValueSet(c.Channel), attrBatchID.ValueSet(b.in.BatchID), attrPriority.ValueSet(int64(c.Priority))),
+	})
+	in := models.ChannelSyncInput{BatchID: b.in.BatchID, Chunk: c, Window: b.in.Window, Retry: b.in.Retry,
+		Paused: b.paused[c.Channel], Counts: models.ChannelCounts{Channel: c.Channel, Total: c.Updates}}
+	fut := workflow.ExecuteChildWorkflow(cctx, ChannelSync, in)
+	b.running = append(b.running, runningChild{id: id, channel: c.Channel})
+	sel.AddFuture(fut, func(f workflow.Future) {
+		var counts models.ChannelCounts
+		if err := f.Get(ctx, &counts); err != nil {
+			// A child that failed outright (terminated, say) took what it knew with
+			// it: park its whole chunk so reconciliation replays it. Replaying what
+			// was committed is harmless; losing an update is not.
+			workflow.GetLogger(ctx).Error("channel sync failed", "child", id, "error", err)
+			counts = b.parkChunk(ctx, c, err)
+		}
+		counts.Total = 0 // the plan already counts the chunk's updates
+		b.results = append(b.results, counts)
+		b.remove(id)
+	})
+}
+
+// parkChunk dead-letters every request of chunk c.
+func (b *batchSync) parkChunk(ctx workflow.Context, c models.Chunk, cause error) models.ChannelCounts {
+	counts := models.ChannelCounts{Channel: c.Channel}
+	actx := withActivity(ctx, 30*time.Second, c.Priority)
+	var res models.DeadLetterResult
+	err := workflow.ExecuteActivity(actx, acts.RecordDeadLetter, models.DeadLetterInput{
+		BatchID: b.in.BatchID, ChunkKey: c.Key, Index: models.WholeChunk,
+		Reason: models.ReasonChildFailed, Message: cause.Error(),
+	}).Get(ctx, &res)
+	if err != nil {
+		workflow.GetLogger(ctx).Error("park chunk", "chunk", c.Key, "error", err)
+		return counts
+	}
+	counts.DeadLettered = res.Updates
+	return counts
+}
+
+func (b *batchSync) remove(id string) {
+	for i, r := range b.running {
+		if r.id == id {
+			b.running = append(b.running[:i], b.running[i+1:]...)
+			return
+		}
+	}
+}
+
+// forward sends a pause or resume signal to the running children of its channel.
+func (b *batchSync) forward(ctx workflow.Context, name string, sig models.PauseSignal) {
+	for _, r := range b.running {
+		if r.channel != sig.Channel {
+			continue
+		}
+		// A child may finish before the signal lands; that is fine.
+		_ = workflow.SignalExternalWorkflow(ctx, r.id, "", name, sig).Get(ctx, nil)
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

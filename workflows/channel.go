@@ -1,0 +1,211 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/models"
+)
+
+// ChannelStatus answers ChannelSync's status query.
+type ChannelStatus struct {
+	Counts    models.ChannelCounts `json:"counts"`
+	Remaining int                  `json:"remaining"`
+	Paused    string               `json:"paused,omitempty"`
+}
+
+// ChannelSync pushes one stored chunk of requests to one channel, a few at a time,
+// waiting out throttling with durable timers and dead-lettering what cannot be
+// delivered. It returns the chunk's counts.
+func ChannelSync(ctx workflow.Context, in models.ChannelSyncInput) (models.ChannelCounts, error) {
+	s := &channelSync{in: in, retry: withDefaults(in.Retry), counts: in.Counts, paused: in.Paused}
+	s.counts.Channel = in.Chunk.Channel
+	return s.run(ctx)
+}
+
+type channelSync struct {
+	in      models.ChannelSyncInput
+	retry   models.RetryPolicy
+	counts  models.ChannelCounts
+	paused  string
+	queue   []int
+	busy    int
+	stopped bool
+}
+
+func (s *channelSync) run(ctx workflow.Context) (models.ChannelCounts, error) {
+	log := workflow.GetLogger(ctx)
+	if err := workflow.SetQueryHandler(ctx, models.QueryStatus, func() (ChannelStatus, error) {
+		return ChannelStatus{Counts: s.counts, Remaining: len(s.queue) + s.busy, Paused: s.paused}, nil
+	}); err != nil {
+		return s.counts, fmt.Errorf("status query: %w", err)
+	}
+	s.listen(ctx)
+
+	s.queue = s.in.Remaining
+	if s.queue == nil {
+		for i := range s.in.Chunk.Requests {
+			s.queue = append(s.queue, i)
+		}
+	}
+	window := s.in.Window
+	if window <= 0 {
+		window = DefaultWindow
+	}
+	actx := withActivity(ctx, time.Minute, s.in.Chunk.Priority)
+	for range min(window, len(s.queue)) {
+		s.busy++
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			defer func() { s.busy-- }()
+			for {
+				i, ok := s.take(ctx)
+				if !ok {
+					return
+				}
+				s.deliver(ctx, actx, i)
+			}
+		})
+	}
+	if err := workflow.Await(ctx, func() bool { return s.busy == 0 }); err != nil {
+		return s.counts, err
+	}
+	if len(s.queue) > 0 {
+		log.Info("continuing as new", "remaining", len(s.queue))
+		next := s.in
+		next.Remaining, next.Counts, next.Paused = s.queue, s.counts, s.paused
+		return s.counts, workflow.NewContinueAsNewError(ctx, ChannelSync, next)
+	}
+	return s.counts, nil
+}
+
+// listen applies pause and resume signals; a pause takes effect before the next request.
+func (s *channelSync) listen(ctx workflow.Context) {
+	pause := workflow.GetSignalChannel(ctx, models.SignalPauseChannel)
+	resume := workflow.GetSignalChannel(ctx, models.SignalResumeChannel)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var sig models.PauseSignal
+			sel := workflow.NewSelector(ctx)
+			sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) {
+				c.Receive(ctx, &sig)
+				s.paused = sig.Reason
+				if s.paused == "" {
+					s.paused = "paused by operator"
+				}
+			})
+			sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) {
+				c.Receive(ctx, &sig)
+				s.paused = ""
+			})
+			sel.Select(ctx)
+		}
+	})
+}
+
+// take hands out the next request index, or false when the chunk is done or the
+// run's history is long enough to continue as new.
+func (s *channelSync) take(ctx workflow.Context) (int, bool) {
+	if workflow.GetInfo(ctx).GetCurrentHistoryLength() > historyLimit {
+		s.stopped = true
+	}
+	if s.stopped || len(s.queue) == 0 {
+		return 0, false
+	}
+	i := s.queue[0]
+	s.queue = s.queue[1:]
+	return i, true
+}
+
+// deliver pushes request i until it has an outcome.
+func (s *channelSync) deliver(ctx, actx workflow.Context, i int) {
+	log := workflow.GetLogger(ctx)
+	key := fmt.Sprintf("%s/%d", workflow.GetInfo(ctx).WorkflowExecution.ID, i)
+	in := models.PushInput{BatchID: s.in.BatchID, ChunkKey: s.in.Chunk.Key, Index: i}
+	transient, deferrals := 0, 0
+	for {
+		if s.paused != "" {
+			log.Info("paused", "request", i, "reason", s.paused)
+			_ = workflow.Await(ctx, func() bool { return s.paused == "" })
+		}
+		var res models.PushResult
+		err := workflow.ExecuteActivity(actx, acts.PushRequest, in).Get(ctx, &res)
+		if err == nil {
+			s.counts.Requests++
+			s.counts.Committed += res.Committed
+			s.counts.Superseded += res.Superseded
+			if len(res.Failed) > 0 {
+				lines := make([]int, len(res.Failed))
+				for k, f := range res.Failed {
+					lines[k] = f.Line
+				}
+				s.deadLetter(ctx, i, lines, models.ReasonLineFailed, 207, res.Failed[0].Code+": "+res.Failed[0].Message)
+			}
+			return
+		}
+		var appErr *temporal.ApplicationError
+		if !errors.As(err, &appErr) {
+			// Cancellation or an activity that ran out of infrastructure retries:
+			// park it so nothing is lost silently.
+			s.deadLetter(ctx, i, nil, models.ReasonRetryExhausted, 0, err.Error())
+			return
+		}
+		var f activities.Failure
+		_ = appErr.Details(&f)
+		switch appErr.Type() {
+		case activities.ErrRateLimited, activities.ErrThrottled:
+			s.counts.Deferred++
+			if f.Paused == "" {
+				deferrals++
+			}
+			if deferrals > s.retry.MaxDeferrals {
+				s.deadLetter(ctx, i, nil, models.ReasonRetryExhausted, f.Status, "throttled too often: "+f.Message)
+				return
+			}
+			wait := f.Wait
+			if appErr.Type() == activities.ErrThrottled && !f.ServerWait {
+				// A 429 or 503 without a usable Retry-After: back off as for a 5xx.
+				wait = Backoff(s.retry, key, deferrals)
+			}
+			_ = workflow.Sleep(ctx, min(wait, s.retry.MaxWait))
+		case activities.ErrTransient:
+			transient++
+			if transient >= s.retry.Attempts {
+				s.deadLetter(ctx, i, nil, models.ReasonRetryExhausted, f.Status, f.Message)
+				return
+			}
+			_ = workflow.Sleep(ctx, Backoff(s.retry, key, transient))
+		case activities.ErrAuthExpired:
+			if in.RefreshCredential {
+				s.deadLetter(ctx, i, nil, models.ReasonAuth, f.Status, "credential refused after refresh")
+				return
+			}
+			in.RefreshCredential = true
+		case activities.ErrQuotaExhausted:
+			s.deadLetter(ctx, i, nil, models.ReasonQuotaExhausted, f.Status, f.Message)
+			return
+		default:
+			s.deadLetter(ctx, i, nil, models.ReasonRejected, f.Status, f.Message)
+			return
+		}
+	}
+}
+
+// deadLetter parks request i (or some of its lines) and counts the parked updates.
+func (s *channelSync) deadLetter(ctx workflow.Context, i int, lines []int, reason string, status int, msg string) {
+	dctx := withActivity(ctx, 30*time.Second, s.in.Chunk.Priority)
+	var res models.DeadLetterResult
+	err := workflow.ExecuteActivity(dctx, acts.RecordDeadLetter, models.DeadLetterInput{
+		BatchID: s.in.BatchID, ChunkKey: s.in.Chunk.Key, Index: i, Lines: lines,
+		Reason: reason, Status: status, Message: msg,
+	}).Get(ctx, &res)
+	if err != nil {
+		workflow.GetLogger(ctx).Error("dead-letter", "request", i, "error", err)
+		return
+	}
+	s.counts.DeadLettered += res.Updates
+}

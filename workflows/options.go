@@ -1,0 +1,86 @@
+// Package workflows holds paritysync's Temporal workflows. Everything here is
+// deterministic: time from workflow.Now, waits from workflow.Sleep, jitter from a
+// hash of the workflow id, request and attempt.
+package workflows
+
+import (
+	"hash/fnv"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/models"
+)
+
+// Defaults applied when an input leaves a knob at zero.
+const (
+	DefaultMaxRunningChildren = 6
+	DefaultWindow             = 4
+	// historyLimit is where a run stops taking new work and continues as new,
+	// well under Temporal's 10,000-event guidance.
+	historyLimit = 4000
+)
+
+// acts is a nil receiver used only to name activity methods type-safely.
+var acts *activities.Activities
+
+// Search attribute keys.
+var (
+	attrChannel  = temporal.NewSearchAttributeKeyKeyword(models.SearchAttrChannel)
+	attrBatchID  = temporal.NewSearchAttributeKeyKeyword(models.SearchAttrBatchID)
+	attrPriority = temporal.NewSearchAttributeKeyInt64(models.SearchAttrPriority)
+)
+
+// withActivity sets the options every paritysync activity runs with: Temporal
+// retries only infrastructure failures, never the typed channel outcomes.
+func withActivity(ctx workflow.Context, timeout time.Duration, priority int) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: timeout,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        time.Second,
+			BackoffCoefficient:     2,
+			MaximumInterval:        30 * time.Second,
+			NonRetryableErrorTypes: activities.NonRetryableErrors,
+		},
+		Priority: temporal.Priority{PriorityKey: priority},
+	})
+}
+
+// withDefaults fills the zero fields of a retry policy.
+func withDefaults(p models.RetryPolicy) models.RetryPolicy {
+	d := models.DefaultRetryPolicy()
+	if p.Initial <= 0 {
+		p.Initial = d.Initial
+	}
+	if p.Max <= 0 {
+		p.Max = d.Max
+	}
+	if p.Attempts <= 0 {
+		p.Attempts = d.Attempts
+	}
+	if p.MaxWait <= 0 {
+		p.MaxWait = d.MaxWait
+	}
+	if p.MaxDeferrals <= 0 {
+		p.MaxDeferrals = d.MaxDeferrals
+	}
+	return p
+}
+
+// Backoff is the full-jitter exponential wait before attempt (1-based) of a retry:
+// uniform in [0, min(max, initial·2^(attempt-1))). The "random" part is a hash of
+// key and attempt, so replay computes the same wait.
+func Backoff(p models.RetryPolicy, key string, attempt int) time.Duration {
+	ceiling := p.Initial
+	for i := 1; i < attempt && ceiling < p.Max; i++ {
+		ceiling *= 2
+	}
+	ceiling = min(ceiling, p.Max)
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	h.Write([]byte{byte(attempt), byte(attempt >> 8)})
+	// Never zero: a zero timer would retry a failing channel in a tight loop.
+	return time.Duration(h.Sum64()%uint64(ceiling)) + time.Millisecond
+}

@@ -1,0 +1,284 @@
+package workflows
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"github.com/stretchr/testify/suite"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/models"
+)
+
+type unitSuite struct {
+	suite.Suite
+	testsuite.WorkflowTestSuite
+	env    *testsuite.TestWorkflowEnvironment
+	timers []time.Duration
+}
+
+func TestWorkflows(t *testing.T) { suite.Run(t, new(unitSuite)) }
+
+func (s *unitSuite) SetupTest() {
+	s.env = s.NewTestWorkflowEnvironment()
+	s.env.RegisterWorkflow(BatchSync)
+	s.env.RegisterWorkflow(ChannelSync)
+	s.env.RegisterActivity(&activities.Activities{})
+	s.timers = nil
+	s.env.SetOnTimerScheduledListener(func(_ string, d time.Duration) { s.timers = append(s.timers, d) })
+}
+
+func (s *unitSuite) AfterTest(_, _ string) { s.env.AssertExpectations(s.T()) }
+
+func chunk(channel string, priority, n, requests, updates int) models.Chunk {
+	return models.Chunk{Channel: channel, Priority: priority, N: n, Requests: requests, Updates: updates,
+		Key: models.ChannelSyncWorkflowID("b1", channel, priority, n)}
+}
+
+func throttled(wait time.Duration) error {
+	return activities.FailureError(activities.ErrThrottled, activities.Failure{Wait: wait, ServerWait: true, Status: 429})
+}
+
+func (s *unitSuite) runChannelSync(c models.Chunk) models.ChannelCounts {
+	s.env.ExecuteWorkflow(ChannelSync, models.ChannelSyncInput{BatchID: "b1", Chunk: c, Window: 1})
+	s.Require().True(s.env.IsWorkflowCompleted())
+	s.Require().NoError(s.env.GetWorkflowError())
+	var counts models.ChannelCounts
+	s.Require().NoError(s.env.GetWorkflowResult(&counts))
+	return counts
+}
+
+func (s *unitSuite) Test429WaitsExactlyRetryAfterThenCommits() {
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, throttled(17*time.Second)).Once()
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 3}, nil).Once()
+
+	counts := s.runChannelSync(chunk("booking_com", 3, 0, 1, 3))
+
+	s.Equal([]time.Duration{17 * time.Second}, s.timers)
+	s.Equal(3, counts.Committed)
+	s.Equal(1, counts.Deferred)
+	s.Zero(counts.DeadLettered)
+}
+
+func (s *unitSuite) TestRetryAfterIsCappedByMaxWait() {
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, throttled(time.Hour)).Once()
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 1}, nil).Once()
+
+	s.runChannelSync(chunk("booking_com", 3, 0, 1, 1))
+
+	s.Equal([]time.Duration{models.DefaultRetryPolicy().MaxWait}, s.timers)
+}
+
+func (s *unitSuite) Test503BacksOffWithJitterThenCommits() {
+	transient := activities.FailureError(activities.ErrTransient, activities.Failure{Status: 503})
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, transient).Twice()
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 2}, nil).Once()
+
+	counts := s.runChannelSync(chunk("expedia", 3, 0, 1, 2))
+
+	p := models.DefaultRetryPolicy()
+	key := "default-test-workflow-id/0"
+	s.Equal([]time.Duration{Backoff(p, key, 1), Backoff(p, key, 2)}, s.timers)
+	s.LessOrEqual(s.timers[0], p.Initial)
+	s.LessOrEqual(s.timers[1], 2*p.Initial)
+	s.Equal(2, counts.Committed)
+}
+
+func (s *unitSuite) TestTransientFailuresExhaustAttemptsThenDeadLetter() {
+	transient := activities.FailureError(activities.ErrTransient, activities.Failure{Status: 500})
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, transient).Times(5)
+	s.env.OnActivity(acts.RecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
+		return in.Reason == models.ReasonRetryExhausted && in.Status == 500
+	})).Return(models.DeadLetterResult{Updates: 4}, nil).Once()
+
+	counts := s.runChannelSync(chunk("expedia", 3, 0, 1, 4))
+
+	s.Len(s.timers, 4)
+	s.Equal(4, counts.DeadLettered)
+}
+
+func (s *unitSuite) Test400DeadLettersWithoutRetry() {
+	rejected := activities.FailureError(activities.ErrRejected, activities.Failure{Status: 400, Message: "lines[0].amount: invalid"})
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, rejected).Once()
+	s.env.OnActivity(acts.RecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
+		return in.Reason == models.ReasonRejected && in.Status == 400 && in.Message == "lines[0].amount: invalid"
+	})).Return(models.DeadLetterResult{Updates: 2}, nil).Once()
+
+	counts := s.runChannelSync(chunk("agoda", 3, 0, 1, 2))
+
+	s.Empty(s.timers)
+	s.Equal(2, counts.DeadLettered)
+	s.Zero(counts.Committed)
+}
+
+func (s *unitSuite) Test401RefreshesOnceThenDeadLetters() {
+	auth := activities.FailureError(activities.ErrAuthExpired, activities.Failure{Status: 401})
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.MatchedBy(func(in models.PushInput) bool { return !in.RefreshCredential })).
+		Return(models.PushResult{}, auth).Once()
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.MatchedBy(func(in models.PushInput) bool { return in.RefreshCredential })).
+		Return(models.PushResult{}, auth).Once()
+	s.env.OnActivity(acts.RecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
+		return in.Reason == models.ReasonAuth
+	})).Return(models.DeadLetterResult{Updates: 1}, nil).Once()
+
+	counts := s.runChannelSync(chunk("agoda", 3, 0, 1, 1))
+	s.Equal(1, counts.DeadLettered)
+}
+
+func (s *unitSuite) TestPartialSuccessDeadLettersOnlyFailedLines() {
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{
+		Committed: 5, Failed: []models.FailedLine{{Line: 2, Code: "closed", Message: "room closed"}},
+	}, nil).Once()
+	s.env.OnActivity(acts.RecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
+		return in.Reason == models.ReasonLineFailed && len(in.Lines) == 1 && in.Lines[0] == 2
+	})).Return(models.DeadLetterResult{Updates: 1}, nil).Once()
+
+	counts := s.runChannelSync(chunk("agoda", 3, 0, 1, 6))
+	s.Equal(5, counts.Committed)
+	s.Equal(1, counts.DeadLettered)
+}
+
+func (s *unitSuite) TestPauseSignalHoldsNewRequestsUntilResume() {
+	var mu sync.Mutex
+	var calls []time.Time
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, s.env.Now())
+			if len(calls) == 1 {
+				return models.PushResult{}, throttled(10 * time.Second)
+			}
+			return models.PushResult{Committed: 1}, nil
+		})
+	start := s.env.Now()
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(models.SignalPauseChannel, models.PauseSignal{Channel: "booking_com", Reason: "maintenance"})
+	}, time.Second)
+	s.env.RegisterDelayedCallback(func() {
+		var st ChannelStatus
+		v, err := s.env.QueryWorkflow(models.QueryStatus)
+		s.Require().NoError(err)
+		s.Require().NoError(v.Get(&st))
+		s.Equal("maintenance", st.Paused)
+		s.env.SignalWorkflow(models.SignalResumeChannel, models.PauseSignal{Channel: "booking_com"})
+	}, time.Hour)
+
+	counts := s.runChannelSync(chunk("booking_com", 3, 0, 3, 3))
+
+	s.Equal(3, counts.Committed)
+	s.Require().Len(calls, 4)
+	s.Equal(start, calls[0])
+	for _, at := range calls[1:] {
+		s.GreaterOrEqual(at.Sub(start), time.Hour, "a request went out while paused")
+	}
+}
+
+func (s *unitSuite) TestMixedBatchCountsEveryOutcome() {
+	plan := models.BatchPlan{BatchID: "b1", Mutations: 12,
+		Chunks: []models.Chunk{chunk("booking_com", 3, 0, 2, 6), chunk("expedia", 3, 0, 1, 3)},
+		Decided: []models.ChannelCounts{
+			{Channel: "booking_com", Total: 6 + 2 + 1, Rejected: 2, Superseded: 1},
+			{Channel: "expedia", Total: 3},
+		},
+	}
+	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
+	rejected := activities.FailureError(activities.ErrRejected, activities.Failure{Status: 422})
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
+			switch {
+			case in.ChunkKey == plan.Chunks[1].Key:
+				return models.PushResult{}, rejected
+			case in.Index == 0:
+				return models.PushResult{Committed: 3}, nil
+			default:
+				return models.PushResult{Committed: 1, Superseded: 1, Failed: []models.FailedLine{{Line: 1}}}, nil
+			}
+		})
+	s.env.OnActivity(acts.RecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
+		return in.Reason == models.ReasonLineFailed
+	})).Return(models.DeadLetterResult{Updates: 1}, nil)
+	s.env.OnActivity(acts.RecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
+		return in.Reason == models.ReasonRejected
+	})).Return(models.DeadLetterResult{Updates: 3}, nil)
+
+	s.env.ExecuteWorkflow(BatchSync, models.BatchSyncInput{BatchID: "b1"})
+	s.Require().NoError(s.env.GetWorkflowError())
+	var st models.BatchStatus
+	s.Require().NoError(s.env.GetWorkflowResult(&st))
+
+	s.True(st.Done)
+	s.Equal([]models.ChannelCounts{
+		{Channel: "booking_com", Total: 9, Committed: 4, Superseded: 2, Rejected: 2, DeadLettered: 1, Requests: 2},
+		{Channel: "expedia", Total: 3, DeadLettered: 3},
+	}, st.Channels)
+	for _, c := range st.Channels {
+		s.Equal(c.Total, c.Done(), "every update of %s has an outcome", c.Channel)
+	}
+}
+
+func (s *unitSuite) TestUrgentChunksStartFirst() {
+	plan := models.BatchPlan{BatchID: "b1", Mutations: 3, Chunks: []models.Chunk{
+		chunk("booking_com", 5, 0, 1, 1), chunk("expedia", 3, 0, 1, 1), chunk("agoda", 1, 0, 1, 1), chunk("booking_com", 1, 0, 1, 1),
+	}}
+	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
+	var order []string
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
+			order = append(order, in.ChunkKey)
+			return models.PushResult{Committed: 1}, nil
+		})
+
+	s.env.ExecuteWorkflow(BatchSync, models.BatchSyncInput{BatchID: "b1", MaxRunningChildren: 1})
+	s.Require().NoError(s.env.GetWorkflowError())
+
+	s.Equal([]string{plan.Chunks[2].Key, plan.Chunks[3].Key, plan.Chunks[1].Key, plan.Chunks[0].Key}, order)
+}
+
+func (s *unitSuite) TestBatchForwardsPauseToRunningChildren() {
+	plan := models.BatchPlan{BatchID: "b1", Mutations: 2, Chunks: []models.Chunk{chunk("booking_com", 3, 0, 2, 2)}}
+	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
+	var calls []time.Time
+	start := s.env.Now()
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
+			calls = append(calls, s.env.Now())
+			if len(calls) == 1 {
+				return models.PushResult{}, throttled(time.Minute)
+			}
+			return models.PushResult{Committed: 1}, nil
+		})
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(models.SignalPauseChannel, models.PauseSignal{Channel: "booking_com", Reason: "rate dispute"})
+	}, time.Second)
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(models.SignalResumeChannel, models.PauseSignal{Channel: "booking_com"})
+	}, 2*time.Hour)
+
+	s.env.ExecuteWorkflow(BatchSync, models.BatchSyncInput{BatchID: "b1", Window: 1})
+	s.Require().NoError(s.env.GetWorkflowError())
+
+	s.Require().Len(calls, 3)
+	s.GreaterOrEqual(calls[1].Sub(start), 2*time.Hour)
+}
+
+func TestBackoffIsFullJitterAndBounded(t *testing.T) {
+	p := models.RetryPolicy{Initial: time.Second, Max: time.Minute, Attempts: 5}
+	for attempt := 1; attempt <= 12; attempt++ {
+		ceiling := min(time.Second<<(attempt-1), time.Minute)
+		seen := map[time.Duration]bool{}
+		for k := range 50 {
+			d := Backoff(p, "wf/"+string(rune('a'+k)), attempt)
+			require.Greater(t, d, time.Duration(0))
+			require.LessOrEqual(t, d, ceiling+time.Millisecond)
+			seen[d] = true
+		}
+		require.Greater(t, len(seen), 40, "waits of attempt %d are spread, not lockstep", attempt)
+	}
+	require.Equal(t, Backoff(p, "x", 3), Backoff(p, "x", 3), "same key and attempt, same wait")
+}
