@@ -46,7 +46,8 @@ type shareEntry struct {
 
 // LoadChannels is the effective channel configuration: DefaultChannels, then the
 // YAML file at path (optional: "" skips it), then PARITYSYNC_CHANNEL_<SLUG>_*
-// environment overrides read through getenv. Every problem is reported, each naming
+// environment overrides read through getenv (nil skips them; tests pass a map's
+// lookup instead of os.Getenv). Every problem is reported, each naming
 // the file or variable it came from, so an operator fixes them in one pass.
 func LoadChannels(path string, getenv func(string) string) ([]ChannelConfig, error) {
 	channels := DefaultChannels()

@@ -276,7 +276,8 @@ func amountDigits(m Mutation) (places, whole int) {
 // ApplyDefaults fills what the PMS may leave out. Priority: a stop-sell or zero
 // inventory is urgent even inside a full sync, because until it lands the channel
 // can sell a room the hotel no longer has; a full sync is bulk; anything else is
-// default. newID makes the correlation id (a uuid in production, fixed in tests).
+// default. newID makes the correlation id (a uuid in production, fixed in tests);
+// with a nil newID the correlation id stays as it is.
 func (m *Mutation) ApplyDefaults(newID func() string) {
 	if m.Priority == 0 {
 		m.Priority = m.defaultPriority()
