@@ -69,6 +69,8 @@ type Activities struct {
 	ChunkSize int
 	// Now is the clock for ledger and dead-letter timestamps.
 	Now func() time.Time
+	// Metrics may be nil.
+	Metrics *Metrics
 }
 
 func (a *Activities) now() time.Time {
@@ -267,6 +269,7 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 		return models.PushResult{}, fmt.Errorf("acquire %s: %w", req.Channel, err)
 	}
 	if !d.Allowed {
+		a.Metrics.deny(req.Channel, string(d.Tier))
 		f := Failure{Wait: d.RetryAfter, Tier: string(d.Tier), Paused: d.PausedReason}
 		if d.Tier == limiter.TierStop || (d.Tier == limiter.TierThrottle && req.Priority >= 4) {
 			f.Message = fmt.Sprintf("daily quota %d/%d", d.DailyUsed, d.DailyLimit)
@@ -289,6 +292,7 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 			log.Warn("adapt rate", "channel", req.Channel, "error", err)
 		}
 	}
+	a.Metrics.push(req.Channel, string(req.Family), resp.Class)
 	log.Info("pushed", "channel", req.Channel, "family", req.Family, "property", req.PropertyID,
 		"lines", len(req.Lines), "status", resp.Status, "class", resp.Class)
 
@@ -299,6 +303,7 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 		if err != nil {
 			return models.PushResult{}, err
 		}
+		a.Metrics.commit(req.Channel, committed)
 		return models.PushResult{ConfirmationID: resp.ConfirmationID, Committed: committed, Superseded: superseded}, nil
 	case ClassPartial:
 		return a.commitPartial(ctx, req, resp)
@@ -340,6 +345,7 @@ func (a *Activities) commitPartial(ctx context.Context, req models.ChannelReques
 	if err != nil {
 		return models.PushResult{}, err
 	}
+	a.Metrics.commit(req.Channel, res.Committed)
 	return res, nil
 }
 
@@ -379,6 +385,9 @@ func (a *Activities) park(ctx context.Context, in models.DeadLetterInput) (model
 		hex.EncodeToString(sum[:12]))
 	if err != nil {
 		return models.DeadLetterResult{}, err
+	}
+	if id != "" {
+		a.Metrics.park(req.Channel, in.Reason, len(req.Refs))
 	}
 	activity.GetLogger(ctx).Warn("dead-lettered", "channel", req.Channel, "batch", in.BatchID,
 		"reason", in.Reason, "status", in.Status, "updates", len(req.Refs))

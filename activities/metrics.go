@@ -1,0 +1,56 @@
+package activities
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the counters the activities keep for the worker's /metrics endpoint.
+// A nil *Metrics counts nothing.
+type Metrics struct {
+	pushes      *prometheus.CounterVec
+	denied      *prometheus.CounterVec
+	deadLetters *prometheus.CounterVec
+	updates     *prometheus.CounterVec
+}
+
+// NewMetrics registers the counters with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paritysync_channel_requests_total", Help: "Channel requests sent, by channel, family and outcome class.",
+		}, []string{"channel", "family", "class"}),
+		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paritysync_limiter_denied_total", Help: "Tokens the limiter denied, by channel and quota tier.",
+		}, []string{"channel", "tier"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paritysync_dead_lettered_updates_total", Help: "Updates parked in the dead-letter queue, by channel and reason.",
+		}, []string{"channel", "reason"}),
+		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paritysync_committed_updates_total", Help: "Updates the ledger recorded as committed, by channel.",
+		}, []string{"channel"}),
+	}
+	reg.MustRegister(m.pushes, m.denied, m.deadLetters, m.updates)
+	return m
+}
+
+func (m *Metrics) push(channel, family string, class Class) {
+	if m != nil {
+		m.pushes.WithLabelValues(channel, family, string(class)).Inc()
+	}
+}
+
+func (m *Metrics) deny(channel, tier string) {
+	if m != nil {
+		m.denied.WithLabelValues(channel, tier).Inc()
+	}
+}
+
+func (m *Metrics) park(channel, reason string, n int) {
+	if m != nil {
+		m.deadLetters.WithLabelValues(channel, reason).Add(float64(n))
+	}
+}
+
+func (m *Metrics) commit(channel string, n int) {
+	if m != nil {
+		m.updates.WithLabelValues(channel).Add(float64(n))
+	}
+}

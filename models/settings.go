@@ -1,0 +1,130 @@
+package models
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Settings is the process configuration of the worker and the starter: defaults,
+// overridden by environment variables. Channel limits live in ChannelConfig.
+type Settings struct {
+	RedisURL          string        // REDIS_URL
+	TemporalAddress   string        // TEMPORAL_ADDRESS
+	TemporalNamespace string        // TEMPORAL_NAMESPACE
+	TemporalUI        string        // TEMPORAL_UI_URL
+	TaskQueue         string        // PARITYSYNC_TASK_QUEUE
+	ChannelURL        string        // PARITYSYNC_CHANNEL_URL
+	ChannelsFile      string        // PARITYSYNC_CHANNELS_FILE
+	Token             string        // PARITYSYNC_TOKEN
+	TokenFile         string        // PARITYSYNC_TOKEN_FILE
+	KeyPrefix         string        // PARITYSYNC_KEY_PREFIX
+	HTTPTimeout       time.Duration // PARITYSYNC_HTTP_TIMEOUT
+	MetricsAddr       string        // PARITYSYNC_METRICS_ADDR
+	ChunkSize         int           // PARITYSYNC_CHUNK_SIZE
+	PropertyPattern   string        // PARITYSYNC_PROPERTY_PATTERN
+	MaxActivities     int           // PARITYSYNC_MAX_ACTIVITIES
+	ShutdownTimeout   time.Duration // PARITYSYNC_SHUTDOWN_TIMEOUT
+}
+
+// DefaultSettings is a local set-up: everything on 127.0.0.1.
+func DefaultSettings() Settings {
+	return Settings{
+		RedisURL:          "redis://127.0.0.1:6379/0",
+		TemporalAddress:   "127.0.0.1:7233",
+		TemporalNamespace: "default",
+		TemporalUI:        "http://127.0.0.1:8233",
+		TaskQueue:         TaskQueue,
+		ChannelURL:        "http://127.0.0.1:8090",
+		KeyPrefix:         "paritysync:",
+		HTTPTimeout:       10 * time.Second,
+		MetricsAddr:       "127.0.0.1:9464",
+		ChunkSize:         25,
+		PropertyPattern:   `^prop_[0-9a-f]{8}$`,
+		MaxActivities:     32,
+		ShutdownTimeout:   30 * time.Second,
+	}
+}
+
+// LoadSettings is DefaultSettings overridden by the environment; a bad value is an
+// error naming the variable and the rule.
+func LoadSettings(getenv func(string) string) (Settings, error) {
+	s := DefaultSettings()
+	str := func(name string, dst *string) {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			*dst = v
+		}
+	}
+	var errs []string
+	dur := func(name string, dst *time.Duration) {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				errs = append(errs, name+": must be a positive duration like 10s")
+				return
+			}
+			*dst = d
+		}
+	}
+	num := func(name string, dst *int) {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				errs = append(errs, name+": must be a positive integer")
+				return
+			}
+			*dst = n
+		}
+	}
+	str("REDIS_URL", &s.RedisURL)
+	str("TEMPORAL_ADDRESS", &s.TemporalAddress)
+	str("TEMPORAL_NAMESPACE", &s.TemporalNamespace)
+	str("TEMPORAL_UI_URL", &s.TemporalUI)
+	str("PARITYSYNC_TASK_QUEUE", &s.TaskQueue)
+	str("PARITYSYNC_CHANNEL_URL", &s.ChannelURL)
+	str("PARITYSYNC_CHANNELS_FILE", &s.ChannelsFile)
+	s.Token = getenv("PARITYSYNC_TOKEN")
+	str("PARITYSYNC_TOKEN_FILE", &s.TokenFile)
+	str("PARITYSYNC_KEY_PREFIX", &s.KeyPrefix)
+	dur("PARITYSYNC_HTTP_TIMEOUT", &s.HTTPTimeout)
+	str("PARITYSYNC_METRICS_ADDR", &s.MetricsAddr)
+	num("PARITYSYNC_CHUNK_SIZE", &s.ChunkSize)
+	str("PARITYSYNC_PROPERTY_PATTERN", &s.PropertyPattern)
+	num("PARITYSYNC_MAX_ACTIVITIES", &s.MaxActivities)
+	dur("PARITYSYNC_SHUTDOWN_TIMEOUT", &s.ShutdownTimeout)
+	if _, err := url.Parse(s.ChannelURL); err != nil || !strings.HasPrefix(s.ChannelURL, "http") {
+		errs = append(errs, "PARITYSYNC_CHANNEL_URL: must be an http(s) URL")
+	}
+	if len(errs) > 0 {
+		return s, fmt.Errorf("settings: %s", strings.Join(errs, "; "))
+	}
+	return s, nil
+}
+
+// String prints the effective settings with secrets masked, one key=value each.
+func (s Settings) String() string {
+	token := ""
+	if s.Token != "" {
+		token = "****"
+	}
+	return fmt.Sprintf("redis_url=%s temporal_address=%s namespace=%s task_queue=%s channel_url=%s "+
+		"channels_file=%q token=%s token_file=%q key_prefix=%s http_timeout=%s metrics_addr=%s chunk_size=%d "+
+		"max_activities=%d shutdown_timeout=%s",
+		MaskURL(s.RedisURL), s.TemporalAddress, s.TemporalNamespace, s.TaskQueue, s.ChannelURL,
+		s.ChannelsFile, token, s.TokenFile, s.KeyPrefix, s.HTTPTimeout, s.MetricsAddr, s.ChunkSize,
+		s.MaxActivities, s.ShutdownTimeout)
+}
+
+// MaskURL hides the password of a URL such as redis://:secret@host:6379/0.
+func MaskURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
