@@ -89,12 +89,14 @@ if op == 'acquire' then
   end
   -- Judged by the usage the request would leave behind, so a big request cannot
   -- overshoot the quota and bulk work never pushes the day into the throttle tier.
+  -- The reply names that tier: a quota denial then always reads "stop", or
+  -- "throttle" for priority >= 4, which a caller can tell from a token wait.
   local after = used + cost
   if after > quota then
-    return {0, math.ceil(midnight - now), left, used, quota, cur, ''}
+    return {0, math.ceil(midnight - now), left, used, quota, 'stop', ''}
   end
   if priority >= 4 and after * 100 >= quota * 95 then
-    return {0, math.ceil(midnight - now), left, used, quota, cur, ''}
+    return {0, math.ceil(midnight - now), left, used, quota, tier(after, quota), ''}
   end
   -- Non-urgent work must leave the reserve in the bucket; urgent work may drain it.
   local need = 1

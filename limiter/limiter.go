@@ -65,7 +65,10 @@ type Decision struct {
 	Remaining int
 	// DailyUsed and DailyLimit are the channel's quota usage after the decision.
 	DailyUsed, DailyLimit int
-	Tier                  Tier
+	// Tier is the quota tier after the decision. A request denied by the quota gets
+	// the tier it would have reached instead — TierStop, or TierThrottle for
+	// priority ≥ 4 — so that its wait until midnight is told apart from a token wait.
+	Tier Tier
 	// PausedReason is the operator's reason when the channel is paused.
 	PausedReason string
 }

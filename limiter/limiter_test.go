@@ -330,20 +330,20 @@ func TestDailyTiers(t *testing.T) {
 		if used == 19 {
 			// Bulk work may not take the day into the throttle tier (18+1 = 95 %).
 			d := mustAcquire(t, l, req("quota", 4))
-			if d.Allowed || d.Tier != TierPage || d.DailyUsed != 18 {
-				t.Fatalf("priority 4 at 18/20: got %+v, want denied at page tier", d)
+			if d.Allowed || d.Tier != TierThrottle || d.DailyUsed != 18 {
+				t.Fatalf("priority 4 at 18/20: got %+v, want denied as throttle", d)
 			}
 			untilMidnight(d)
 		}
 		if used == 20 {
-			if d := mustAcquire(t, l, req("quota", 5)); d.Allowed || d.Tier != TierThrottle {
-				t.Fatalf("priority 5 at 19/20: got %+v, want denied at throttle tier", d)
+			if d := mustAcquire(t, l, req("quota", 4)); d.Allowed || d.DailyUsed != 19 || d.Tier != TierStop {
+				t.Fatalf("priority 4 at 19/20 (throttle tier): got %+v, want denied", d)
 			}
 			// A request that would cross 100 % is denied even for priority 1.
 			big := req("quota", 1)
 			big.Cost = 2
-			if d := mustAcquire(t, l, big); d.Allowed || d.DailyUsed != 19 {
-				t.Fatalf("cost 2 at 19/20: got %+v, want denied", d)
+			if d := mustAcquire(t, l, big); d.Allowed || d.DailyUsed != 19 || d.Tier != TierStop {
+				t.Fatalf("cost 2 at 19/20: got %+v, want denied as stop", d)
 			}
 		}
 		d := mustAcquire(t, l, req("quota", 3))
@@ -413,6 +413,9 @@ func TestThrottleHalvesRefill(t *testing.T) {
 	}
 	if err := rdb.Set(ctx, prefix+"{halved}:daily", 95, time.Hour).Err(); err != nil {
 		t.Fatal(err)
+	}
+	if d := mustAcquire(t, l, req("halved", 4)); d.Allowed || d.Tier != TierThrottle || d.RetryAfter < time.Second {
+		t.Fatalf("priority 4 in the throttle tier: got %+v, want denied until midnight", d)
 	}
 	throttled := waitForToken()
 	if throttled < 180*time.Millisecond || throttled > 200*time.Millisecond {
