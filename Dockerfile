@@ -1,0 +1,45 @@
+# syntax=docker/dockerfile:1
+
+# Images of paritysync. One build stage compiles every command; each final stage is a
+# target holding what one service runs:
+#
+#   docker build --target worker -t paritysync/worker .   # worker + starter
+#   docker build --target otasim -t paritysync/otasim .   # the OTA channel simulator
+#
+# docker-compose.yml builds both targets.
+
+ARG GO_VERSION=1.26
+
+FROM golang:${GO_VERSION} AS build
+WORKDIR /src
+# Modules first, so a source change does not download them again.
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY . .
+# Static binaries: the final images have no libc.
+ENV CGO_ENABLED=0
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    mkdir -p /out && \
+    go build -trimpath -ldflags="-s -w" -o /out/ ./worker ./starter ./otasim
+
+# The simulator: a demo target and test double, never part of production.
+FROM gcr.io/distroless/static-debian12:nonroot AS otasim
+COPY --from=build /out/otasim /usr/local/bin/otasim
+ENV OTASIM_ADDR=:8090
+EXPOSE 8090
+USER nonroot:nonroot
+ENTRYPOINT ["/usr/local/bin/otasim"]
+
+# The worker, with the operator command line beside it:
+#   docker compose exec worker /usr/local/bin/starter dlq list
+# Last, so a plain `docker build .` produces it.
+FROM gcr.io/distroless/static-debian12:nonroot AS worker
+COPY --from=build /out/worker /usr/local/bin/worker
+COPY --from=build /out/starter /usr/local/bin/starter
+# The image default listens on every interface, so the metrics can be scraped from
+# outside the container.
+ENV PARITYSYNC_METRICS_ADDR=:9464
+EXPOSE 9464
+USER nonroot:nonroot
+ENTRYPOINT ["/usr/local/bin/worker"]

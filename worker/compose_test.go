@@ -1,0 +1,495 @@
+package main
+
+import (
+	"bufio"
+	"net"
+	"net/url"
+	"os"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/paritysync/paritysync/models"
+)
+
+// No container engine runs in CI, so these tests hold docker-compose.yml, the
+// Temporal dynamic config and the Dockerfile to what the README promises and to what
+// the worker actually reads.
+
+const (
+	composePath       = "../docker-compose.yml"
+	dockerfilePath    = "../Dockerfile"
+	setupServiceImage = "temporalio/admin-tools"
+)
+
+// composeFile is the part of the Compose specification these tests look at.
+type composeFile struct {
+	Services map[string]composeService `yaml:"services"`
+	Volumes  map[string]any            `yaml:"volumes"`
+}
+
+type composeService struct {
+	Image string `yaml:"image"`
+	Build struct {
+		Context    string `yaml:"context"`
+		Dockerfile string `yaml:"dockerfile"`
+		Target     string `yaml:"target"`
+	} `yaml:"build"`
+	// Environment and DependsOn come as a list or a map; see envOf and dependsOnOf.
+	Environment yaml.Node `yaml:"environment"`
+	DependsOn   yaml.Node `yaml:"depends_on"`
+	Ports       []string  `yaml:"ports"`
+	Volumes     []string  `yaml:"volumes"`
+	Entrypoint  yaml.Node `yaml:"entrypoint"`
+	Command     yaml.Node `yaml:"command"`
+}
+
+func loadCompose(t *testing.T) composeFile {
+	t.Helper()
+	raw, err := os.ReadFile(composePath)
+	if err != nil {
+		t.Fatalf("read compose file: %v", err)
+	}
+	var f composeFile
+	if err := yaml.Unmarshal(raw, &f); err != nil {
+		t.Fatalf("parse %s: %v", composePath, err)
+	}
+	return f
+}
+
+func service(t *testing.T, f composeFile, name string) composeService {
+	t.Helper()
+	s, ok := f.Services[name]
+	if !ok {
+		t.Fatalf("compose has no service %q; has %v", name, serviceNames(f))
+	}
+	return s
+}
+
+func serviceNames(f composeFile) []string {
+	names := make([]string, 0, len(f.Services))
+	for n := range f.Services {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// setupService is the one-shot service that registers the search attributes: the
+// one running the admin tools.
+func setupService(t *testing.T, f composeFile) (string, composeService) {
+	t.Helper()
+	for _, name := range serviceNames(f) {
+		if s := f.Services[name]; strings.HasPrefix(s.Image, setupServiceImage) {
+			return name, s
+		}
+	}
+	t.Fatalf("compose has no %s service to register the search attributes", setupServiceImage)
+	return "", composeService{}
+}
+
+// interpolation matches ${NAME}, ${NAME:-default} and ${NAME-default}.
+var interpolation = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}`)
+
+// interpolate resolves a Compose value as on a host that sets none of the variables,
+// so the test does not depend on the environment it runs in.
+func interpolate(v string) string {
+	v = interpolation.ReplaceAllString(v, "$2")
+	return strings.ReplaceAll(v, "$$", "$")
+}
+
+// envOf reads environment in either form Compose accepts: a map or a NAME=value list.
+func envOf(t *testing.T, s composeService) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	switch s.Environment.Kind {
+	case 0:
+	case yaml.MappingNode:
+		var m map[string]string
+		if err := s.Environment.Decode(&m); err != nil {
+			t.Fatalf("environment: %v", err)
+		}
+		for k, v := range m {
+			env[k] = interpolate(v)
+		}
+	case yaml.SequenceNode:
+		var l []string
+		if err := s.Environment.Decode(&l); err != nil {
+			t.Fatalf("environment: %v", err)
+		}
+		for _, kv := range l {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = interpolate(v)
+		}
+	default:
+		t.Fatalf("environment: want a map or a list, line %d", s.Environment.Line)
+	}
+	return env
+}
+
+// dependsOnOf returns each dependency and its condition ("" in the short list form).
+func dependsOnOf(t *testing.T, s composeService) map[string]string {
+	t.Helper()
+	deps := map[string]string{}
+	switch s.DependsOn.Kind {
+	case 0:
+	case yaml.SequenceNode:
+		var l []string
+		if err := s.DependsOn.Decode(&l); err != nil {
+			t.Fatalf("depends_on: %v", err)
+		}
+		for _, d := range l {
+			deps[d] = ""
+		}
+	case yaml.MappingNode:
+		var m map[string]struct {
+			Condition string `yaml:"condition"`
+		}
+		if err := s.DependsOn.Decode(&m); err != nil {
+			t.Fatalf("depends_on: %v", err)
+		}
+		for d, c := range m {
+			deps[d] = c.Condition
+		}
+	default:
+		t.Fatalf("depends_on: want a map or a list, line %d", s.DependsOn.Line)
+	}
+	return deps
+}
+
+// textOf joins a string-or-list field such as command into one string.
+func textOf(t *testing.T, n yaml.Node) string {
+	t.Helper()
+	switch n.Kind {
+	case 0:
+		return ""
+	case yaml.ScalarNode:
+		return n.Value
+	case yaml.SequenceNode:
+		var l []string
+		if err := n.Decode(&l); err != nil {
+			t.Fatalf("line %d: %v", n.Line, err)
+		}
+		return strings.Join(l, " ")
+	}
+	t.Fatalf("line %d: want a string or a list", n.Line)
+	return ""
+}
+
+// publishes reports whether s maps host port published to container port target,
+// in the short syntax ("8233:8080", optionally with a host IP or /tcp).
+func publishes(s composeService, published, target string) bool {
+	for _, p := range s.Ports {
+		p = strings.TrimSuffix(p, "/tcp")
+		parts := strings.Split(p, ":")
+		if len(parts) < 2 {
+			continue
+		}
+		if parts[len(parts)-2] == published && parts[len(parts)-1] == target {
+			return true
+		}
+	}
+	return false
+}
+
+func TestComposeServices(t *testing.T) {
+	f := loadCompose(t)
+	images := map[string]string{
+		"postgresql":  "postgres:16",
+		"temporal":    "temporalio/auto-setup:",
+		"temporal-ui": "temporalio/ui:",
+		"redis":       "redis:7",
+	}
+	for name, prefix := range images {
+		if s := service(t, f, name); !strings.HasPrefix(s.Image, prefix) {
+			t.Errorf("service %s: image %q, want %s…", name, s.Image, prefix)
+		}
+	}
+	for _, name := range []string{"otasim", "worker"} {
+		s := service(t, f, name)
+		if s.Build.Context != "." || (s.Build.Dockerfile != "" && s.Build.Dockerfile != "Dockerfile") {
+			t.Errorf("service %s: build context %q dockerfile %q, want the repository's Dockerfile",
+				name, s.Build.Context, s.Build.Dockerfile)
+		}
+		if s.Build.Target != name {
+			t.Errorf("service %s: build target %q, want %q", name, s.Build.Target, name)
+		}
+	}
+	setupService(t, f)
+
+	// Temporal's history must survive `docker compose down` (without -v).
+	pg := service(t, f, "postgresql")
+	persisted := false
+	for _, v := range pg.Volumes {
+		src, dst, _ := strings.Cut(v, ":")
+		if _, named := f.Volumes[src]; named && strings.HasPrefix(dst, "/var/lib/postgresql/data") {
+			persisted = true
+		}
+	}
+	if !persisted {
+		t.Errorf("postgresql: volumes %v, want a named volume on /var/lib/postgresql/data", pg.Volumes)
+	}
+	if env := envOf(t, service(t, f, "temporal")); env["DB"] != "postgres12" || env["POSTGRES_SEEDS"] != "postgresql" {
+		t.Errorf("temporal: DB=%q POSTGRES_SEEDS=%q, want postgres12 on the postgresql service",
+			env["DB"], env["POSTGRES_SEEDS"])
+	}
+	if env := envOf(t, service(t, f, "temporal-ui")); env["TEMPORAL_ADDRESS"] != "temporal:7233" {
+		t.Errorf("temporal-ui: TEMPORAL_ADDRESS=%q, want temporal:7233", env["TEMPORAL_ADDRESS"])
+	}
+}
+
+func TestComposePorts(t *testing.T) {
+	f := loadCompose(t)
+	for _, tc := range []struct{ service, published, target string }{
+		{"temporal-ui", "8233", "8080"},
+		{"temporal", "7233", "7233"},
+		{"redis", "6379", "6379"},
+		{"otasim", "8090", "8090"},
+		{"worker", "9464", "9464"},
+	} {
+		if s := service(t, f, tc.service); !publishes(s, tc.published, tc.target) {
+			t.Errorf("service %s: ports %v, want %s:%s", tc.service, s.Ports, tc.published, tc.target)
+		}
+	}
+
+	// A published port is useless unless the process listens on it, on every
+	// interface (the defaults of both commands listen on 127.0.0.1 or differ).
+	listens := []struct{ service, env, port string }{
+		{"otasim", "OTASIM_ADDR", "8090"},
+		{"worker", "PARITYSYNC_METRICS_ADDR", "9464"},
+	}
+	for _, l := range listens {
+		addr := envOf(t, service(t, f, l.service))[l.env]
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || port != l.port || (host != "" && host != "0.0.0.0") {
+			t.Errorf("service %s: %s=%q, want :%s", l.service, l.env, addr, l.port)
+		}
+	}
+}
+
+func TestComposeWorkerEnvironment(t *testing.T) {
+	f := loadCompose(t)
+	w := service(t, f, "worker")
+	env := envOf(t, w)
+
+	s, err := models.LoadSettings(func(name string) string { return env[name] })
+	if err != nil {
+		t.Fatalf("worker environment rejected by LoadSettings: %v", err)
+	}
+	redisURL, err := url.Parse(s.RedisURL)
+	if err != nil || redisURL.Scheme != "redis" || redisURL.Host != "redis:6379" {
+		t.Errorf("REDIS_URL=%q, want redis://redis:6379/…", s.RedisURL)
+	}
+	if s.TemporalAddress != "temporal:7233" {
+		t.Errorf("TEMPORAL_ADDRESS=%q, want temporal:7233", s.TemporalAddress)
+	}
+	channelURL, err := url.Parse(s.ChannelURL)
+	if err != nil || channelURL.Host != "otasim:8090" {
+		t.Errorf("PARITYSYNC_CHANNEL_URL=%q, want http://otasim:8090", s.ChannelURL)
+	}
+	if _, err := models.LoadChannels(s.ChannelsFile, func(name string) string { return env[name] }); err != nil {
+		t.Errorf("worker environment rejected by LoadChannels: %v", err)
+	}
+
+	// The simulator must accept the worker's credential, or every push is a 401.
+	sim := envOf(t, service(t, f, "otasim"))
+	if s.Token == "" || !slices.Contains(strings.Split(sim["OTASIM_STATIC_TOKENS"], ","), s.Token) {
+		t.Errorf("worker PARITYSYNC_TOKEN=%q is not among otasim OTASIM_STATIC_TOKENS=%q",
+			s.Token, sim["OTASIM_STATIC_TOKENS"])
+	}
+
+	deps := dependsOnOf(t, w)
+	for _, d := range []string{"redis", "temporal", "otasim"} {
+		if _, ok := deps[d]; !ok {
+			t.Errorf("worker: depends_on %v, want %s", deps, d)
+		}
+	}
+	// Workflows set the search attributes, so the worker starts after they exist.
+	setup, _ := setupService(t, f)
+	if deps[setup] != "service_completed_successfully" {
+		t.Errorf("worker: depends_on %s with condition %q, want service_completed_successfully", setup, deps[setup])
+	}
+}
+
+// TestComposeWorkerEnvironmentIsRead catches a misspelt or retired variable in the
+// compose file, which the worker would silently ignore in favour of its default.
+func TestComposeWorkerEnvironmentIsRead(t *testing.T) {
+	f := loadCompose(t)
+	env := envOf(t, service(t, f, "worker"))
+
+	read := map[string]bool{}
+	getenv := func(name string) string {
+		read[name] = true
+		return env[name]
+	}
+	// loadConfig is the worker's own path through models.LoadSettings and
+	// models.LoadChannels.
+	if _, err := loadConfig(getenv); err != nil {
+		t.Fatalf("loadConfig: %v", err)
+	}
+	if !read["REDIS_URL"] || !read["PARITYSYNC_TOKEN"] {
+		t.Fatalf("getenv recorded %d names, missing REDIS_URL or PARITYSYNC_TOKEN: the recorder is not wired", len(read))
+	}
+	for name := range env {
+		ours := strings.HasPrefix(name, "PARITYSYNC_") || strings.HasPrefix(name, "REDIS_") ||
+			strings.HasPrefix(name, "TEMPORAL_")
+		if ours && !read[name] {
+			t.Errorf("worker environment sets %s, which the worker never reads", name)
+		}
+	}
+}
+
+// searchAttributeCreate matches one registration in the setup service's script.
+var searchAttributeCreate = regexp.MustCompile(`search-attribute create\s+--name\s+(\w+)\s+--type\s+(\w+)`)
+
+func TestComposeSearchAttributes(t *testing.T) {
+	f := loadCompose(t)
+	name, s := setupService(t, f)
+	script := textOf(t, s.Entrypoint) + " " + textOf(t, s.Command)
+
+	got := map[string]string{}
+	for _, m := range searchAttributeCreate.FindAllStringSubmatch(script, -1) {
+		got[m[1]] = m[2]
+	}
+	// The types the workflows use: keyword keys for Channel and BatchID, an int64
+	// key (CLI type Int) for Priority.
+	want := map[string]string{
+		models.SearchAttrChannel:  "Keyword",
+		models.SearchAttrBatchID:  "Keyword",
+		models.SearchAttrPriority: "Int",
+	}
+	for attr, typ := range want {
+		if got[attr] != typ {
+			t.Errorf("%s: registers %s as %q, want %s", name, attr, got[attr], typ)
+		}
+	}
+	if env := envOf(t, s); env["TEMPORAL_ADDRESS"] != "temporal:7233" {
+		t.Errorf("%s: TEMPORAL_ADDRESS=%q, want temporal:7233", name, env["TEMPORAL_ADDRESS"])
+	}
+	if _, ok := dependsOnOf(t, s)["temporal"]; !ok {
+		t.Errorf("%s: does not depend on temporal", name)
+	}
+}
+
+// dynamicValue is one constrained value of a Temporal dynamic config key.
+type dynamicValue struct {
+	Value       any            `yaml:"value"`
+	Constraints map[string]any `yaml:"constraints"`
+}
+
+func TestComposeTemporalDynamicConfig(t *testing.T) {
+	f := loadCompose(t)
+	temporal := service(t, f, "temporal")
+	inContainer := envOf(t, temporal)["DYNAMIC_CONFIG_FILE_PATH"]
+	if inContainer == "" {
+		t.Fatal("temporal: DYNAMIC_CONFIG_FILE_PATH not set")
+	}
+	if !path.IsAbs(inContainer) {
+		inContainer = path.Join("/etc/temporal", inContainer) // the server's working directory
+	}
+	var onHost string
+	for _, v := range temporal.Volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) >= 2 && parts[1] == inContainer {
+			onHost = parts[0]
+		}
+	}
+	if onHost != "./deploy/temporal-dynamic-config.yaml" {
+		t.Fatalf("temporal: %s is mounted from %q, want ./deploy/temporal-dynamic-config.yaml", inContainer, onHost)
+	}
+
+	raw, err := os.ReadFile(path.Join("..", onHost))
+	if err != nil {
+		t.Fatalf("read dynamic config: %v", err)
+	}
+	var dc map[string][]dynamicValue
+	if err := yaml.Unmarshal(raw, &dc); err != nil {
+		t.Fatalf("parse dynamic config: %v", err)
+	}
+	// Without constraints the value holds for every namespace and task queue.
+	want := map[string]any{
+		"matching.useNewMatcher":               true,
+		"matching.numTaskqueueReadPartitions":  1,
+		"matching.numTaskqueueWritePartitions": 1,
+	}
+	for key, v := range want {
+		vals := dc[key]
+		if len(vals) != 1 || vals[0].Value != v || len(vals[0].Constraints) != 0 {
+			t.Errorf("dynamic config %s = %+v, want one unconstrained value %v", key, vals, v)
+		}
+	}
+}
+
+func TestComposeDockerfileBuildsWorkerAndSimulator(t *testing.T) {
+	raw, err := os.ReadFile(dockerfilePath)
+	if err != nil {
+		t.Fatalf("read Dockerfile: %v", err)
+	}
+
+	// Join continuation lines, then split the file into its stages.
+	var lines []string
+	var cur strings.Builder
+	sc := bufio.NewScanner(strings.NewReader(string(raw)))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if cur.Len() == 0 && (line == "" || strings.HasPrefix(line, "#")) {
+			continue
+		}
+		if rest, ok := strings.CutSuffix(line, `\`); ok {
+			cur.WriteString(rest + " ")
+			continue
+		}
+		cur.WriteString(line)
+		lines = append(lines, cur.String())
+		cur.Reset()
+	}
+	stages := map[string][]string{}
+	var stage, buildStage string
+	fromLine := regexp.MustCompile(`(?i)^FROM\s+(\S+)(?:\s+AS\s+(\S+))?$`)
+	for _, line := range lines {
+		if m := fromLine.FindStringSubmatch(line); m != nil {
+			stage = strings.ToLower(m[2])
+			if strings.HasPrefix(m[1], "golang:") || strings.HasPrefix(m[1], "golang@") {
+				buildStage = stage
+			}
+			continue
+		}
+		stages[stage] = append(stages[stage], line)
+	}
+	if buildStage == "" {
+		t.Fatal("Dockerfile: no golang build stage")
+	}
+
+	var build string
+	for _, line := range stages[buildStage] {
+		if strings.HasPrefix(line, "RUN ") && strings.Contains(line, "go build") {
+			build = line
+		}
+	}
+	for _, pkg := range []string{"./worker", "./otasim"} {
+		if !slices.Contains(strings.Fields(build), pkg) {
+			t.Errorf("Dockerfile: go build %q does not build %s", build, pkg)
+		}
+	}
+
+	// Each target compose builds copies its binary and runs it.
+	for _, target := range []string{"worker", "otasim"} {
+		body, ok := stages[target]
+		if !ok {
+			t.Errorf("Dockerfile: no stage %q for compose's build target", target)
+			continue
+		}
+		var copies, runs bool
+		for _, line := range body {
+			copies = copies || (strings.HasPrefix(line, "COPY --from="+buildStage) && strings.Contains(line, "/"+target+" "))
+			runs = runs || (strings.HasPrefix(line, "ENTRYPOINT") && strings.Contains(line, "/"+target+`"`))
+		}
+		if !copies || !runs {
+			t.Errorf("Dockerfile stage %s: copies its binary %v, runs it %v; want both", target, copies, runs)
+		}
+	}
+}
