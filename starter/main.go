@@ -1,0 +1,110 @@
+// Command starter is the PMS and operator command line of paritysync: start a batch
+// and watch it, pause and resume a channel, read the dead-letter queue and the
+// quota, and write a sample batch.
+//
+//	starter batch start --file batch.json [--id ID] [--wait]
+//	starter batch status ID
+//	starter channel pause NAME --reason R
+//	starter channel resume NAME
+//	starter dlq list [--channel C] [--count N]
+//	starter quota [--channel C]
+//	starter sample --mutations N [--out F]
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Exit statuses: 0 everything committed or superseded, 3 some mutations rejected or
+// dead-lettered, 1 an error, 2 a usage error.
+const (
+	exitOK       = 0
+	exitError    = 1
+	exitUsage    = 2
+	exitReported = 3
+)
+
+// errReported ends a batch whose mutations were not all committed or superseded.
+var errReported = errors.New("some mutations were rejected or dead-lettered")
+
+// usageError is a command line that makes no sense.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+const usage = `usage:
+  starter batch start --file F [--id ID] [--wait]   start a batch (JSON array or JSON lines)
+  starter batch status ID                           ask a batch for its counts
+  starter channel pause NAME --reason R             pause a channel everywhere
+  starter channel resume NAME                       resume it
+  starter dlq list [--channel C] [--count N]        read the dead-letter queue
+  starter quota [--channel C]                       limiter and daily quota state
+  starter sample --mutations N [--out F]            write a realistic sample batch
+configuration comes from the environment (REDIS_URL, TEMPORAL_ADDRESS, ...; see README)`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
+}
+
+func run(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	err := dispatch(args, stdout, getenv)
+	var ue usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, errReported):
+		return exitReported
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "starter: %s\n%s\n", ue.msg, usage)
+		return exitUsage
+	default:
+		fmt.Fprintln(stderr, "starter:", err)
+		return exitError
+	}
+}
+
+func dispatch(args []string, out io.Writer, getenv func(string) string) error {
+	if len(args) == 0 {
+		return usageError{"no command"}
+	}
+	cmd, rest := args[0], args[1:]
+	sub := ""
+	if len(rest) > 0 {
+		sub = rest[0]
+	}
+	switch {
+	case cmd == "batch" && sub == "start":
+		return batchStart(rest[1:], out, getenv)
+	case cmd == "batch" && sub == "status":
+		return batchStatus(rest[1:], out, getenv)
+	case cmd == "channel" && (sub == "pause" || sub == "resume"):
+		return channelPause(sub == "pause", rest[1:], out, getenv)
+	case cmd == "dlq" && sub == "list":
+		return dlqList(rest[1:], out, getenv)
+	case cmd == "quota":
+		return quota(rest, out, getenv)
+	case cmd == "sample":
+		return sample(rest, out)
+	case cmd == "help" || cmd == "-h" || cmd == "--help":
+		fmt.Fprintln(out, usage)
+		return nil
+	}
+	return usageError{fmt.Sprintf("unknown command %q", joinArgs(args, 2))}
+}
+
+func joinArgs(args []string, n int) string {
+	s := ""
+	for i, a := range args {
+		if i == n {
+			break
+		}
+		if i > 0 {
+			s += " "
+		}
+		s += a
+	}
+	return s
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/paritysync/paritysync/models"
+)
+
+// channelPause sets (or clears) the limiter pause, so new batches wait too, and
+// signals every running BatchSync, which forwards it to its children.
+func channelPause(pause bool, args []string, out io.Writer, getenv func(string) string) error {
+	verb := map[bool]string{true: "pause", false: "resume"}[pause]
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return usageError{"channel " + verb + ": want a channel name"}
+	}
+	name := args[0]
+	fs := flag.NewFlagSet("channel "+verb, flag.ContinueOnError)
+	reason := fs.String("reason", "", "why (required to pause)")
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	if pause && strings.TrimSpace(*reason) == "" {
+		return usageError{"channel pause: --reason is required"}
+	}
+	d, err := loadDeps(getenv)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	if !d.hasChannel(name) {
+		return fmt.Errorf("channel %q is not configured", name)
+	}
+	ctx := context.Background()
+	lim, err := d.limiter(ctx)
+	if err != nil {
+		return err
+	}
+	if pause {
+		err = lim.Pause(ctx, name, *reason)
+	} else {
+		err = lim.Resume(ctx, name)
+	}
+	if err != nil {
+		return err
+	}
+	tc, err := d.temporal(ctx)
+	if err != nil {
+		return err
+	}
+	signal := models.SignalResumeChannel
+	if pause {
+		signal = models.SignalPauseChannel
+	}
+	var token []byte
+	n := 0
+	for {
+		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query:         "WorkflowType = 'BatchSync' AND ExecutionStatus = 'Running'",
+			NextPageToken: token,
+		})
+		if err != nil {
+			return fmt.Errorf("list running batches: %w", err)
+		}
+		for _, e := range resp.Executions {
+			if e.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				continue
+			}
+			id := e.Execution.WorkflowId
+			if err := tc.SignalWorkflow(ctx, id, "", signal, models.PauseSignal{Channel: name, Reason: *reason}); err != nil {
+				fmt.Fprintf(out, "signal %s: %v\n", id, err)
+				continue
+			}
+			n++
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			break
+		}
+	}
+	fmt.Fprintf(out, "%s %sd in the limiter; signalled %d running batches\n", name, verb, n)
+	return nil
+}
+
+func dlqList(args []string, out io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("dlq list", flag.ContinueOnError)
+	channel := fs.String("channel", "", "one channel (default: all)")
+	count := fs.Int64("count", 50, "most entries per channel")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	d, err := loadDeps(getenv)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	ctx := context.Background()
+	st, err := d.store(ctx)
+	if err != nil {
+		return err
+	}
+	var slugs []string
+	for _, c := range d.channels {
+		if *channel == "" || c.Slug == *channel {
+			slugs = append(slugs, c.Slug)
+		}
+	}
+	if len(slugs) == 0 {
+		return fmt.Errorf("channel %q is not configured", *channel)
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "channel\tid\tat\tbatch\tproperty\tfamily\tlines\treason\tstatus\tmessage")
+	total := 0
+	for _, slug := range slugs {
+		entries, err := st.DeadLetters(ctx, slug, *count)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			total++
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", slug, e.ID, e.At.Format("2006-01-02 15:04:05"),
+				e.BatchID, e.Property, e.Request.Family, len(e.Request.Lines), e.Reason, e.Status, e.Message)
+		}
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(out, "%d entries\n", total)
+	return nil
+}
+
+func quota(args []string, out io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("quota", flag.ContinueOnError)
+	channel := fs.String("channel", "", "one channel (default: all)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	d, err := loadDeps(getenv)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	ctx := context.Background()
+	lim, err := d.limiter(ctx)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "channel\tdaily used\tlimit\ttier\tresets in\tpaused\tback-off\tadaptive rate/min\tbuckets")
+	for _, c := range d.channels {
+		if *channel != "" && c.Slug != *channel {
+			continue
+		}
+		s, err := lim.Status(ctx, c.Slug)
+		if err != nil {
+			return err
+		}
+		var buckets []string
+		for _, f := range s.Families {
+			buckets = append(buckets, fmt.Sprintf("%s %.1f/%d @%.0f/min", f.Family, f.Tokens, f.Burst, f.RatePerMinute))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%.1f\t%s\n", c.Slug, s.DailyUsed, s.DailyLimit, s.Tier,
+			s.QuotaResetsIn.Round(1e9), s.PausedReason, s.PausedFor.Round(1e6), s.AdaptiveRate, strings.Join(buckets, ", "))
+	}
+	return tw.Flush()
+}

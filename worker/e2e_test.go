@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+	"github.com/shopspring/decimal"
+	"github.com/stretchr/testify/require"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sim"
+	"github.com/paritysync/paritysync/workflows"
+)
+
+// The end-to-end test runs the whole path on real parts: a Temporal dev server (the
+// CLI binary `make test` builds into .bin/), the real Redis at REDIS_URL, the
+// simulator over real HTTP and this worker's fx application.
+
+// temporalCLI finds the Temporal CLI binary that `make test` builds.
+func temporalCLI(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("TEMPORAL_CLI")
+	if path == "" {
+		path = filepath.Join("..", ".bin", "temporal")
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("no Temporal CLI at %s (make test builds it into .bin/; or set TEMPORAL_CLI): %v", path, err)
+	}
+	return path
+}
+
+// startDevServer starts a dev server with paritysync's search attributes and the
+// new matcher with one partition, as production should run.
+func startDevServer(t *testing.T) *testsuite.DevServer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+		ExistingPath:  temporalCLI(t),
+		ClientOptions: &client.Options{Logger: quiet{}},
+		LogLevel:      "error",
+		SearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrChannel).ValueSet(""),
+			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrBatchID).ValueSet(""),
+			temporal.NewSearchAttributeKeyInt64(models.SearchAttrPriority).ValueSet(0),
+		),
+		ExtraArgs: []string{
+			"--dynamic-config-value", "matching.useNewMatcher=true",
+			"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+			"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+		},
+	})
+	require.NoError(t, err, "start Temporal dev server")
+	t.Cleanup(func() { _ = srv.Stop() })
+	return srv
+}
+
+// e2eStack is a dev server, a simulator and a running worker sharing a key prefix.
+type e2eStack struct {
+	env    map[string]string
+	tc     client.Client
+	sim    *sim.Simulator
+	rdb    *redis.Client
+	prefix string
+	queue  string
+}
+
+func (s *e2eStack) getenv(k string) string { return s.env[k] }
+
+func startStack(t *testing.T, srv *testsuite.DevServer, limits map[string]int) *e2eStack {
+	t.Helper()
+	redisURL := os.Getenv("REDIS_URL")
+	if redisURL == "" {
+		redisURL = "redis://127.0.0.1:6379/0"
+	}
+	opt, err := redis.ParseURL(redisURL)
+	require.NoError(t, err)
+	rdb := redis.NewClient(opt)
+	require.NoError(t, rdb.Ping(context.Background()).Err(), "Redis at %s", redisURL)
+
+	id := uuid.NewString()[:8]
+	s := &e2eStack{rdb: rdb, prefix: "paritysync-e2e-" + id + ":", queue: "paritysync-e2e-" + id}
+	s.env = map[string]string{
+		"REDIS_URL":               redisURL,
+		"TEMPORAL_ADDRESS":        srv.FrontendHostPort(),
+		"PARITYSYNC_TASK_QUEUE":   s.queue,
+		"PARITYSYNC_KEY_PREFIX":   s.prefix,
+		"PARITYSYNC_TOKEN":        "e2e-token",
+		"PARITYSYNC_METRICS_ADDR": "127.0.0.1:0",
+		"PARITYSYNC_CHUNK_SIZE":   "5",
+	}
+	for slug, perMinute := range limits {
+		up := strings.ToUpper(slug)
+		s.env["PARITYSYNC_CHANNEL_"+up+"_RATE_PER_MINUTE"] = fmt.Sprint(perMinute)
+		s.env["PARITYSYNC_CHANNEL_"+up+"_BURST"] = fmt.Sprint(max(2, perMinute/10))
+		s.env["PARITYSYNC_CHANNEL_"+up+"_MAX_LINES_PER_REQUEST"] = "4"
+	}
+	chs, err := models.LoadChannels("", s.getenv)
+	require.NoError(t, err)
+	// The simulator enforces exactly the limits the worker is configured with.
+	s.sim = sim.New(sim.Config{Channels: chs, StaticTokens: []string{"e2e-token"}})
+	httpSrv := httptest.NewServer(s.sim)
+	s.env["PARITYSYNC_CHANNEL_URL"] = httpSrv.URL
+
+	app := newApp(s.getenv)
+	require.NoError(t, app.Err())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, app.Start(ctx))
+	s.tc = srv.Client()
+
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = app.Stop(ctx)
+		httpSrv.Close()
+		s.sim.Close()
+		iter := rdb.Scan(ctx, 0, s.prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+		_ = rdb.Close()
+	})
+	return s
+}
+
+func (s *e2eStack) runBatch(t *testing.T, batchID string, ms []models.Mutation) models.BatchStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	in := models.BatchSyncInput{BatchID: batchID, Mutations: ms, Retry: models.DefaultRetryPolicy()}
+	run, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: models.BatchWorkflowID(batchID), TaskQueue: s.queue,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrBatchID).ValueSet(batchID)),
+	}, workflows.BatchSync, in)
+	require.NoError(t, err)
+	var st models.BatchStatus
+	require.NoError(t, run.Get(ctx, &st), "batch %s", batchID)
+	return st
+}
+
+func TestEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: needs a Temporal dev server")
+	}
+	srv := startDevServer(t)
+	// Tight limits: the batch needs more than a minute of each channel's budget.
+	s := startStack(t, srv, map[string]int{"booking_com": 30, "expedia": 20, "agoda": 40})
+	today := models.DateOf(time.Now())
+
+	ms := models.SampleBatch(300, today, time.Now().Unix(), 1)
+	invalid := 0
+	v, err := models.NewValidator(models.DefaultChannels(), "", time.Now)
+	require.NoError(t, err)
+	for _, m := range ms {
+		if len(v.Validate(m)) > 0 {
+			invalid++
+		}
+	}
+	require.Positive(t, invalid, "the sample carries invalid rows")
+
+	t.Run("tight limits: everything committed or reported, no 429", func(t *testing.T) {
+		st := s.runBatch(t, "e2e-"+uuid.NewString()[:8], ms)
+		total := st.Totals()
+		t.Logf("batch: %+v", total)
+		require.True(t, st.Done)
+		require.Equal(t, 300, st.Mutations)
+		for _, c := range st.Channels {
+			require.Equal(t, c.Total, c.Done(), "channel %s lost updates", c.Channel)
+		}
+		require.Equal(t, invalid, total.Rejected)
+		require.Zero(t, total.DeadLettered)
+		require.Positive(t, total.Committed)
+		for slug, cs := range s.sim.Stats() {
+			t.Logf("%s: %+v", slug, cs)
+			require.Zero(t, cs.Throttled, "%s saw 429s", slug)
+			require.LessOrEqual(t, cs.MaxWindowRequests, cs.Limit, "%s over its 60 s limit", slug)
+			require.Zero(t, cs.StaleOverwrites, slug)
+		}
+		recordHistories(t, s.tc, st.BatchID)
+	})
+
+	t.Run("429 storm: deferred, then everything committed", func(t *testing.T) {
+		before := s.sim.Stats()
+		// New prices so the channel sees new content, not idempotent replays.
+		bump := decimal.New(1, 0)
+		storm := make([]models.Mutation, 0, len(ms))
+		for _, m := range ms {
+			if m.Amount != nil {
+				a := m.Amount.Add(bump)
+				m.Amount = &a
+			}
+			m.Version++
+			storm = append(storm, m)
+		}
+		require.NoError(t, s.sim.SetFaults(sim.Faults{StormSeconds: 8, StormStatus: 429}))
+		st := s.runBatch(t, "e2e-storm-"+uuid.NewString()[:8], storm)
+		total := st.Totals()
+		t.Logf("batch: %+v", total)
+		for _, c := range st.Channels {
+			require.Equal(t, c.Total, c.Done(), "channel %s lost updates", c.Channel)
+		}
+		require.Positive(t, total.Deferred, "the storm deferred requests")
+		require.Zero(t, total.DeadLettered)
+		require.Equal(t, invalid, total.Rejected)
+		throttled := 0
+		for slug, cs := range s.sim.Stats() {
+			throttled += cs.Throttled - before[slug].Throttled
+		}
+		require.Positive(t, throttled, "the simulator answered 429 during the storm")
+	})
+}
+
+// recordHistories writes the histories of a real batch to workflows/testdata for
+// the replay tests when PARITYSYNC_RECORD_HISTORY is set.
+func recordHistories(t *testing.T, tc client.Client, batchID string) {
+	if os.Getenv("PARITYSYNC_RECORD_HISTORY") == "" {
+		return
+	}
+	ctx := context.Background()
+	write := func(wfID, name string) {
+		var h historypb.History
+		iter := tc.GetWorkflowHistory(ctx, wfID, "", false, 0)
+		for iter.HasNext() {
+			e, err := iter.Next()
+			require.NoError(t, err)
+			h.Events = append(h.Events, e)
+		}
+		b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join("..", "workflows", "testdata", name), b, 0o644))
+	}
+	write(models.BatchWorkflowID(batchID), "batchsync.json")
+	resp, err := tc.ListWorkflow(ctx, listChildren(batchID))
+	require.NoError(t, err)
+	require.NotEmpty(t, resp.Executions)
+	write(resp.Executions[0].Execution.WorkflowId, "channelsync.json")
+}
