@@ -5,11 +5,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -39,6 +41,36 @@ type fileConfig struct {
 }
 
 func run(args []string) error {
+	fc, err := loadConfig(args)
+	if err != nil {
+		return err
+	}
+	s := sim.New(fc.Config)
+	logEffective(fc)
+
+	srv := &http.Server{Addr: fc.Addr, Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", fc.Addr, err)
+	case <-ctx.Done():
+	}
+	slog.Info("otasim stopping")
+	s.Close() // release hanging requests so Shutdown can finish
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// loadConfig builds the configuration from flags, the environment and the optional
+// YAML file; a flag that is given wins over the file.
+func loadConfig(args []string) (fileConfig, error) {
 	fs := flag.NewFlagSet("otasim", flag.ContinueOnError)
 	var (
 		addr       = fs.String("addr", envOr("OTASIM_ADDR", ":8090"), "listen address")
@@ -52,17 +84,20 @@ func run(args []string) error {
 		faults     = fs.String("faults", "", `faults as JSON, e.g. {"error_ratio":0.1,"storm_seconds":30}`)
 	)
 	if err := fs.Parse(args); err != nil {
-		return err
+		return fileConfig{}, err
 	}
 
 	fc := fileConfig{Addr: *addr}
 	if *configPath != "" {
 		b, err := os.ReadFile(*configPath)
 		if err != nil {
-			return fmt.Errorf("read config: %w", err)
+			return fc, fmt.Errorf("read config: %w", err)
 		}
-		if err := yaml.Unmarshal(b, &fc); err != nil {
-			return fmt.Errorf("parse %s: %w", *configPath, err)
+		// Unknown keys are errors: a misspelt limit must not silently fall back.
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
+			return fc, fmt.Errorf("parse %s: %w", *configPath, err)
 		}
 	}
 	// Flags win over the file, but only when given.
@@ -91,7 +126,7 @@ func run(args []string) error {
 		c.RatePerMinute = n
 		return nil
 	}); err != nil {
-		return fmt.Errorf("-limit: %w", err)
+		return fc, fmt.Errorf("-limit: %w", err)
 	}
 	if err := overrideChannels(fc.Channels, *quotas, func(c *models.ChannelConfig, v string) error {
 		n, err := strconv.Atoi(v)
@@ -101,7 +136,7 @@ func run(args []string) error {
 		c.DailyQuota = n
 		return nil
 	}); err != nil {
-		return fmt.Errorf("-quota: %w", err)
+		return fc, fmt.Errorf("-quota: %w", err)
 	}
 	if err := overrideChannels(fc.Channels, *scopes, func(c *models.ChannelConfig, v string) error {
 		if s := models.LimitScope(v); s != models.ScopeChannel && s != models.ScopeProperty {
@@ -110,45 +145,24 @@ func run(args []string) error {
 		c.Scope = models.LimitScope(v)
 		return nil
 	}); err != nil {
-		return fmt.Errorf("-scope: %w", err)
+		return fc, fmt.Errorf("-scope: %w", err)
 	}
 	if *faults != "" {
 		var f sim.Faults
 		if err := json.Unmarshal([]byte(*faults), &f); err != nil {
-			return fmt.Errorf("-faults: %w", err)
+			return fc, fmt.Errorf("-faults: %w", err)
 		}
 		fc.Faults = f
 	}
 	if err := fc.Faults.Validate(); err != nil {
-		return fmt.Errorf("faults: %w", err)
+		return fc, fmt.Errorf("faults: %w", err)
 	}
 	for _, c := range fc.Channels {
 		if c.Slug == "" {
-			return errors.New("channels: every channel needs a slug")
+			return fc, errors.New("channels: every channel needs a slug")
 		}
 	}
-
-	s := sim.New(fc.Config)
-	logEffective(fc)
-
-	srv := &http.Server{Addr: fc.Addr, Handler: s, ReadHeaderTimeout: 10 * time.Second}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve %s: %w", fc.Addr, err)
-	case <-ctx.Done():
-	}
-	slog.Info("otasim stopping")
-	s.Close() // release hanging requests so Shutdown can finish
-	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutCtx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	return nil
+	return fc, nil
 }
 
 // overrideChannels applies a "slug=value,slug=value" flag to the named channels.
