@@ -44,7 +44,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Printf("allowed=%v tier=%s used=%d/%d\n", d.Allowed, d.Tier, d.DailyUsed, d.DailyLimit)
+	fmt.Printf("allowed=%v tier=%s used=%d\n", d.Allowed, d.Tier, d.DailyUsed)
 
 	// After a 429 with Retry-After: 30, every worker waits.
 	_ = l.Backoff(ctx, "booking_com", 30*time.Second)
@@ -53,6 +53,6 @@ func Example() {
 	})
 	fmt.Printf("allowed=%v wait≈%s\n", d.Allowed, d.RetryAfter.Round(time.Second))
 	// Output:
-	// allowed=true tier=ok used=1/50000
+	// allowed=true tier=ok used=1
 	// allowed=false wait≈30s
 }

@@ -282,7 +282,8 @@ func (l *Limiter) Backoff(ctx context.Context, channel string, wait time.Duratio
 // headers, for every worker, until the server's window resets. remaining < 0 means
 // the server did not report it; then limit per resetAfter is used. With nothing
 // remaining the channel waits for the reset. Without a usable resetAfter the headers
-// say nothing about a rate and Adapt does nothing.
+// say nothing about a rate and Adapt does nothing. On a per-property channel the rate
+// applies to every property's buckets.
 func (l *Limiter) Adapt(ctx context.Context, channel string, limit, remaining int, resetAfter time.Duration) error {
 	ck, err := l.channel(channel)
 	if err != nil {
