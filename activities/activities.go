@@ -54,7 +54,13 @@ func FailureError(errType string, f Failure) error {
 	if f.Message != "" {
 		msg += ": " + f.Message
 	}
-	return temporal.NewNonRetryableApplicationError(msg, errType, nil, f)
+	opts := temporal.ApplicationErrorOptions{NonRetryable: true, Details: []any{f}}
+	if errType == ErrRateLimited || errType == ErrThrottled {
+		// Waiting for budget is normal operation: benign errors are logged at debug
+		// level and do not count as failures in the SDK's metrics.
+		opts.Category = temporal.ApplicationErrorCategoryBenign
+	}
+	return temporal.NewApplicationErrorWithOptions(msg, errType, opts)
 }
 
 // Activities are paritysync's Temporal activities; the struct holds their dependencies.

@@ -1,0 +1,49 @@
+# paritysync — everything a user runs goes through these targets.
+SHELL := /usr/bin/env bash
+BIN := $(CURDIR)/.bin
+TEMPORAL_CLI_VERSION := v1.5.1
+WORKFLOWCHECK_VERSION := v0.6.0
+
+.PHONY: all build demo up down test vet fmt-check workflowcheck bench clean
+
+all: build
+
+$(BIN)/temporal:
+	@echo "building the Temporal CLI $(TEMPORAL_CLI_VERSION) into .bin/ (several minutes the first time)"
+	GOBIN=$(BIN) go install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+$(BIN)/workflowcheck:
+	GOBIN=$(BIN) go install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
+
+build: $(BIN)/temporal
+	go build -o $(BIN)/ ./worker ./starter ./otasim
+
+demo: build
+	scripts/stack.sh demo
+
+up: build
+	scripts/stack.sh up
+
+down:
+	scripts/stack.sh down
+
+fmt-check:
+	@out=$$(gofmt -l . | grep -v '^\.bin/' || true); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet:
+	go vet ./...
+
+workflowcheck: $(BIN)/workflowcheck
+	$(BIN)/workflowcheck ./...
+
+# Every test: unit, fuzz seed corpora, workflow tests, the limiter and activities
+# against the real Redis, and the end-to-end run on a real Temporal dev server.
+test: $(BIN)/temporal fmt-check vet workflowcheck
+	TEMPORAL_CLI=$(BIN)/temporal go test -race -count=1 -timeout 20m ./...
+
+bench:
+	go test -run '^$$' -bench . -benchmem ./models ./limiter
+
+clean: down
+	rm -rf $(BIN) .run

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Runs paritysync locally without Docker: a Temporal dev server (UI on 8233), Redis
+# (the one at REDIS_URL, or a local redis-server when none answers), the channel
+# simulator and a worker.
+#
+#   scripts/stack.sh up      start the stack and leave it running (make up)
+#   scripts/stack.sh down    stop what `up` started (make down)
+#   scripts/stack.sh demo    start, run a sample batch, print the summary, stop (make demo)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIN=.bin
+RUN=.run
+mkdir -p "$RUN"
+
+export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
+export TEMPORAL_ADDRESS=${TEMPORAL_ADDRESS:-127.0.0.1:7233}
+export TEMPORAL_UI_URL=${TEMPORAL_UI_URL:-http://127.0.0.1:8233}
+export PARITYSYNC_CHANNEL_URL=${PARITYSYNC_CHANNEL_URL:-http://127.0.0.1:8090}
+export PARITYSYNC_METRICS_ADDR=${PARITYSYNC_METRICS_ADDR:-127.0.0.1:9464}
+SIM_ADDR=${PARITYSYNC_CHANNEL_URL#http://}
+DEMO_MUTATIONS=${DEMO_MUTATIONS:-2000}
+# The simulator and the worker share a demo credential through a file the worker
+# re-reads when it changes; it never appears on a command line or in a log.
+TOKEN_FILE=$RUN/token
+[ -s "$TOKEN_FILE" ] || { umask 077; echo "demo-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" > "$TOKEN_FILE"; }
+export PARITYSYNC_TOKEN_FILE=$TOKEN_FILE
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# wait_for NAME SECONDS COMMAND... retries COMMAND until it succeeds.
+wait_for() {
+  local name=$1 secs=$2; shift 2
+  for _ in $(seq $((secs * 5))); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  die "$name did not come up in ${secs}s (logs in $RUN/)"
+}
+
+# start NAME COMMAND... runs COMMAND in the background, logging to .run/NAME.log.
+start() {
+  local name=$1; shift
+  "$@" >"$RUN/$name.log" 2>&1 &
+  echo $! >"$RUN/$name.pid"
+}
+
+redis_hostport() {
+  local rest=${REDIS_URL#*://}; rest=${rest#*@}; rest=${rest%%/*}
+  echo "${rest:-127.0.0.1:6379}"
+}
+
+redis_up() { redis-cli -u "$REDIS_URL" ping 2>/dev/null | grep -q PONG; }
+
+temporal_up() { "$BIN/temporal" operator cluster health --address "$TEMPORAL_ADDRESS" 2>/dev/null | grep -q SERVING; }
+
+up() {
+  [ -x "$BIN/temporal" ] && [ -x "$BIN/worker" ] || die "run 'make build' first (make demo/up do it for you)"
+
+  if redis_up; then
+    say "Redis answers at $(redis_hostport)"
+  else
+    command -v redis-server >/dev/null || die "no Redis at $REDIS_URL and no redis-server to start"
+    local hp; hp=$(redis_hostport)
+    say "starting redis-server on ${hp##*:}"
+    start redis redis-server --bind 127.0.0.1 --port "${hp##*:}" --save "" --appendonly no
+    wait_for Redis 10 redis_up
+  fi
+
+  if temporal_up; then
+    say "Temporal answers at $TEMPORAL_ADDRESS (reusing it)"
+  else
+    say "starting the Temporal dev server at $TEMPORAL_ADDRESS, UI at $TEMPORAL_UI_URL"
+    # The new matcher with one partition makes task priority strict (DESIGN.md).
+    start temporal "$BIN/temporal" server start-dev \
+      --ip "${TEMPORAL_ADDRESS%%:*}" --port "${TEMPORAL_ADDRESS##*:}" --ui-port "${TEMPORAL_UI_URL##*:}" \
+      --db-filename "$RUN/temporal.db" --log-level error \
+      --search-attribute Channel=Keyword --search-attribute BatchID=Keyword --search-attribute Priority=Int \
+      --dynamic-config-value matching.useNewMatcher=true \
+      --dynamic-config-value matching.numTaskqueueReadPartitions=1 \
+      --dynamic-config-value matching.numTaskqueueWritePartitions=1
+    wait_for "Temporal dev server" 60 temporal_up
+  fi
+
+  say "starting the channel simulator at $PARITYSYNC_CHANNEL_URL"
+  OTASIM_STATIC_TOKENS=$(cat "$TOKEN_FILE") start otasim "$BIN/otasim" -addr "$SIM_ADDR"
+  wait_for simulator 10 curl -fsS "$PARITYSYNC_CHANNEL_URL/stats"
+
+  say "starting the worker (metrics at http://$PARITYSYNC_METRICS_ADDR/metrics)"
+  start worker "$BIN/worker"
+  wait_for worker 30 curl -fsS "http://$PARITYSYNC_METRICS_ADDR/healthz"
+}
+
+down() {
+  local name pid
+  for name in worker otasim temporal redis; do
+    [ -f "$RUN/$name.pid" ] || continue
+    pid=$(cat "$RUN/$name.pid")
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$RUN/$name.pid"
+  done
+  rm -f "$RUN/temporal.db"
+}
+
+sim_stats() {
+  local stats; stats=$(curl -fsS "$PARITYSYNC_CHANNEL_URL/stats")
+  if command -v jq >/dev/null; then
+    printf '%s' "$stats" | jq -r '
+      (["channel","requests","accepted","429s","5xx","duplicates","stale","max in 60 s","limit"] | @tsv),
+      (to_entries[] | [.key, .value.requests, .value.accepted, .value.throttled, .value.server_errors,
+        .value.duplicates, .value.stale_overwrites, .value.max_window_requests, .value.limit] | @tsv)' |
+      column -t -s $'\t'
+  else
+    printf '%s\n' "$stats"
+  fi
+}
+
+demo() {
+  local t0=$SECONDS
+  rm -f "$RUN/temporal.db"
+  trap down EXIT
+  up
+  say "writing a sample batch of $DEMO_MUTATIONS mutations"
+  "$BIN/starter" sample --mutations "$DEMO_MUTATIONS" --out "$RUN/sample.jsonl"
+  say "starting the batch and following it"
+  local rc=0
+  "$BIN/starter" batch start --file "$RUN/sample.jsonl" --wait || rc=$?
+  # 3 means some mutations were rejected or dead-lettered: the sample's invalid rows
+  # are rejected on purpose, so that is the expected ending of the demo.
+  [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || die "batch failed (exit $rc); see $RUN/worker.log"
+  say "what the simulated channels saw"
+  sim_stats
+  say "dead-letter queue"
+  "$BIN/starter" dlq list --count 5 | tail -n 6
+  say "done in $((SECONDS - t0))s; the UI was at $TEMPORAL_UI_URL (stopped with the stack; 'make up' keeps it running)"
+}
+
+case "${1:-}" in
+  up) up; say "stack is up: UI $TEMPORAL_UI_URL, simulator $PARITYSYNC_CHANNEL_URL; 'make down' stops it" ;;
+  down) down ;;
+  demo) demo ;;
+  *) echo "usage: $0 up|down|demo" >&2; exit 2 ;;
+esac
