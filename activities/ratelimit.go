@@ -12,7 +12,9 @@ import (
 type RateLimit struct {
 	// Limit is the requests allowed per window.
 	Limit int
-	// Remaining is the requests left in the current window.
+	// Remaining is the requests left in the current window, -1 when the channel
+	// did not say: the limiter then adapts to Limit alone instead of reading the
+	// silence as "nothing left" and pausing the channel.
 	Remaining int
 	// Reset is how long until the budget is restored.
 	Reset time.Duration
@@ -54,6 +56,9 @@ func ParseRateLimit(h http.Header, now time.Time) (RateLimit, bool) {
 		return RateLimit{}, false
 	}
 	rl.Limit, rl.Remaining = clampInt(limit), clampInt(remaining)
+	if !hasRemaining {
+		rl.Remaining = -1
+	}
 	if hasReset {
 		rl.Reset = resetDuration(reset, now)
 	}

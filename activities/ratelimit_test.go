@@ -23,6 +23,8 @@ func TestParseRateLimit(t *testing.T) {
 			activities.RateLimit{Limit: 90, Remaining: 0, Reset: 45 * time.Second}, true},
 		{"epoch milliseconds", map[string]string{"X-RateLimit-Remaining": "3", "X-RateLimit-Reset": strconv.FormatInt(now.Add(1500*time.Millisecond).UnixMilli(), 10)},
 			activities.RateLimit{Remaining: 3, Reset: 1500 * time.Millisecond}, true},
+		{"limit without remaining", map[string]string{"X-RateLimit-Limit": "90", "X-RateLimit-Reset": "60"},
+			activities.RateLimit{Limit: 90, Remaining: -1, Reset: time.Minute}, true},
 		{"epoch in the past", map[string]string{"X-RateLimit-Limit": "90", "X-RateLimit-Remaining": "90", "X-RateLimit-Reset": epoch(-time.Minute)},
 			activities.RateLimit{Limit: 90, Remaining: 90}, true},
 		{"fractional reset", map[string]string{"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": "0.5"},
