@@ -52,8 +52,13 @@ func (d Date) IsZero() bool { return d == Date{} }
 // String is the YYYY-MM-DD form.
 func (d Date) String() string { return fmt.Sprintf("%04d-%02d-%02d", d.Year, int(d.Month), d.Day) }
 
-// MarshalJSON writes "YYYY-MM-DD".
-func (d Date) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+// MarshalJSON writes "YYYY-MM-DD", or "" for the zero Date so that it reads back.
+func (d Date) MarshalJSON() ([]byte, error) {
+	if d.IsZero() {
+		return []byte(`""`), nil
+	}
+	return json.Marshal(d.String())
+}
 
 // UnmarshalJSON reads "YYYY-MM-DD".
 func (d *Date) UnmarshalJSON(b []byte) error {

@@ -94,7 +94,7 @@ func (b *batchSync) run(ctx workflow.Context) (models.BatchStatus, error) {
 		maxRunning = DefaultMaxRunningChildren
 	}
 	for {
-		long := workflow.GetInfo(ctx).GetCurrentHistoryLength() > historyLimit
+		long := historyFull(ctx)
 		for !long && len(b.running) < maxRunning && b.next < len(b.plan.Chunks) {
 			b.start(ctx, sel, b.plan.Chunks[b.next])
 			b.next++

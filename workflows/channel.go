@@ -110,7 +110,7 @@ func (s *channelSync) listen(ctx workflow.Context) {
 // take hands out the next request index, or false when the chunk is done or the
 // run's history is long enough to continue as new.
 func (s *channelSync) take(ctx workflow.Context) (int, bool) {
-	if workflow.GetInfo(ctx).GetCurrentHistoryLength() > historyLimit {
+	if historyFull(ctx) {
 		s.stopped = true
 	}
 	if s.stopped || len(s.queue) == 0 {

@@ -18,9 +18,9 @@ import (
 const (
 	DefaultMaxRunningChildren = 6
 	DefaultWindow             = 4
-	// historyLimit is where a run stops taking new work and continues as new,
-	// well under Temporal's 10,000-event guidance.
-	historyLimit = 4000
+	// MaxHistory is where a run stops taking new work and continues as new, well
+	// under Temporal's 10,000-event guidance.
+	MaxHistory = 4000
 )
 
 // acts is a nil receiver used only to name activity methods type-safely.
@@ -46,6 +46,13 @@ func withActivity(ctx workflow.Context, timeout time.Duration, priority int) wor
 		},
 		Priority: temporal.Priority{PriorityKey: priority},
 	})
+}
+
+// historyFull reports whether the run should stop taking new work and continue as
+// new: its history reached MaxHistory, or the server suggests it.
+func historyFull(ctx workflow.Context) bool {
+	info := workflow.GetInfo(ctx)
+	return info.GetCurrentHistoryLength() >= MaxHistory || info.GetContinueAsNewSuggested()
 }
 
 // withDefaults fills the zero fields of a retry policy.

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -9,7 +10,9 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"github.com/stretchr/testify/suite"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/models"
@@ -281,4 +284,61 @@ func TestBackoffIsFullJitterAndBounded(t *testing.T) {
 		require.Greater(t, len(seen), 40, "waits of attempt %d are spread, not lockstep", attempt)
 	}
 	require.Equal(t, Backoff(p, "x", 3), Backoff(p, "x", 3), "same key and attempt, same wait")
+}
+
+func (s *unitSuite) continuedInput(into any) {
+	err := s.env.GetWorkflowError()
+	var can *workflow.ContinueAsNewError
+	s.Require().True(errors.As(err, &can), "want continue-as-new, got %v", err)
+	s.Require().NoError(converter.GetDefaultDataConverter().FromPayloads(can.Input, into))
+}
+
+func (s *unitSuite) TestChannelSyncContinuesAsNewWithItsProgress() {
+	calls := 0
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+		func(context.Context, models.PushInput) (models.PushResult, error) {
+			if calls++; calls == 6 {
+				s.env.SetCurrentHistoryLength(MaxHistory)
+			}
+			return models.PushResult{Committed: 2}, nil
+		})
+
+	s.env.ExecuteWorkflow(ChannelSync, models.ChannelSyncInput{BatchID: "b1", Chunk: chunk("agoda", 3, 0, 20, 40), Window: 2})
+
+	var next models.ChannelSyncInput
+	s.continuedInput(&next)
+	s.NotEmpty(next.Remaining)
+	s.Less(len(next.Remaining), 20)
+	s.Equal(2*(20-len(next.Remaining)), next.Counts.Committed, "progress carried into the next run")
+	s.Equal(next.Remaining[0], 20-len(next.Remaining), "the next run starts where this one stopped")
+}
+
+func (s *unitSuite) TestBatchSyncContinuesAsNewWithItsPlan() {
+	var chunks []models.Chunk
+	for n := range 12 {
+		chunks = append(chunks, chunk("expedia", 3, n, 1, 1))
+	}
+	plan := models.BatchPlan{BatchID: "b1", Mutations: 12, Chunks: chunks,
+		Decided: []models.ChannelCounts{{Channel: "expedia", Total: 12}}}
+	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
+	calls := 0
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+		func(context.Context, models.PushInput) (models.PushResult, error) {
+			if calls++; calls == 5 {
+				s.env.SetContinueAsNewSuggested(true)
+			}
+			return models.PushResult{Committed: 1}, nil
+		})
+
+	s.env.ExecuteWorkflow(BatchSync, models.BatchSyncInput{BatchID: "b1", Mutations: []models.Mutation{{ID: "m1"}},
+		MaxRunningChildren: 2})
+
+	var next models.BatchSyncInput
+	s.continuedInput(&next)
+	s.Require().NotNil(next.Carry)
+	s.Empty(next.Mutations, "the continuation does not carry the batch again")
+	s.Greater(next.Carry.Next, 0)
+	s.Less(next.Carry.Next, 12)
+	s.Len(next.Carry.Results, next.Carry.Next, "every started chunk finished before continuing")
+	s.Equal(plan.Chunks, next.Carry.Plan.Chunks)
 }
