@@ -99,6 +99,20 @@ func (d *deps) uiLink(workflowID string) string {
 		url.PathEscape(d.settings.TemporalNamespace), url.PathEscape(workflowID))
 }
 
+// selectChannels is every configured channel, or just the named one.
+func (d *deps) selectChannels(name string) ([]string, error) {
+	var slugs []string
+	for _, c := range d.channels {
+		if name == "" || c.Slug == name {
+			slugs = append(slugs, c.Slug)
+		}
+	}
+	if len(slugs) == 0 {
+		return nil, fmt.Errorf("channel %q is not configured", name)
+	}
+	return slugs, nil
+}
+
 func (d *deps) hasChannel(slug string) bool {
 	for _, c := range d.channels {
 		if c.Slug == slug {

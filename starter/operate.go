@@ -105,14 +105,9 @@ func dlqList(args []string, out io.Writer, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	var slugs []string
-	for _, c := range d.channels {
-		if *channel == "" || c.Slug == *channel {
-			slugs = append(slugs, c.Slug)
-		}
-	}
-	if len(slugs) == 0 {
-		return fmt.Errorf("channel %q is not configured", *channel)
+	slugs, err := d.selectChannels(*channel)
+	if err != nil {
+		return err
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "channel\tid\tat\tbatch\tproperty\tfamily\tlines\treason\tstatus\tmessage")
@@ -144,6 +139,10 @@ func quota(args []string, out io.Writer, getenv func(string) string) error {
 		return err
 	}
 	defer d.close()
+	slugs, err := d.selectChannels(*channel)
+	if err != nil {
+		return err
+	}
 	ctx := context.Background()
 	lim, err := d.limiter(ctx)
 	if err != nil {
@@ -151,11 +150,8 @@ func quota(args []string, out io.Writer, getenv func(string) string) error {
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "channel\tdaily used\tlimit\ttier\tresets in\tpaused\tback-off\tadaptive rate/min\tbuckets")
-	for _, c := range d.channels {
-		if *channel != "" && c.Slug != *channel {
-			continue
-		}
-		s, err := lim.Status(ctx, c.Slug)
+	for _, slug := range slugs {
+		s, err := lim.Status(ctx, slug)
 		if err != nil {
 			return err
 		}
@@ -163,7 +159,7 @@ func quota(args []string, out io.Writer, getenv func(string) string) error {
 		for _, f := range s.Families {
 			buckets = append(buckets, fmt.Sprintf("%s %.1f/%d @%.0f/min", f.Family, f.Tokens, f.Burst, f.RatePerMinute))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%.1f\t%s\n", c.Slug, s.DailyUsed, s.DailyLimit, s.Tier,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%.1f\t%s\n", slug, s.DailyUsed, s.DailyLimit, s.Tier,
 			s.QuotaResetsIn.Round(1e9), s.PausedReason, s.PausedFor.Round(1e6), s.AdaptiveRate, strings.Join(buckets, ", "))
 	}
 	return tw.Flush()
