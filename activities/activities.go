@@ -271,8 +271,9 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 	d, err := a.Limiter.Acquire(ctx, limiter.Request{Channel: req.Channel, Family: req.Family,
 		Property: req.PropertyID, Priority: req.Priority, Cost: cfg.Cost(req)})
 	if err != nil {
-		// Fail closed: no token, no call; Temporal retries the activity.
-		return models.PushResult{}, fmt.Errorf("acquire %s: %w", req.Channel, err)
+		// Fail closed: no token, no call; Temporal retries the activity. The
+		// limiter's error already names the channel.
+		return models.PushResult{}, err
 	}
 	if !d.Allowed {
 		a.Metrics.deny(req.Channel, string(d.Tier))
@@ -366,6 +367,10 @@ func (a *Activities) RecordDeadLetter(ctx context.Context, in models.DeadLetterI
 		in.Index = i
 		res, err := a.park(ctx, in)
 		if errors.Is(err, ErrBatchNotFound) {
+			if i == 0 {
+				// The chunk outlived BatchTTL: nothing is left to park.
+				activity.GetLogger(ctx).Error("chunk expired before it could be parked", "chunk", in.ChunkKey, "batch", in.BatchID)
+			}
 			return total, nil
 		}
 		if err != nil {
@@ -392,9 +397,11 @@ func (a *Activities) park(ctx context.Context, in models.DeadLetterInput) (model
 	if err != nil {
 		return models.DeadLetterResult{}, err
 	}
-	if id != "" {
-		a.Metrics.park(req.Channel, in.Reason, len(req.Refs))
+	if id == "" {
+		activity.GetLogger(ctx).Debug("already dead-lettered", "channel", req.Channel, "batch", in.BatchID, "request", in.Index)
+		return models.DeadLetterResult{Updates: len(req.Refs)}, nil
 	}
+	a.Metrics.park(req.Channel, in.Reason, len(req.Refs))
 	activity.GetLogger(ctx).Warn("dead-lettered", "channel", req.Channel, "batch", in.BatchID,
 		"reason", in.Reason, "status", in.Status, "updates", len(req.Refs))
 	return models.DeadLetterResult{Updates: len(req.Refs), EntryID: id}, nil

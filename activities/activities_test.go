@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -684,6 +685,47 @@ func TestPushRequestWrongTokenIsAuthExpired(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "not-the-token") {
 		t.Errorf("error %q leaks the token", err)
+	}
+}
+
+// rotatingToken hands out a stale token until it is refreshed.
+type rotatingToken struct {
+	mu        sync.Mutex
+	token     string
+	refreshed int
+}
+
+func (r *rotatingToken) Token(context.Context) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.token, nil
+}
+
+func (r *rotatingToken) Refresh(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.token = testToken
+	r.refreshed++
+	return nil
+}
+
+func TestPushRequestRefreshesCredentialWhenAsked(t *testing.T) {
+	tokens := &rotatingToken{token: "expired-token"}
+	e := newActivityEnv(t, envOptions{tokens: tokens})
+	chunk := e.preparedChunk("b-refresh", e.mutation("r-1", 3, 1, withRate("80.00")))
+
+	_, err := e.push(models.PushInput{BatchID: "b-refresh", ChunkKey: chunk.Key})
+	failureOf(t, err, ErrAuthExpired)
+	if tokens.refreshed != 0 {
+		t.Fatalf("refreshed %d times before being asked", tokens.refreshed)
+	}
+
+	res, err := e.push(models.PushInput{BatchID: "b-refresh", ChunkKey: chunk.Key, RefreshCredential: true})
+	if err != nil {
+		t.Fatalf("push after refresh: %v", err)
+	}
+	if tokens.refreshed != 1 || res.Committed != 1 {
+		t.Errorf("refreshed %d times, committed %d; want 1 and 1", tokens.refreshed, res.Committed)
 	}
 }
 
