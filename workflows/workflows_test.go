@@ -294,14 +294,9 @@ func (s *unitSuite) continuedInput(into any) {
 }
 
 func (s *unitSuite) TestChannelSyncContinuesAsNewWithItsProgress() {
-	calls := 0
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
-		func(context.Context, models.PushInput) (models.PushResult, error) {
-			if calls++; calls == 6 {
-				s.env.SetCurrentHistoryLength(MaxHistory)
-			}
-			return models.PushResult{Committed: 2}, nil
-		})
+	// Each push takes 10 s of workflow time; the history fills up at 35 s.
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 2}, nil).After(10 * time.Second)
+	s.env.RegisterDelayedCallback(func() { s.env.SetCurrentHistoryLength(MaxHistory) }, 35*time.Second)
 
 	s.env.ExecuteWorkflow(ChannelSync, models.ChannelSyncInput{BatchID: "b1", Chunk: chunk("agoda", 3, 0, 20, 40), Window: 2})
 
@@ -321,14 +316,8 @@ func (s *unitSuite) TestBatchSyncContinuesAsNewWithItsPlan() {
 	plan := models.BatchPlan{BatchID: "b1", Mutations: 12, Chunks: chunks,
 		Decided: []models.ChannelCounts{{Channel: "expedia", Total: 12}}}
 	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
-	calls := 0
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
-		func(context.Context, models.PushInput) (models.PushResult, error) {
-			if calls++; calls == 5 {
-				s.env.SetContinueAsNewSuggested(true)
-			}
-			return models.PushResult{Committed: 1}, nil
-		})
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 1}, nil).After(10 * time.Second)
+	s.env.RegisterDelayedCallback(func() { s.env.SetContinueAsNewSuggested(true) }, 25*time.Second)
 
 	s.env.ExecuteWorkflow(BatchSync, models.BatchSyncInput{BatchID: "b1", Mutations: []models.Mutation{{ID: "m1"}},
 		MaxRunningChildren: 2})
