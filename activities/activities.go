@@ -131,6 +131,9 @@ func (a *Activities) PrepareBatch(ctx context.Context, in models.BatchSyncInput)
 	}
 
 	co := models.Coalesce(fresh, a.Channels)
+	for i := range co.Requests {
+		co.Requests[i].KeySalt = in.ResendSalt
+	}
 	for _, s := range co.Superseded {
 		c := counts(s.Channel)
 		c.Total++

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -182,11 +184,17 @@ func (s *Store) Ledger(ctx context.Context, c models.Cell, f models.Family) (Led
 	if len(m) == 0 {
 		return e, false, nil
 	}
+	return ledgerEntry(m), true, nil
+}
+
+// ledgerEntry decodes a ledger hash written by Commit.
+func ledgerEntry(m map[string]string) LedgerEntry {
+	var e LedgerEntry
 	e.Version, _ = strconv.ParseInt(m["v"], 10, 64)
 	_ = json.Unmarshal([]byte(m["values"]), &e.Values)
 	e.ConfirmationID = m["conf"]
 	e.CommittedAt, _ = time.Parse(time.RFC3339Nano, m["at"])
-	return e, true, nil
+	return e
 }
 
 // commitScript records a committed version per cell unless a newer one is already
@@ -306,4 +314,66 @@ func (s *Store) DeadLetters(ctx context.Context, channel string, count int64) ([
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// LedgerCell is one ledger entry with the cell and family it is for.
+type LedgerCell struct {
+	Cell   models.Cell
+	Family models.Family
+	Entry  LedgerEntry
+}
+
+// LedgerCells reads every ledger entry of a channel whose night lies in [from, to],
+// sorted by property, room type, rate plan, night and family.
+func (s *Store) LedgerCells(ctx context.Context, channel string, from, to models.Date) ([]LedgerCell, error) {
+	prefix := s.prefix + "ledger:{" + channel + "}:"
+	var keys []string
+	var cells []LedgerCell
+	iter := s.rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		key := iter.Val()
+		parts := strings.Split(strings.TrimPrefix(key, prefix), ":")
+		if len(parts) != 5 {
+			continue
+		}
+		night, err := models.ParseDate(parts[3])
+		if err != nil || night.Before(from) || night.After(to) {
+			continue
+		}
+		keys = append(keys, key)
+		cells = append(cells, LedgerCell{Family: models.Family(parts[4]), Cell: models.Cell{Channel: channel,
+			PropertyID: parts[0], RoomTypeCode: parts[1], RatePlanCode: parts[2], StayDate: night}})
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("scan ledger of %s: %w", channel, err)
+	}
+	cmds := make([]*redis.MapStringStringCmd, len(keys))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.HGetAll(ctx, k)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read ledger of %s: %w", channel, err)
+	}
+	for i, cmd := range cmds {
+		cells[i].Entry = ledgerEntry(cmd.Val())
+	}
+	sort.Slice(cells, func(i, j int) bool {
+		a, b := cells[i], cells[j]
+		if a.Cell.PropertyID != b.Cell.PropertyID {
+			return a.Cell.PropertyID < b.Cell.PropertyID
+		}
+		if a.Cell.RoomTypeCode != b.Cell.RoomTypeCode {
+			return a.Cell.RoomTypeCode < b.Cell.RoomTypeCode
+		}
+		if a.Cell.RatePlanCode != b.Cell.RatePlanCode {
+			return a.Cell.RatePlanCode < b.Cell.RatePlanCode
+		}
+		if a.Cell.StayDate != b.Cell.StayDate {
+			return a.Cell.StayDate.Before(b.Cell.StayDate)
+		}
+		return a.Family < b.Family
+	})
+	return cells, nil
 }

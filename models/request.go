@@ -15,6 +15,10 @@ type ChannelRequest struct {
 	Priority   int           `json:"priority"`
 	Lines      []ARILine     `json:"lines"`
 	Refs       []MutationRef `json:"refs"`
+	// KeySalt, when set, is mixed into the idempotency key. A deliberate re-send of
+	// content the channel already acknowledged (a reconciliation repair) needs a new
+	// key, or the channel would replay its first answer instead of applying it.
+	KeySalt string `json:"key_salt,omitempty"`
 }
 
 // MutationRef ties a mutation (the part of it in this request's family) to the line
@@ -35,14 +39,16 @@ func (r ChannelRequest) Body() ARIRequest {
 	return ARIRequest{PropertyID: r.PropertyID, Family: r.Family, Lines: r.Lines}
 }
 
-// IdempotencyKey is the SHA-256 hex of the request's canonical content: channel and
-// wire body. encoding/json writes struct fields in declaration order and decimals as
-// their exact string, so the key is the same in every process and Go version.
+// IdempotencyKey is the SHA-256 hex of the request's canonical content: channel,
+// wire body and KeySalt when set. encoding/json writes struct fields in declaration
+// order and decimals as their exact string, so the key is the same in every process
+// and Go version.
 func (r ChannelRequest) IdempotencyKey() string {
 	body, err := json.Marshal(struct {
 		Channel string     `json:"channel"`
 		Body    ARIRequest `json:"body"`
-	}{r.Channel, r.Body()})
+		Salt    string     `json:"salt,omitempty"`
+	}{r.Channel, r.Body(), r.KeySalt})
 	if err != nil {
 		// Only unsupported types fail to marshal, and the body has none.
 		panic("models: marshal channel request: " + err.Error())

@@ -30,13 +30,14 @@ func TestIdempotencyKeyIsStable(t *testing.T) {
 func TestIdempotencyKeyFollowsContent(t *testing.T) {
 	base := fixedRequest().IdempotencyKey()
 	changes := map[string]func(*ChannelRequest){
-		"channel":    func(r *ChannelRequest) { r.Channel = "expedia" },
-		"property":   func(r *ChannelRequest) { r.PropertyID = "prop_0a1b2c3e" },
-		"family":     func(r *ChannelRequest) { r.Family = FamilyAvailability },
-		"amount":     func(r *ChannelRequest) { r.Lines[0].Amount = dec("129.91") },
-		"date range": func(r *ChannelRequest) { r.Lines[0].To = day("2027-01-08") },
-		"version":    func(r *ChannelRequest) { r.Lines[1].Version = 5 },
-		"line order": func(r *ChannelRequest) { r.Lines[0], r.Lines[1] = r.Lines[1], r.Lines[0] },
+		"channel":     func(r *ChannelRequest) { r.Channel = "expedia" },
+		"property":    func(r *ChannelRequest) { r.PropertyID = "prop_0a1b2c3e" },
+		"family":      func(r *ChannelRequest) { r.Family = FamilyAvailability },
+		"amount":      func(r *ChannelRequest) { r.Lines[0].Amount = dec("129.91") },
+		"date range":  func(r *ChannelRequest) { r.Lines[0].To = day("2027-01-08") },
+		"version":     func(r *ChannelRequest) { r.Lines[1].Version = 5 },
+		"line order":  func(r *ChannelRequest) { r.Lines[0], r.Lines[1] = r.Lines[1], r.Lines[0] },
+		"resend salt": func(r *ChannelRequest) { r.KeySalt = "run-2" },
 	}
 	for name, change := range changes {
 		r := fixedRequest()

@@ -65,6 +65,9 @@ type BatchSyncInput struct {
 	// Window is how many requests each ChannelSync keeps in flight.
 	Window int         `json:"window,omitempty"`
 	Retry  RetryPolicy `json:"retry"`
+	// ResendSalt marks a deliberate re-send (reconciliation): it becomes every
+	// request's KeySalt so the channel applies content it acknowledged before.
+	ResendSalt string `json:"resend_salt,omitempty"`
 	// Carry is the state handed to the next run on continue-as-new.
 	Carry *BatchCarry `json:"carry,omitempty"`
 }
@@ -249,3 +252,44 @@ const (
 
 // WholeChunk as a DeadLetterInput.Index parks every request of the chunk.
 const WholeChunk = -1
+
+// ReconcileWorkflowID is the workflow id of the reconciliation of one day.
+func ReconcileWorkflowID(day Date) string { return "reconcile/" + day.String() }
+
+// ReconcileInput asks for the channels' state to be read back and compared with
+// the ledger for the next HorizonDays nights.
+type ReconcileInput struct {
+	Channels    []string `json:"channels"`
+	HorizonDays int      `json:"horizon_days,omitempty"`
+}
+
+// DefaultReconcileHorizon is how many nights ahead reconciliation checks by default.
+const DefaultReconcileHorizon = 30
+
+// DiffInput asks DiffChannel to compare one channel with the ledger over [From, To]
+// and to store what must be re-sent as batch BatchID.
+type DiffInput struct {
+	Channel string `json:"channel"`
+	From    Date   `json:"from"`
+	To      Date   `json:"to"`
+	BatchID string `json:"batch_id"`
+}
+
+// ChannelDrift is what reconciliation found on one channel.
+type ChannelDrift struct {
+	Channel string `json:"channel"`
+	// Checked counts ledger cells (per family) compared with the channel.
+	Checked int `json:"checked"`
+	// Drifted counts cells whose channel values differ from the ledger's.
+	Drifted int `json:"drifted"`
+	// PayloadKey holds the repair mutations when Drifted > 0.
+	PayloadKey string `json:"payload_key,omitempty"`
+	// Repair is the repair batch's outcome.
+	Repair *BatchStatus `json:"repair,omitempty"`
+}
+
+// ReconcileResult is Reconcile's answer.
+type ReconcileResult struct {
+	Day      Date           `json:"day"`
+	Channels []ChannelDrift `json:"channels"`
+}

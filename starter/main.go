@@ -8,6 +8,8 @@
 //	starter channel resume NAME
 //	starter dlq list [--channel C] [--count N]
 //	starter quota [--channel C]
+//	starter reconcile run [--channel C] [--horizon-days N] [--wait]
+//	starter reconcile schedule [--cron "0 3 * * *"] [--horizon-days N]
 //	starter sample --mutations N [--out F]
 package main
 
@@ -42,6 +44,8 @@ const usage = `usage:
   starter channel resume NAME                       resume it
   starter dlq list [--channel C] [--count N]        read the dead-letter queue
   starter quota [--channel C]                       limiter and daily quota state
+  starter reconcile run [--channel C] [--wait]      read channels back, re-send what drifted
+  starter reconcile schedule [--cron "0 3 * * *"]   run that nightly (a Temporal Schedule)
   starter sample --mutations N [--out F]            write a realistic sample batch
 configuration comes from the environment (REDIS_URL, TEMPORAL_ADDRESS, ...; see README)`
 
@@ -84,6 +88,8 @@ func dispatch(args []string, out io.Writer, getenv func(string) string) error {
 		return channelPause(sub == "pause", rest[1:], out, getenv)
 	case cmd == "dlq" && sub == "list":
 		return dlqList(rest[1:], out, getenv)
+	case cmd == "reconcile" && (sub == "run" || sub == "schedule"):
+		return reconcile(sub == "schedule", rest[1:], out, getenv)
 	case cmd == "quota":
 		return quota(rest, out, getenv)
 	case cmd == "sample":

@@ -223,30 +223,83 @@ func TestEndToEnd(t *testing.T) {
 		}
 		require.Positive(t, throttled, "the simulator answered 429 during the storm")
 	})
+
+	t.Run("silent drift: reconciliation finds it and repairs it", func(t *testing.T) {
+		// agoda acknowledges these new prices without applying them.
+		var drifting []models.Mutation
+		for _, m := range ms {
+			if m.Channel == "agoda" && m.Amount != nil && len(v.Validate(m)) == 0 && len(drifting) < 20 {
+				a := m.Amount.Add(decimal.New(2, 0))
+				m.Amount, m.Version = &a, m.Version+2
+				drifting = append(drifting, m)
+			}
+		}
+		require.NoError(t, s.sim.SetFaults(sim.Faults{Channels: []string{"agoda"}, DriftRatio: 1}))
+		st := s.runBatch(t, "e2e-drift-"+uuid.NewString()[:8], drifting)
+		require.Equal(t, len(drifting), st.Totals().Committed, "the channel said yes to every line")
+		require.NoError(t, s.sim.SetFaults(sim.Faults{}))
+
+		channels := []string{"agoda", "booking_com", "expedia"}
+		reconcileID := "reconcile/e2e-" + uuid.NewString()[:8]
+		res := s.reconcile(t, reconcileID, channels)
+		t.Logf("reconcile: %+v", res.Channels)
+		require.Len(t, res.Channels, 3)
+		require.Equal(t, len(drifting), res.Channels[0].Drifted, "every dropped night is found")
+		require.NotNil(t, res.Channels[0].Repair)
+		require.Equal(t, len(drifting), res.Channels[0].Repair.Totals().Committed)
+		for _, c := range res.Channels[1:] {
+			require.Positive(t, c.Checked)
+			require.Zero(t, c.Drifted, "%s holds what the ledger says", c.Channel)
+		}
+
+		again := s.reconcile(t, "reconcile/e2e-again-"+uuid.NewString()[:8], channels)
+		for _, c := range again.Channels {
+			require.Zero(t, c.Drifted, "%s still drifts after the repair", c.Channel)
+		}
+		if recording() {
+			writeHistory(t, s.tc, reconcileID, "reconcile.json")
+		}
+	})
 }
 
-// recordHistories writes the histories of a real batch to workflows/testdata for
-// the replay tests when PARITYSYNC_RECORD_HISTORY is set.
+func (s *e2eStack) reconcile(t *testing.T, id string, channels []string) models.ReconcileResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	run, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: s.queue},
+		workflows.Reconcile, models.ReconcileInput{Channels: channels, HorizonDays: 30})
+	require.NoError(t, err)
+	var res models.ReconcileResult
+	require.NoError(t, run.Get(ctx, &res), id)
+	return res
+}
+
+// recording reports whether the end-to-end run should write the histories of its
+// workflows to workflows/testdata for the replay tests (PARITYSYNC_RECORD_HISTORY=1).
+func recording() bool { return os.Getenv("PARITYSYNC_RECORD_HISTORY") != "" }
+
+// recordHistories writes a real batch's history and one of its children's.
 func recordHistories(t *testing.T, tc client.Client, batchID string) {
-	if os.Getenv("PARITYSYNC_RECORD_HISTORY") == "" {
+	if !recording() {
 		return
 	}
-	ctx := context.Background()
-	write := func(wfID, name string) {
-		var h historypb.History
-		iter := tc.GetWorkflowHistory(ctx, wfID, "", false, 0)
-		for iter.HasNext() {
-			e, err := iter.Next()
-			require.NoError(t, err)
-			h.Events = append(h.Events, e)
-		}
-		b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join("..", "workflows", "testdata", name), b, 0o644))
-	}
-	write(models.BatchWorkflowID(batchID), "batchsync.json")
-	resp, err := tc.ListWorkflow(ctx, listChildren(batchID))
+	writeHistory(t, tc, models.BatchWorkflowID(batchID), "batchsync.json")
+	resp, err := tc.ListWorkflow(context.Background(), listChildren(batchID))
 	require.NoError(t, err)
 	require.NotEmpty(t, resp.Executions)
-	write(resp.Executions[0].Execution.WorkflowId, "channelsync.json")
+	writeHistory(t, tc, resp.Executions[0].Execution.WorkflowId, "channelsync.json")
+}
+
+func writeHistory(t *testing.T, tc client.Client, wfID, name string) {
+	t.Helper()
+	var h historypb.History
+	iter := tc.GetWorkflowHistory(context.Background(), wfID, "", false, 0)
+	for iter.HasNext() {
+		e, err := iter.Next()
+		require.NoError(t, err)
+		h.Events = append(h.Events, e)
+	}
+	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join("..", "workflows", "testdata", name), b, 0o644))
 }

@@ -18,6 +18,7 @@ func TestReplay(t *testing.T) {
 	}{
 		{"batchsync.json", BatchSync},
 		{"channelsync.json", ChannelSync},
+		{"reconcile.json", Reconcile},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

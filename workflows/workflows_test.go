@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -330,4 +331,30 @@ func (s *unitSuite) TestBatchSyncContinuesAsNewWithItsPlan() {
 	s.Less(next.Carry.Next, 12)
 	s.Len(next.Carry.Results, next.Carry.Next, "every started chunk finished before continuing")
 	s.Equal(plan.Chunks, next.Carry.Plan.Chunks)
+}
+
+func (s *unitSuite) TestReconcileRepairsOnlyDriftedChannels() {
+	s.env.OnActivity(acts.DiffChannel, mock.Anything, mock.MatchedBy(func(in models.DiffInput) bool { return in.Channel == "agoda" })).
+		Return(models.ChannelDrift{Channel: "agoda", Checked: 40}, nil).Once()
+	s.env.OnActivity(acts.DiffChannel, mock.Anything, mock.MatchedBy(func(in models.DiffInput) bool {
+		return in.Channel == "expedia" && in.To.DaysSince(in.From) == 6
+	})).Return(models.ChannelDrift{Channel: "expedia", Checked: 40, Drifted: 3, PayloadKey: "k"}, nil).Once()
+	s.env.OnWorkflow(BatchSync, mock.Anything, mock.MatchedBy(func(in models.BatchSyncInput) bool {
+		return in.PayloadKey == "k" && strings.HasPrefix(in.BatchID, "reconcile-") && strings.HasSuffix(in.BatchID, "-expedia")
+	})).Return(models.BatchStatus{Done: true, Channels: []models.ChannelCounts{{Channel: "expedia", Total: 3, Committed: 3}}}, nil).Once()
+
+	s.env.ExecuteWorkflow(Reconcile, models.ReconcileInput{Channels: []string{"agoda", "expedia"}, HorizonDays: 7})
+
+	s.Require().NoError(s.env.GetWorkflowError())
+	var res models.ReconcileResult
+	s.Require().NoError(s.env.GetWorkflowResult(&res))
+	s.Require().Len(res.Channels, 2)
+	s.Nil(res.Channels[0].Repair, "no drift, no repair batch")
+	s.Require().NotNil(res.Channels[1].Repair)
+	s.Equal(3, res.Channels[1].Repair.Totals().Committed)
+}
+
+func (s *unitSuite) TestReconcileWithoutChannelsFails() {
+	s.env.ExecuteWorkflow(Reconcile, models.ReconcileInput{})
+	s.Error(s.env.GetWorkflowError())
 }

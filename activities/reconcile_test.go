@@ -1,0 +1,110 @@
+package activities
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sim"
+)
+
+func TestDiffChannelFindsDriftAndStoresRepairs(t *testing.T) {
+	e := newActivityEnv(t, envOptions{})
+	for i, m := range []models.Mutation{
+		e.mutation("d-1", 3, 4, withRate("80.00")),
+		e.mutation("d-2", 4, 4, func(m *models.Mutation) { m.Inventory = ptr(0) }),
+	} {
+		batch := fmt.Sprintf("b-applied-%d", i)
+		c := e.preparedChunk(batch, m)
+		if _, err := e.push(models.PushInput{BatchID: batch, ChunkKey: c.Key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The channel answers 200 but applies nothing: only reading it back shows it.
+	if err := e.sim.SetFaults(sim.Faults{DriftRatio: 1}); err != nil {
+		t.Fatal(err)
+	}
+	lost := e.preparedChunk("b-lost", e.mutation("d-3", 6, 5, withRate("95.50")))
+	if res, err := e.push(models.PushInput{BatchID: "b-lost", ChunkKey: lost.Key}); err != nil || res.Committed != 1 {
+		t.Fatalf("push under drift: %+v, %v", res, err)
+	}
+	if err := e.sim.SetFaults(sim.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+
+	v, err := e.exec(e.acts.DiffChannel, models.DiffInput{Channel: testChannel, From: e.today, To: e.today.AddDays(29), BatchID: "rc-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drift models.ChannelDrift
+	if err := v.Get(&drift); err != nil {
+		t.Fatal(err)
+	}
+	if drift.Checked != 3 || drift.Drifted != 1 || drift.PayloadKey == "" {
+		t.Fatalf("drift %+v, want 3 checked, 1 drifted, a payload", drift)
+	}
+	ms, err := e.store.LoadBatch(t.Context(), drift.PayloadKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 1 {
+		t.Fatalf("%d repair mutations, want 1", len(ms))
+	}
+	m := ms[0]
+	if m.StayDate != e.today.AddDays(6) || m.Amount == nil || m.Amount.String() != "95.5" || m.Currency != "EUR" ||
+		m.Version != 5 || !m.FullSync || m.Inventory != nil {
+		t.Errorf("repair %+v does not restore the committed rate at its version", m)
+	}
+	m.ApplyDefaults(nil)
+	if m.Priority != models.PriorityBulk {
+		t.Errorf("a repaired rate is bulk work, got priority %d", m.Priority)
+	}
+}
+
+func TestDiffChannelOutsideTheWindowIsNotChecked(t *testing.T) {
+	e := newActivityEnv(t, envOptions{})
+	c := e.preparedChunk("b-far", e.mutation("f-1", 40, 1, withRate("70.00")))
+	if _, err := e.push(models.PushInput{BatchID: "b-far", ChunkKey: c.Key}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := e.exec(e.acts.DiffChannel, models.DiffInput{Channel: testChannel, From: e.today, To: e.today.AddDays(29), BatchID: "rc-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drift models.ChannelDrift
+	if err := v.Get(&drift); err != nil {
+		t.Fatal(err)
+	}
+	if drift.Checked != 0 || drift.Drifted != 0 || drift.PayloadKey != "" {
+		t.Errorf("drift %+v, want nothing checked", drift)
+	}
+}
+
+func TestHoldsComparesOnlyWhatTheLedgerSet(t *testing.T) {
+	line := models.ARILine{StopSell: ptr(true)}
+	if !holds(models.FamilyRestrictions, line, models.ARICell{StopSell: ptr(true), MinLOS: ptr(3)}) {
+		t.Error("a restriction the ledger never set must not count as drift")
+	}
+	if holds(models.FamilyRestrictions, line, models.ARICell{}) {
+		t.Error("a stop-sell the channel lost is drift")
+	}
+	if holds(models.FamilyRates, models.ARILine{Amount: decimalPtr("80.00"), Currency: "EUR"}, models.ARICell{Amount: decimalPtr("80"), Currency: "USD"}) {
+		t.Error("a currency change is drift")
+	}
+	if !holds(models.FamilyRates, models.ARILine{Amount: decimalPtr("80.00"), Currency: "EUR"}, models.ARICell{Amount: decimalPtr("80"), Currency: "EUR"}) {
+		t.Error("80.00 and 80 are the same price")
+	}
+}
+
+func TestPrepareBatchResendSaltChangesEveryKey(t *testing.T) {
+	e := newActivityEnv(t, envOptions{})
+	m := e.mutation("s-1", 2, 1, withRate("100.00"))
+	plain := e.chunkRequests(e.prepare(models.BatchSyncInput{BatchID: "b-plain", Mutations: []models.Mutation{m}}).Chunks[0])
+	resent := e.chunkRequests(e.prepare(models.BatchSyncInput{BatchID: "b-resend", Mutations: []models.Mutation{m}, ResendSalt: "run-1"}).Chunks[0])
+	if len(plain) != 1 || len(resent) != 1 {
+		t.Fatalf("want one request each, got %d and %d", len(plain), len(resent))
+	}
+	if resent[0].KeySalt != "run-1" || plain[0].IdempotencyKey() == resent[0].IdempotencyKey() {
+		t.Errorf("a re-send must carry a new idempotency key: salt %q", resent[0].KeySalt)
+	}
+}
