@@ -79,7 +79,8 @@ func reconcile(schedule bool, args []string, out io.Writer, getenv func(string) 
 // scheduleReconcile creates the nightly schedule, or updates it when it exists.
 func scheduleReconcile(ctx context.Context, tc client.Client, d *deps, in models.ReconcileInput, cron string, out io.Writer) error {
 	action := &client.ScheduleWorkflowAction{
-		ID: "reconcile", Workflow: workflows.Reconcile, Args: []any{in}, TaskQueue: d.settings.TaskQueue,
+		// Scheduled runs are named reconcile/nightly-<time>.
+		ID: "reconcile/nightly", Workflow: workflows.Reconcile, Args: []any{in}, TaskQueue: d.settings.TaskQueue,
 	}
 	spec := client.ScheduleSpec{CronExpressions: []string{cron}}
 	_, err := tc.ScheduleClient().Create(ctx, client.ScheduleOptions{ID: reconcileScheduleID, Spec: spec, Action: action})
