@@ -293,3 +293,49 @@ type ReconcileResult struct {
 	Day      Date           `json:"day"`
 	Channels []ChannelDrift `json:"channels"`
 }
+
+// SmootherWorkflowID is the workflow id of a channel's burst smoother.
+func SmootherWorkflowID(channel string) string { return "smoother/" + channel }
+
+// UpdateSubmit is the update a PMS sends mutations to a burst smoother with; the
+// smoother answers at once whether it took them.
+const UpdateSubmit = "submit"
+
+// SmootherInput configures a channel's burst smoother; zero fields take defaults.
+type SmootherInput struct {
+	Channel string `json:"channel"`
+	// Debounce is how long the smoother waits for the burst to end: it flushes
+	// once no mutation arrived for this long, or when MaxBatch are waiting.
+	Debounce time.Duration `json:"debounce,omitempty"`
+	// MaxBatch is the most mutations one flushed batch carries (at most
+	// MaxInlineMutations, so the batch travels inline).
+	MaxBatch int `json:"max_batch,omitempty"`
+	// MaxPending is the admission limit: a submit that would take the waiting
+	// mutations past it is refused, and the PMS retries later.
+	MaxPending int `json:"max_pending,omitempty"`
+	// Pending and Flushed carry the state across continue-as-new.
+	Pending []Mutation `json:"pending,omitempty"`
+	Flushed int        `json:"flushed,omitempty"`
+}
+
+// Smoother defaults.
+const (
+	DefaultDebounce   = 2 * time.Second
+	DefaultMaxPending = 5000
+)
+
+// SubmitResult is the smoother's answer to a submit.
+type SubmitResult struct {
+	Accepted int `json:"accepted"`
+	Pending  int `json:"pending"`
+}
+
+// SmootherStatus answers the smoother's status query.
+type SmootherStatus struct {
+	Channel   string `json:"channel"`
+	Pending   int    `json:"pending"`
+	Flushed   int    `json:"flushed"`
+	LastBatch string `json:"last_batch,omitempty"`
+	// Totals sums the outcomes of the batches this run flushed.
+	Totals ChannelCounts `json:"totals"`
+}

@@ -3,6 +3,7 @@
 // quota, and write a sample batch.
 //
 //	starter batch start --file batch.json [--id ID] [--wait]
+//	starter batch submit --file F
 //	starter batch status ID
 //	starter channel pause NAME --reason R
 //	starter channel resume NAME
@@ -39,6 +40,7 @@ func (e usageError) Error() string { return e.msg }
 
 const usage = `usage:
   starter batch start --file F [--id ID] [--wait]   start a batch (JSON array or JSON lines)
+  starter batch submit --file F                     hand mutations to the channels' burst smoothers
   starter batch status ID                           ask a batch for its counts
   starter channel pause NAME --reason R             pause a channel everywhere
   starter channel resume NAME                       resume it
@@ -82,6 +84,8 @@ func dispatch(args []string, out io.Writer, getenv func(string) string) error {
 	switch {
 	case cmd == "batch" && sub == "start":
 		return batchStart(rest[1:], out, getenv)
+	case cmd == "batch" && sub == "submit":
+		return batchSubmit(rest[1:], out, getenv)
 	case cmd == "batch" && sub == "status":
 		return batchStatus(rest[1:], out, getenv)
 	case cmd == "channel" && (sub == "pause" || sub == "resume"):

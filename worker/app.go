@@ -143,6 +143,7 @@ func newWorker(lc fx.Lifecycle, c client.Client, s models.Settings, acts *activi
 	w.RegisterWorkflow(workflows.BatchSync)
 	w.RegisterWorkflow(workflows.ChannelSync)
 	w.RegisterWorkflow(workflows.Reconcile)
+	w.RegisterWorkflow(workflows.BurstSmoother)
 	w.RegisterActivity(acts)
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {

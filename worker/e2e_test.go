@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -258,6 +259,46 @@ func TestEndToEnd(t *testing.T) {
 		}
 		if recording() {
 			writeHistory(t, s.tc, reconcileID, "reconcile.json")
+		}
+	})
+
+	t.Run("burst smoother: a storm of small submits becomes few batches", func(t *testing.T) {
+		var burst []models.Mutation
+		for _, m := range ms {
+			if m.Channel == "expedia" && m.Amount != nil && len(v.Validate(m)) == 0 && len(burst) < 60 {
+				a := m.Amount.Add(decimal.New(3, 0))
+				m.Amount, m.Version = &a, m.Version+3
+				burst = append(burst, m)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		for i := 0; i < len(burst); i += 5 {
+			start := s.tc.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+				ID: models.SmootherWorkflowID("expedia"), TaskQueue: s.queue,
+				WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+			}, workflows.BurstSmoother, models.SmootherInput{Channel: "expedia"})
+			h, err := s.tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+				StartWorkflowOperation: start,
+				UpdateOptions: client.UpdateWorkflowOptions{UpdateName: models.UpdateSubmit,
+					Args: []any{burst[i : i+5]}, WaitForStage: client.WorkflowUpdateStageCompleted},
+			})
+			require.NoError(t, err)
+			var res models.SubmitResult
+			require.NoError(t, h.Get(ctx, &res))
+			require.Equal(t, 5, res.Accepted)
+		}
+		var st models.SmootherStatus
+		require.Eventually(t, func() bool {
+			v, err := s.tc.QueryWorkflow(ctx, models.SmootherWorkflowID("expedia"), "", models.QueryStatus)
+			return err == nil && v.Get(&st) == nil && st.Pending == 0 && st.Totals.Done() == len(burst)
+		}, 2*time.Minute, 500*time.Millisecond)
+		t.Logf("smoother: %+v", st)
+		require.Equal(t, len(burst), st.Totals.Committed)
+		require.Less(t, st.Flushed, 12/2, "12 submits gathered into a few batches")
+		require.NoError(t, s.tc.TerminateWorkflow(ctx, models.SmootherWorkflowID("expedia"), "", "end of test"))
+		if recording() {
+			writeHistory(t, s.tc, models.SmootherWorkflowID("expedia"), "smoother.json")
 		}
 	})
 }

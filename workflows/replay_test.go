@@ -19,6 +19,7 @@ func TestReplay(t *testing.T) {
 		{"batchsync.json", BatchSync},
 		{"channelsync.json", ChannelSync},
 		{"reconcile.json", Reconcile},
+		{"smoother.json", BurstSmoother},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
