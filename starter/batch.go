@@ -103,18 +103,23 @@ func lineOf(body []byte, offset int64) int {
 	return bytes.Count(body[:offset], []byte("\n")) + 1
 }
 
+// readFileFlag parses a command's flags and reads the mutations its --file names.
+func readFileFlag(fs *flag.FlagSet, file *string, args []string) ([]models.Mutation, error) {
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if *file == "" {
+		return nil, usageError{fs.Name() + ": --file is required"}
+	}
+	return readMutations(*file)
+}
+
 func batchStart(args []string, out io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("batch start", flag.ContinueOnError)
 	file := fs.String("file", "", "mutations: a JSON array or JSON lines")
 	id := fs.String("id", "", "batch id (default: generated)")
 	wait := fs.Bool("wait", false, "follow the batch until it ends and print the summary")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *file == "" {
-		return usageError{"batch start: --file is required"}
-	}
-	ms, err := readMutations(*file)
+	ms, err := readFileFlag(fs, file, args)
 	if err != nil {
 		return err
 	}

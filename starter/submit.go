@@ -24,13 +24,7 @@ const submitSize = models.MaxInlineMutations
 func batchSubmit(args []string, out io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("batch submit", flag.ContinueOnError)
 	file := fs.String("file", "", "mutations: a JSON array or JSON lines")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *file == "" {
-		return usageError{"batch submit: --file is required"}
-	}
-	ms, err := readMutations(*file)
+	ms, err := readFileFlag(fs, file, args)
 	if err != nil {
 		return err
 	}

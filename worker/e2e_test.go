@@ -227,14 +227,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("silent drift: reconciliation finds it and repairs it", func(t *testing.T) {
 		// agoda acknowledges these new prices without applying them.
-		var drifting []models.Mutation
-		for _, m := range ms {
-			if m.Channel == "agoda" && m.Amount != nil && len(v.Validate(m)) == 0 && len(drifting) < 20 {
-				a := m.Amount.Add(decimal.New(2, 0))
-				m.Amount, m.Version = &a, m.Version+2
-				drifting = append(drifting, m)
-			}
-		}
+		drifting := newPrices(ms, v, "agoda", 20, 2)
 		require.NoError(t, s.sim.SetFaults(sim.Faults{Channels: []string{"agoda"}, DriftRatio: 1}))
 		st := s.runBatch(t, "e2e-drift-"+uuid.NewString()[:8], drifting)
 		require.Equal(t, len(drifting), st.Totals().Committed, "the channel said yes to every line")
@@ -263,14 +256,7 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	t.Run("burst smoother: a storm of small submits becomes few batches", func(t *testing.T) {
-		var burst []models.Mutation
-		for _, m := range ms {
-			if m.Channel == "expedia" && m.Amount != nil && len(v.Validate(m)) == 0 && len(burst) < 60 {
-				a := m.Amount.Add(decimal.New(3, 0))
-				m.Amount, m.Version = &a, m.Version+3
-				burst = append(burst, m)
-			}
-		}
+		burst := newPrices(ms, v, "expedia", 60, 3)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		for i := 0; i < len(burst); i += 5 {
@@ -301,6 +287,20 @@ func TestEndToEnd(t *testing.T) {
 			writeHistory(t, s.tc, models.SmootherWorkflowID("expedia"), "smoother.json")
 		}
 	})
+}
+
+// newPrices is up to n valid rate changes of one channel from ms, each raised by
+// step and at step versions later, so the channel sees new content.
+func newPrices(ms []models.Mutation, v *models.Validator, channel string, n int, step int64) []models.Mutation {
+	var out []models.Mutation
+	for _, m := range ms {
+		if m.Channel == channel && m.Amount != nil && len(v.Validate(m)) == 0 && len(out) < n {
+			a := m.Amount.Add(decimal.New(step, 0))
+			m.Amount, m.Version = &a, m.Version+step
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func (s *e2eStack) reconcile(t *testing.T, id string, channels []string) models.ReconcileResult {
