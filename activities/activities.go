@@ -107,7 +107,7 @@ func (a *Activities) PrepareBatch(ctx context.Context, in models.BatchSyncInput)
 
 	valid := make([]models.Mutation, 0, len(ms))
 	for _, m := range ms {
-		m.ApplyDefaults(func() string { return uuid.NewString() })
+		m.ApplyDefaults(uuid.NewString)
 		if problems := a.Validator.Validate(m); len(problems) > 0 {
 			c := counts(m.Channel)
 			c.Total++
@@ -188,26 +188,13 @@ func (a *Activities) dropStale(ctx context.Context, ms []models.Mutation) ([]mod
 	out := make([]models.Mutation, 0, len(ms))
 	for i, m := range ms {
 		for _, f := range staleFams[i] {
-			m = withoutFamily(m, f)
+			m = m.Without(f)
 		}
 		if len(m.Families()) > 0 {
 			out = append(out, m)
 		}
 	}
 	return out, stale, nil
-}
-
-// withoutFamily is m with the values of family f cleared.
-func withoutFamily(m models.Mutation, f models.Family) models.Mutation {
-	switch f {
-	case models.FamilyRates:
-		m.Amount, m.Currency = nil, ""
-	case models.FamilyAvailability:
-		m.Inventory = nil
-	case models.FamilyRestrictions:
-		m.StopSell, m.MinLOS, m.MaxLOS, m.CTA, m.CTD = nil, nil, nil, nil, nil
-	}
-	return m
 }
 
 // storeChunks cuts the requests into chunks per channel and priority, most urgent

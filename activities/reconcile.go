@@ -77,17 +77,7 @@ func holds(f models.Family, want models.ARILine, got models.ARICell) bool {
 // a full sync, so bulk priority, except that a drifted stop-sell or zero inventory
 // stays urgent: ApplyDefaults decides, as for any PMS mutation.
 func repair(lc LedgerCell, id string) models.Mutation {
-	v := lc.Entry.Values
-	m := models.Mutation{ID: id, PropertyID: lc.Cell.PropertyID, RoomTypeCode: lc.Cell.RoomTypeCode,
-		RatePlanCode: lc.Cell.RatePlanCode, Channel: lc.Cell.Channel, StayDate: lc.Cell.StayDate,
-		Version: lc.Entry.Version, FullSync: true}
-	switch lc.Family {
-	case models.FamilyRates:
-		m.Amount, m.Currency = v.Amount, v.Currency
-	case models.FamilyAvailability:
-		m.Inventory = v.Inventory
-	case models.FamilyRestrictions:
-		m.StopSell, m.MinLOS, m.MaxLOS, m.CTA, m.CTD = v.StopSell, v.MinLOS, v.MaxLOS, v.CTA, v.CTD
-	}
+	m := models.MutationOf(lc.Cell, lc.Family, lc.Entry.Values)
+	m.ID, m.Version, m.FullSync = id, lc.Entry.Version, true
 	return m
 }

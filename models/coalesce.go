@@ -227,6 +227,36 @@ func lineOf(f Family, m *Mutation) ARILine {
 	return l
 }
 
+// Without is m with the values of family f cleared.
+func (m Mutation) Without(f Family) Mutation {
+	switch f {
+	case FamilyRates:
+		m.Amount, m.Currency = nil, ""
+	case FamilyAvailability:
+		m.Inventory = nil
+	case FamilyRestrictions:
+		m.StopSell, m.MinLOS, m.MaxLOS, m.CTA, m.CTD = nil, nil, nil, nil, nil
+	}
+	return m
+}
+
+// MutationOf is the mutation that sets family f of cell c to the values line l
+// carries, at l's version: lineOf the other way round.
+func MutationOf(c Cell, f Family, l ARILine) Mutation {
+	m := Mutation{PropertyID: c.PropertyID, RoomTypeCode: c.RoomTypeCode, RatePlanCode: c.RatePlanCode,
+		Channel: c.Channel, StayDate: c.StayDate, Version: l.Version}
+	switch f {
+	case FamilyRates:
+		m.Amount, m.Currency = clonePtr(l.Amount), l.Currency
+	case FamilyAvailability:
+		m.Inventory = clonePtr(l.Inventory)
+	case FamilyRestrictions:
+		m.StopSell, m.MinLOS, m.MaxLOS = clonePtr(l.StopSell), clonePtr(l.MinLOS), clonePtr(l.MaxLOS)
+		m.CTA, m.CTD = clonePtr(l.CTA), clonePtr(l.CTD)
+	}
+	return m
+}
+
 // sameFamilyValues reports whether a and b set the same values in family f. Amounts
 // compare numerically: 120.5 and 120.50 are one price.
 func sameFamilyValues(f Family, a, b Mutation) bool {

@@ -538,3 +538,29 @@ func BenchmarkCoalesce(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(out.Requests)), "requests")
 }
+
+func TestMutationOfIsLineOfReversed(t *testing.T) {
+	amount := dec("120.50")
+	inv, stop, minLOS := 4, true, 2
+	m := Mutation{PropertyID: "prop_1a2b3c4d", RoomTypeCode: "DLX", RatePlanCode: "BAR", Channel: "expedia",
+		StayDate: day("2030-01-02"), Amount: amount, Currency: "EUR", Inventory: &inv, StopSell: &stop,
+		MinLOS: &minLOS, Version: 7}
+	for _, f := range Families {
+		back := MutationOf(m.Cell(), f, lineOf(f, &m))
+		others := m
+		for _, g := range Families {
+			if g != f {
+				others = others.Without(g)
+			}
+		}
+		if !sameFamilyValues(f, back, others) || back.Version != 7 || back.Cell() != m.Cell() {
+			t.Errorf("%s: %+v does not carry the family's values back", f, back)
+		}
+		if got := back.Families(); len(got) != 1 || got[0] != f {
+			t.Errorf("%s: the mutation touches %v", f, got)
+		}
+		if len(m.Without(f).Families()) != 2 {
+			t.Errorf("Without(%s) left %v", f, m.Without(f).Families())
+		}
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 // Exit statuses: 0 everything committed or superseded, 3 some mutations rejected or
@@ -102,19 +103,5 @@ func dispatch(args []string, out io.Writer, getenv func(string) string) error {
 		fmt.Fprintln(out, usage)
 		return nil
 	}
-	return usageError{fmt.Sprintf("unknown command %q", joinArgs(args, 2))}
-}
-
-func joinArgs(args []string, n int) string {
-	s := ""
-	for i, a := range args {
-		if i == n {
-			break
-		}
-		if i > 0 {
-			s += " "
-		}
-		s += a
-	}
-	return s
+	return usageError{fmt.Sprintf("unknown command %q", strings.Join(args[:min(2, len(args))], " "))}
 }

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -42,7 +43,7 @@ func (b *batchSync) status() models.BatchStatus {
 		Finished: len(b.results), Rejected: b.plan.Rejected,
 	}
 	for _, c := range b.plan.Chunks {
-		if reason, ok := b.paused[c.Channel]; ok && reason != "" && !contains(st.Paused, c.Channel) {
+		if reason, ok := b.paused[c.Channel]; ok && reason != "" && !slices.Contains(st.Paused, c.Channel) {
 			st.Paused = append(st.Paused, c.Channel)
 		}
 	}
@@ -190,13 +191,4 @@ func (b *batchSync) forward(ctx workflow.Context, name string, sig models.PauseS
 		// A child may finish before the signal lands; that is fine.
 		_ = workflow.SignalExternalWorkflow(ctx, r.id, "", name, sig).Get(ctx, nil)
 	}
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
