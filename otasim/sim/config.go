@@ -18,6 +18,7 @@ const (
 	DefaultIdempotencyTTL = 24 * time.Hour
 	DefaultRatePerMinute  = 60
 	DefaultHorizonDays    = 730
+	DefaultMaxLogRecords  = 200000
 )
 
 // Window is the length of the sliding rate-limit window.
@@ -46,6 +47,9 @@ type Config struct {
 	IdempotencyTTL time.Duration `yaml:"idempotency_ttl" json:"idempotency_ttl"`
 	// Faults are active from the start; POST /admin/faults replaces them.
 	Faults Faults `yaml:"faults" json:"faults"`
+	// MaxLogRecords bounds the per-request log that GET /requests serves; the
+	// oldest records go first.
+	MaxLogRecords int `yaml:"max_log_records" json:"max_log_records"`
 	// Seed makes fault injection reproducible.
 	Seed uint64 `yaml:"seed" json:"seed"`
 	// Now is the simulator's clock; time.Now when nil. Tests inject a fake one.
@@ -149,6 +153,9 @@ func (c Config) withDefaults() Config {
 		chs[i] = ch
 	}
 	c.Channels = chs
+	if c.MaxLogRecords <= 0 {
+		c.MaxLogRecords = DefaultMaxLogRecords
+	}
 	if c.TokenMaxAge <= 0 {
 		c.TokenMaxAge = DefaultTokenMaxAge
 	}

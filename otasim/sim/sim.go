@@ -45,6 +45,11 @@ type ChannelStats struct {
 	// StaleOverwrites counts nights a line tried to set with a lower version than
 	// the channel held; those nights were not changed.
 	StaleOverwrites int `json:"stale_overwrites"`
+	// StaleReceived counts admitted pushes that carried, for at least one night, an
+	// older version than a push the channel had already received for that night and
+	// family, whether or not that earlier push was applied. A client that orders its
+	// pushes keeps it at 0; a real channel would apply such a push.
+	StaleReceived int `json:"stale_received"`
 	// AuthFailures counts 401 answers.
 	AuthFailures int `json:"auth_failures"`
 	// Invalid counts 4xx answers to malformed requests.
@@ -72,6 +77,7 @@ type Simulator struct {
 	close  sync.Once
 
 	mu         sync.Mutex
+	log        []RequestRecord // oldest first, at most cfg.MaxLogRecords
 	rng        *rand.Rand
 	faults     Faults
 	stormUntil time.Time
@@ -88,6 +94,7 @@ type channel struct {
 	idem      map[string]stored
 	idemOrder []idemEntry
 	cells     map[string]map[cellKey]*cellState // by property
+	received  map[receivedKey]int64             // newest version received per night
 	stats     ChannelStats
 	throttles int // alternates the Retry-After form
 	seq       int // confirmation ids
@@ -102,6 +109,13 @@ type stored struct {
 type idemEntry struct {
 	key string
 	at  time.Time
+}
+
+// receivedKey is a night of one family, for StaleReceived.
+type receivedKey struct {
+	property string
+	family   models.Family
+	cell     cellKey
 }
 
 type cellKey struct {
@@ -144,6 +158,7 @@ func New(cfg Config) *Simulator {
 		ch := &channel{
 			cfg: c, windows: map[string]*window{}, arrivals: map[string]*window{},
 			idem: map[string]stored{}, cells: map[string]map[cellKey]*cellState{},
+			received: map[receivedKey]int64{},
 		}
 		ch.stats.Limit, ch.stats.DailyQuota = c.RatePerMinute, c.DailyQuota
 		s.bySlug[c.Slug] = ch
@@ -219,6 +234,12 @@ func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/admin/faults":
 		s.serveFaults(w, r)
 		return
+	case "/requests":
+		if !allow(w, r, http.MethodGet) {
+			return
+		}
+		s.serveRequests(w, r)
+		return
 	}
 	base, ok := strings.CutSuffix(path, "/ari")
 	ch := s.byPath[base] // immutable after New
@@ -288,8 +309,11 @@ func (s *Simulator) servePush(w http.ResponseWriter, r *http.Request, ch *channe
 
 	s.mu.Lock()
 	now := s.now()
-	rep, key := s.push(ch, r, body, readErr, now, f)
+	rec := RequestRecord{At: now, Channel: ch.cfg.Slug}
+	rep, key := s.push(ch, r, body, readErr, now, f, &rec)
 	ch.rateHeaders(key, now, rep.header)
+	rec.Status = rep.status
+	s.record(rec)
 	s.mu.Unlock()
 	rep.write(w)
 }
@@ -319,7 +343,7 @@ func (s *Simulator) delay(ctx context.Context, f Faults) bool {
 
 // push decides one push; it runs under s.mu and returns the limit key it counted
 // against ("" when the request never got that far).
-func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr error, now time.Time, f Faults) (reply, string) {
+func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr error, now time.Time, f Faults, rec *RequestRecord) (reply, string) {
 	if !s.authorized(r.Header.Get("Authorization"), now) {
 		ch.stats.AuthFailures++
 		rep := errorReply(http.StatusUnauthorized, models.ErrorUnauthorized, "bearer token missing, unknown or expired")
@@ -350,6 +374,10 @@ func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr erro
 		ch.stats.Invalid++
 		return errorReply(http.StatusBadRequest, models.ErrorInvalid, err.Error()), ""
 	}
+	rec.Property, rec.Family, rec.Lines = req.PropertyID, req.Family, len(req.Lines)
+	for _, l := range req.Lines {
+		rec.Nights += l.Nights()
+	}
 
 	key := ch.limitKey(req.PropertyID)
 	ch.stats.MaxWindowRequests = max(ch.stats.MaxWindowRequests, getWindow(ch.arrivals, key).add(now))
@@ -373,6 +401,7 @@ func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr erro
 		return ch.throttle(http.StatusTooManyRequests, win.nextFree(now), now), key
 	}
 	win.add(now)
+	ch.receive(req)
 
 	hash := sha256.Sum256(body)
 	ch.pruneIdem(now, s.cfg.IdempotencyTTL)
@@ -612,6 +641,26 @@ func (ch *channel) pruneIdem(now time.Time, ttl time.Duration) {
 	}
 	if n > 0 {
 		ch.idemOrder = append(ch.idemOrder[:0], ch.idemOrder[n:]...)
+	}
+}
+
+// receive notes the newest version received per night and counts a push that carries
+// an older one than a push before it.
+func (ch *channel) receive(req models.ARIRequest) {
+	stale := false
+	for _, l := range req.Lines {
+		for d := l.From; !d.After(l.To); d = d.AddDays(1) {
+			k := receivedKey{property: req.PropertyID, family: req.Family,
+				cell: cellKey{room: l.RoomTypeCode, rate: l.RatePlanCode, date: d}}
+			if v, ok := ch.received[k]; ok && l.Version < v {
+				stale = true
+				continue
+			}
+			ch.received[k] = l.Version
+		}
+	}
+	if stale {
+		ch.stats.StaleReceived++
 	}
 }
 

@@ -637,3 +637,56 @@ func FuzzHandler(f *testing.F) {
 		}
 	})
 }
+
+func TestStaleReceivedCountsOlderVersionsWhetherAppliedOrNot(t *testing.T) {
+	s, clk := newSim(t, func(c *Config) {
+		c.Faults = Faults{DriftRatio: 1} // accept without applying: received, not applied
+	})
+	wantStatus(t, post(s, "a", token, ratesBody("p1", 5, "120.00", "2030-04-01", "2030-04-02")), 200)
+	// Equal version again: a retry, not stale.
+	wantStatus(t, post(s, "b", token, ratesBody("p1", 5, "120.00", "2030-04-02", "2030-04-02")), 200)
+	// Another property's older version is not stale for p1.
+	wantStatus(t, post(s, "c", token, ratesBody("p2", 1, "80.00", "2030-04-01", "2030-04-01")), 200)
+	if got := s.Stats()["ota"]; got.StaleReceived != 0 || got.StaleOverwrites != 0 {
+		t.Fatalf("after equal versions: stale_received %d stale_overwrites %d, want 0 0", got.StaleReceived, got.StaleOverwrites)
+	}
+	clk.Add(time.Second)
+	// Version 4 over a night that received 5 (never applied, because of the drift fault).
+	wantStatus(t, post(s, "d", token, ratesBody("p1", 4, "90.00", "2030-04-02", "2030-04-03")), 200)
+	if got := s.Stats()["ota"].StaleReceived; got != 1 {
+		t.Fatalf("stale_received %d, want 1", got)
+	}
+
+	log := s.Requests("ota", t0.Add(time.Second))
+	if len(log) != 1 {
+		t.Fatalf("requests since t0+1s: %+v", log)
+	}
+	if r := log[0]; r.Property != "p1" || r.Family != models.FamilyRates || r.Lines != 1 || r.Nights != 2 || r.Status != 200 {
+		t.Errorf("request record %+v", r)
+	}
+}
+
+func TestRequestLogEndpointIsBoundedAndFilters(t *testing.T) {
+	s, _ := newSim(t, func(c *Config) { c.MaxLogRecords = 3 })
+	for i := range 5 {
+		wantStatus(t, post(s, strconv.Itoa(i), token, ratesBody("p1", int64(i+1), "100.00", "2030-04-01", "2030-04-01")), 200)
+	}
+	wantStatus(t, post(s, "", token, ratesBody("p1", 9, "100.00", "2030-04-01", "2030-04-01")), 400)
+	req := httptest.NewRequest(http.MethodGet, "/requests?channel=ota&since="+t0.Format(time.RFC3339), nil)
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	wantStatus(t, rec, 200)
+	var got []RequestRecord
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[2].Status != 400 || got[0].Status != 200 {
+		t.Fatalf("log %+v, want the newest 3 ending with the 400", got)
+	}
+	bad := httptest.NewRecorder()
+	s.ServeHTTP(bad, httptest.NewRequest(http.MethodGet, "/requests?since=yesterday", nil))
+	wantStatus(t, bad, 400)
+	if !strings.Contains(bad.Body.String(), "since") {
+		t.Errorf("error does not name the parameter: %s", bad.Body)
+	}
+}
