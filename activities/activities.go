@@ -20,7 +20,7 @@ import (
 // Error types of the typed, non-retryable errors PushRequest returns. The workflow
 // tells them apart by type and waits or dead-letters; Temporal never retries them.
 const (
-	ErrRateLimited    = "RateLimited"    // the limiter denied a token: wait, then try again
+	ErrRateLimited    = "RateLimited"    // the limiter said wait (held slot, pause, back-off): wait, then ask again
 	ErrThrottled      = "Throttled"      // the channel answered 429/503 with or without Retry-After
 	ErrTransient      = "Transient"      // 5xx, timeout, network: back off, bounded attempts
 	ErrAuthExpired    = "AuthExpired"    // 401: refresh the credential once
@@ -40,9 +40,10 @@ type Failure struct {
 	Status     int    `json:"status,omitempty"`
 	Message    string `json:"message,omitempty"`
 	Tier       string `json:"tier,omitempty"`
-	// Paused is the operator's reason when the channel is paused; such waits are
-	// not counted against a request's deferral budget.
+	// Paused is the operator's reason when the channel is paused.
 	Paused string `json:"paused,omitempty"`
+	// Held is true when the wait is for a slot the limiter holds for the request.
+	Held bool `json:"held,omitempty"`
 }
 
 // FailureError is the typed, non-retryable error of kind errType carrying f.
@@ -73,6 +74,9 @@ type Activities struct {
 	Validator *models.Validator
 	// ChunkSize is how many requests one ChannelSync child pushes.
 	ChunkSize int
+	// ShortWait is the longest wait for a held slot spent inside the activity rather
+	// than in a durable timer; DefaultShortWait when zero.
+	ShortWait time.Duration
 	// Now is the clock for ledger and dead-letter timestamps.
 	Now func() time.Time
 	// Metrics may be nil.
@@ -247,7 +251,12 @@ func (a *Activities) storeChunks(ctx context.Context, batchID string, reqs []mod
 }
 
 // PushRequest sends one stored request through the limiter to its channel and
-// records what came of it.
+// records what came of it. The limiter's Reserve holds the request's slot and, once it
+// is due, drops the nights a newer version already went out for (superseded) and
+// leases the rest until the outcome is known. A slot a few seconds away is waited
+// out here; a later one comes back as a typed RateLimited error carrying the wait,
+// for a durable timer. With in.NextReservation set, the lane's next request's slot is
+// reserved once this one has its outcome, and returned in PushResult.Next.
 func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (models.PushResult, error) {
 	log := activity.GetLogger(ctx)
 	req, err := a.Store.Request(ctx, in.ChunkKey, in.Index)
@@ -258,52 +267,82 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 	if !ok {
 		return models.PushResult{}, FailureError(ErrRejected, Failure{Message: "unknown channel " + req.Channel})
 	}
-	d, err := a.Limiter.Acquire(ctx, limiter.Request{Channel: req.Channel, Family: req.Family,
-		Property: req.PropertyID, Priority: req.Priority, Cost: cfg.Cost(req)})
+	lr := limiter.Request{Channel: req.Channel, Family: req.Family, Property: req.PropertyID,
+		Priority: req.Priority, Cost: cfg.Cost(req), ID: in.Reservation, Lines: req.Lines}
+	if lr.ID == "" {
+		lr.ID = models.ReservationID(in.ChunkKey, in.Index)
+	}
+	d, err := a.reserve(ctx, lr)
 	if err != nil {
-		// Fail closed: no token, no call; Temporal retries the activity. The
+		// Fail closed: no decision, no call; Temporal retries the activity. The
 		// limiter's error already names the channel.
 		return models.PushResult{}, err
 	}
-	if !d.Allowed {
+	switch d.State {
+	case limiter.Send:
+	case limiter.Superseded:
+		log.Info("superseded before sending", "channel", req.Channel, "property", req.PropertyID,
+			"family", req.Family, "updates", len(req.Refs))
+		res := models.PushResult{Superseded: len(req.Refs)}
+		res.Next = a.reserveNext(ctx, in)
+		return res, nil
+	case limiter.Quota:
 		a.Metrics.deny(req.Channel, string(d.Tier))
-		f := Failure{Wait: d.RetryAfter, Tier: string(d.Tier), Paused: d.PausedReason}
-		if d.Tier == limiter.TierStop || (d.Tier == limiter.TierThrottle && req.Priority >= 4) {
-			f.Message = fmt.Sprintf("daily quota %d/%d", d.DailyUsed, d.DailyLimit)
-			return models.PushResult{}, FailureError(ErrQuotaExhausted, f)
-		}
-		return models.PushResult{}, FailureError(ErrRateLimited, f)
+		return models.PushResult{}, FailureError(ErrQuotaExhausted, Failure{Wait: d.Wait, Tier: string(d.Tier),
+			Message: fmt.Sprintf("daily quota %d/%d", d.DailyUsed, d.DailyLimit)})
+	default:
+		a.Metrics.deny(req.Channel, string(d.State))
+		return models.PushResult{}, FailureError(ErrRateLimited, Failure{Wait: d.Wait, Tier: string(d.Tier),
+			Paused: d.PausedReason, Held: d.State == limiter.Wait})
 	}
+	defer func() {
+		// The lease ends with the outcome; a lost release only delays the nights'
+		// next request until the lease expires.
+		if err := a.Limiter.Release(context.WithoutCancel(ctx), lr); err != nil {
+			log.Warn("release lease", "channel", req.Channel, "error", err)
+		}
+	}()
+	send, dropped := req.WithoutNights(d.Dropped)
 	if in.RefreshCredential {
 		if err := a.Tokens.Refresh(ctx); err != nil {
 			return models.PushResult{}, fmt.Errorf("refresh credential for %s: %w", req.Channel, err)
 		}
 	}
 
-	resp, err := a.Client.Push(ctx, req)
+	resp, err := a.Client.Push(ctx, send)
 	if err != nil {
 		return models.PushResult{}, fmt.Errorf("push %s/%s: %w", req.Channel, req.Family, err)
 	}
 	if resp.HasRateLimit {
-		if err := a.Limiter.Adapt(ctx, req.Channel, resp.RateLimit.Limit, resp.RateLimit.Remaining, resp.RateLimit.Reset); err != nil {
+		if err := a.Limiter.Adapt(ctx, req.Channel, req.PropertyID, req.Family,
+			resp.RateLimit.Limit, resp.RateLimit.Remaining, resp.RateLimit.Reset); err != nil {
 			log.Warn("adapt rate", "channel", req.Channel, "error", err)
 		}
 	}
 	a.Metrics.push(req.Channel, string(req.Family), resp.Class)
 	log.Info("pushed", "channel", req.Channel, "family", req.Family, "property", req.PropertyID,
-		"lines", len(req.Lines), "status", resp.Status, "class", resp.Class)
+		"lines", len(send.Lines), "dropped_nights", len(d.Dropped), "status", resp.Status, "class", resp.Class)
 
 	f := Failure{Status: resp.Status, Message: resp.Message}
 	switch resp.Class {
 	case ClassCommitted:
-		committed, superseded, err := a.Store.Commit(ctx, req, resp.ConfirmationID, nil, a.now())
+		committed, superseded, err := a.Store.Commit(ctx, send, resp.ConfirmationID, nil, a.now())
 		if err != nil {
 			return models.PushResult{}, err
 		}
 		a.Metrics.commit(req.Channel, committed)
-		return models.PushResult{ConfirmationID: resp.ConfirmationID, Committed: committed, Superseded: superseded}, nil
+		res := models.PushResult{ConfirmationID: resp.ConfirmationID, Committed: committed,
+			Superseded: superseded + len(dropped)}
+		res.Next = a.reserveNext(ctx, in)
+		return res, nil
 	case ClassPartial:
-		return a.commitPartial(ctx, req, resp)
+		res, err := a.commitPartial(ctx, req, send, resp)
+		if err != nil {
+			return models.PushResult{}, err
+		}
+		res.Superseded += len(dropped)
+		res.Next = a.reserveNext(ctx, in)
+		return res, nil
 	case ClassThrottled:
 		f.Wait, f.ServerWait = resp.RetryAfter, resp.ServerWait
 		if f.ServerWait && f.Wait > 0 {
@@ -324,13 +363,62 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 	}
 }
 
-// commitPartial commits the lines a channel accepted and hands back the failed ones.
-func (a *Activities) commitPartial(ctx context.Context, req models.ChannelRequest, resp PushResponse) (models.PushResult, error) {
+// DefaultShortWait is how long PushRequest waits in process for a held slot.
+const DefaultShortWait = 2 * time.Second
+
+// reserve asks the limiter for r's slot, waiting in process for a slot at most
+// ShortWait away: a durable timer for a second or two would cost more than it saves.
+func (a *Activities) reserve(ctx context.Context, r limiter.Request) (limiter.Decision, error) {
+	short := a.ShortWait
+	if short <= 0 {
+		short = DefaultShortWait
+	}
+	for range 3 {
+		d, err := a.Limiter.Reserve(ctx, r)
+		if err != nil || d.State != limiter.Wait || d.Wait > short {
+			return d, err
+		}
+		t := time.NewTimer(d.Wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return limiter.Decision{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+	return a.Limiter.Reserve(ctx, r)
+}
+
+// reserveNext holds the slot of the lane's next request, if it named one. Failing to
+// hold one is not this request's failure: the next request then asks for itself.
+func (a *Activities) reserveNext(ctx context.Context, in models.PushInput) *models.Slot {
+	if in.NextReservation == "" {
+		return nil
+	}
+	req, err := a.Store.Request(ctx, in.ChunkKey, in.Next)
+	if err != nil {
+		return nil
+	}
+	cfg, ok := a.Channels[req.Channel]
+	if !ok {
+		return nil
+	}
+	d, err := a.Limiter.Reserve(ctx, limiter.Request{Channel: req.Channel, Family: req.Family,
+		Property: req.PropertyID, Priority: req.Priority, Cost: cfg.Cost(req), ID: in.NextReservation, Hold: true})
+	if err != nil || d.State != limiter.Wait {
+		return nil
+	}
+	return &models.Slot{Index: in.Next, Wait: d.Wait}
+}
+
+// commitPartial commits the lines a channel accepted and hands back the failed ones,
+// numbered as in the stored request (orig) so they can be parked from it.
+func (a *Activities) commitPartial(ctx context.Context, orig, req models.ChannelRequest, resp PushResponse) (models.PushResult, error) {
 	failed := map[int]bool{}
 	res := models.PushResult{ConfirmationID: resp.ConfirmationID}
 	for _, lf := range resp.Failed {
 		failed[lf.Line] = true
-		res.Failed = append(res.Failed, models.FailedLine{Line: lf.Line, Code: lf.Code, Message: lf.Message})
+		res.Failed = append(res.Failed, models.FailedLine{Line: originLine(orig, req, lf.Line), Code: lf.Code, Message: lf.Message})
 	}
 	for _, ref := range req.Refs {
 		if failed[ref.Line] {
@@ -344,6 +432,21 @@ func (a *Activities) commitPartial(ctx context.Context, req models.ChannelReques
 	}
 	a.Metrics.commit(req.Channel, res.Committed)
 	return res, nil
+}
+
+// originLine is the index in orig of the line that carries line i of sent, a cut of
+// orig made by WithoutNights.
+func originLine(orig, sent models.ChannelRequest, i int) int {
+	if i < 0 || i >= len(sent.Lines) {
+		return i
+	}
+	l := sent.Lines[i]
+	for k, o := range orig.Lines {
+		if o.RoomTypeCode == l.RoomTypeCode && o.RatePlanCode == l.RatePlanCode && !l.From.Before(o.From) && !l.From.After(o.To) {
+			return k
+		}
+	}
+	return i
 }
 
 // RecordDeadLetter parks a request, or the listed lines of it, in its channel's

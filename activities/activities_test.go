@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -599,30 +600,74 @@ func TestPushRequestCommittedWritesLedgerAndChannel(t *testing.T) {
 	}
 }
 
-func TestPushRequestLimiterDeniedMakesNoCall(t *testing.T) {
+func TestPushRequestHeldSlotMakesNoCall(t *testing.T) {
 	e := newActivityEnv(t, envOptions{slow: true})
 	ctx := context.Background()
 	chunk := e.preparedChunk("b-deny", e.mutation("d-1", 3, 1, withRate("80.00")))
-	// Drain the rates bucket down to the urgent reserve.
-	for i := 0; ; i++ {
-		d, err := e.lim.Acquire(ctx, limiter.Request{Channel: testChannel, Family: models.FamilyRates, Priority: 3, Cost: 1})
+	// Other requests hold the window's slots for the next half minute.
+	for i := range 40 {
+		_, err := e.lim.Reserve(ctx, limiter.Request{Channel: testChannel, Family: models.FamilyRates,
+			Property: testProperty, Priority: 3, Cost: 1, ID: fmt.Sprintf("other/%d", i), Hold: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !d.Allowed {
-			break
-		}
-		if i > 100 {
-			t.Fatal("rates bucket never ran dry")
-		}
 	}
-	_, err := e.push(models.PushInput{BatchID: "b-deny", ChunkKey: chunk.Key})
+	_, err := e.push(models.PushInput{BatchID: "b-deny", ChunkKey: chunk.Key, Reservation: "b-deny/0"})
 	f := failureOf(t, err, ErrRateLimited)
-	if f.Wait <= 0 || f.Paused != "" {
-		t.Errorf("failure %+v, want a wait and no pause", f)
+	if f.Wait <= DefaultShortWait || !f.Held || f.Paused != "" {
+		t.Errorf("failure %+v, want a held slot beyond the short wait and no pause", f)
 	}
 	if n := e.simRequests(); n != 0 {
-		t.Errorf("simulator saw %d requests after a denied token", n)
+		t.Errorf("simulator saw %d requests before the slot", n)
+	}
+}
+
+func TestPushRequestOlderVersionAfterNewerSentIsNeverSent(t *testing.T) {
+	e := newActivityEnv(t, envOptions{})
+	older := e.preparedChunk("b-old", e.mutation("o-1", 3, 5, withRate("80.00")))
+	newer := e.preparedChunk("b-new", e.mutation("n-1", 3, 6, withRate("95.00")))
+	res, err := e.push(models.PushInput{BatchID: "b-new", ChunkKey: newer.Key, Reservation: "b-new/0"})
+	if err != nil || res.Committed != 1 {
+		t.Fatalf("newer: %+v, %v", res, err)
+	}
+	res, err = e.push(models.PushInput{BatchID: "b-old", ChunkKey: older.Key, Reservation: "b-old/0"})
+	if err != nil || res.Superseded != 1 || res.Committed != 0 {
+		t.Fatalf("older after newer: %+v, %v; want superseded", res, err)
+	}
+	st := e.sim.Stats()[testChannel]
+	if st.Requests != 1 || st.StaleReceived != 0 {
+		t.Fatalf("simulator saw %d requests, %d stale; want 1 and 0", st.Requests, st.StaleReceived)
+	}
+}
+
+func TestPushRequestReservesTheLanesNextSlot(t *testing.T) {
+	e := newActivityEnv(t, envOptions{})
+	plan := e.prepare(models.BatchSyncInput{BatchID: "b-next", Mutations: []models.Mutation{
+		e.mutation("x-1", 3, 1, withRate("80.00")),
+		e.mutation("x-2", 3, 1, func(m *models.Mutation) { m.Inventory = ptr(4) }),
+	}})
+	if len(plan.Chunks) != 1 || plan.Chunks[0].Requests != 2 {
+		t.Fatalf("plan %+v, want one chunk of 2 requests", plan)
+	}
+	c := plan.Chunks[0]
+	res, err := e.push(models.PushInput{BatchID: "b-next", ChunkKey: c.Key, Reservation: "b-next/0",
+		Next: 1, NextReservation: "b-next/1"})
+	if err != nil || res.Next == nil || res.Next.Index != 1 {
+		t.Fatalf("first push: %+v, %v; want the next slot", res, err)
+	}
+	if n := e.simRequests(); n != 1 {
+		t.Fatalf("holding the next slot sent it: %d requests", n)
+	}
+	res, err = e.push(models.PushInput{BatchID: "b-next", ChunkKey: c.Key, Index: 1, Reservation: "b-next/1"})
+	if err != nil || res.Committed != 1 {
+		t.Fatalf("second push on its held slot: %+v, %v", res, err)
+	}
+	st, err := e.lim.Status(context.Background(), testChannel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.InWindow != 2 {
+		t.Fatalf("window holds %d slots, want 2", st.InWindow)
 	}
 }
 

@@ -1,43 +1,61 @@
-// Package limiter is paritysync's distributed rate governor: every worker asks it,
-// through one Redis round trip, whether a channel request may go out now.
+// Package limiter is paritysync's distributed rate governor and ordering gate: every
+// worker asks it, through one Redis round trip, when a channel request may go out and
+// which of its nights may go at all.
 //
-// All state lives in Redis and every decision runs in one Lua script (acquire.lua,
+// All state lives in Redis and every decision runs in one Lua script (reserve.lua,
 // run with EVALSHA, EVAL when the script cache is cold). Time comes only from Redis
-// TIME, so workers with skewed clocks share one budget. In order, a decision checks:
+// TIME, so workers with skewed clocks share one budget. Reserve checks, in order:
 //
-//  1. the channel's operator pause, then a back-off written after a 429;
-//  2. the daily quota: a request that would take usage past 100 % is denied until the
-//     next UTC midnight, and so is priority ≥ 4 work that would reach 95 %;
-//  3. the token bucket of the request's (channel, family[, property]) with the
-//     priority reserve: priority > 1 takes a token only while more than the reserve
-//     stays behind, so urgent work always finds capacity.
+//  1. the channel's operator pause, then a back-off written after a 429 or by rate-
+//     limit headers reporting nothing left that our own traffic does not explain;
+//  2. the daily quota: a request that would take usage past 100 % waits for the next
+//     UTC midnight, and so does priority ≥ 4 work that would reach 95 % (where the
+//     window's limit also halves);
+//  3. a slot in the channel's schedule — per channel, or per property and family on
+//     a channel that limits per property. A slot is granted only where the window
+//     (slot − 60 s − margin, slot] holds fewer than the declared limit, at a pace of
+//     one per (60 s + margin) / limit after at most burst back to back. Families and
+//     properties share the one schedule: their shares are weights, not partitions.
+//     The slot is held for the request's id, so a request costs one decision and at
+//     most one wait, and waiters are spread over distinct slots instead of waking
+//     together. A new request may take the earliest future slot held by lower-
+//     priority work, or by equal-priority work of a property and family holding more
+//     than its weighted turn; the holder moves to the tail. Work that has waited
+//     Options.MaxAge is never moved again.
+//  4. once the slot is due, the ordering gate of (channel, property, family): nights
+//     already sent with a newer version are dropped (superseded) and the rest are
+//     recorded, on every attempt; a request touching nights another in-flight request
+//     holds is blocked until that one's Release or its lease expires.
 //
-// The bucket refills continuously at the family's configured rate, lowered to the
-// family's share of an adaptive channel rate (90 % of what the channel's rate-limit
-// headers report, see Adapt) and halved from 95 % of the daily quota on. A denied
-// call writes nothing. A Redis error is returned as an error and means "no token":
-// callers fail closed.
+// A request that is not sent consumes nothing. A Redis error is returned as an error
+// and means "no send": callers fail closed.
 //
 // # Keys
 //
 // Every key starts with Options.Prefix ("paritysync:" by default) followed by the
-// channel slug in a hash tag, so that one channel's keys share a hash slot and the
-// script runs on Redis Cluster. Every key is passed in KEYS and has a TTL:
+// channel slug in a hash tag, so one channel's keys share a hash slot and the script
+// runs on Redis Cluster. Every key a script touches is passed in KEYS and has a TTL.
+// <scope> is "all", or <property>:<family> on a per-property channel.
 //
-//	<prefix>{<channel>}:pause                  operator pause reason; TTL Options.PauseTTL (7 days)
-//	<prefix>{<channel>}:paused_until           back-off end, Unix ms; expires about then
-//	<prefix>{<channel>}:daily                  quota used today; expires at the next UTC midnight
-//	<prefix>{<channel>}:adaptive               adaptive channel rate per minute; TTL = the
-//	                                           server's reset time, at least 2 s
-//	<prefix>{<channel>}:bucket:<family>        token bucket (hash: t tokens, ts Unix ms);
-//	<prefix>{<channel>}:bucket:<family>:<property>  (per-property channels)
-//	                                           TTL twice its refill time, at most a day;
-//	                                           an expired bucket reads as full, which
-//	                                           it would be by then
+//	<prefix>{<channel>}:pause                 operator pause reason; TTL Options.PauseTTL (7 days)
+//	<prefix>{<channel>}:paused_until          back-off end, Unix ms; expires then
+//	<prefix>{<channel>}:daily                 quota used today; expires at the next UTC midnight
+//	<prefix>{<channel>}:adaptive:<scope>      requests per window others use, from headers;
+//	                                          TTL the server's reset time, at least 2 s
+//	<prefix>{<channel>}:sched:<scope>         sorted set of slots (Unix ms): the last window's
+//	                                          and every held future one; TTL a day
+//	<prefix>{<channel>}:tat:<scope>           the pace's next theoretical slot; TTL past it
+//	<prefix>{<channel>}:res                   reservations by id (slot, state, priority,
+//	                                          group, weight, first ask); pruned with their
+//	                                          slots, TTL a day
+//	<prefix>{<channel>}:gate:<property>:<family>   newest version sent per room|plan|night;
+//	                                          TTL Options.GateTTL (30 days) after the last send
+//	<prefix>{<channel>}:lease:<property>:<family>  in-flight requests' nights; each lease ends
+//	                                          with Release or Options.Lease (30 s)
 //
-// The daily counter is one key per channel rather than one per date so that no
-// client clock picks the key; PEXPIREAT at the next UTC midnight, computed from
-// Redis TIME, resets it.
+// Losing these keys costs a conservative restart (an empty schedule grants at most
+// one burst, and headers that report less room than ours lower the limit) and the
+// gate's memory, which its owner rebuilds from the system of record.
 //
 // The channel configuration lives in Go and travels in ARGV, so a config change
 // takes effect on the next decision without touching Redis.

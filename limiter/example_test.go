@@ -36,23 +36,25 @@ func Example() {
 	}()
 	l := limiter.New(rdb, channels, limiter.Options{Prefix: prefix})
 
-	d, err := l.Acquire(ctx, limiter.Request{
-		Channel: "booking_com", Family: models.FamilyRates, Priority: models.PriorityDefault, Cost: 1,
-	})
+	// The first request finds the window empty and goes now; its slot is spent.
+	first := limiter.Request{Channel: "booking_com", Family: models.FamilyRates,
+		Property: "prop_0000abcd", Priority: models.PriorityDefault, Cost: 1, ID: "batch/b1/booking_com/p3/0/0"}
+	d, err := l.Reserve(ctx, first)
 	if err != nil {
 		// Fail closed: no decision, no call to the channel.
 		fmt.Println(err)
 		return
 	}
-	fmt.Printf("allowed=%v tier=%s used=%d\n", d.Allowed, d.Tier, d.DailyUsed)
+	fmt.Printf("state=%s tier=%s used=%d\n", d.State, d.Tier, d.DailyUsed)
+	// The caller sends, then ends the lease on the request's nights.
+	_ = l.Release(ctx, first)
 
 	// After a 429 with Retry-After: 30, every worker waits.
 	_ = l.Backoff(ctx, "booking_com", 30*time.Second)
-	d, _ = l.Acquire(ctx, limiter.Request{
-		Channel: "booking_com", Family: models.FamilyRates, Priority: models.PriorityUrgent, Cost: 1,
-	})
-	fmt.Printf("allowed=%v wait≈%s\n", d.Allowed, d.RetryAfter.Round(time.Second))
+	d, _ = l.Reserve(ctx, limiter.Request{Channel: "booking_com", Family: models.FamilyRates,
+		Property: "prop_0000abcd", Priority: models.PriorityUrgent, Cost: 1, ID: "batch/b1/booking_com/p1/0/0"})
+	fmt.Printf("state=%s wait≈%s\n", d.State, d.Wait.Round(time.Second))
 	// Output:
-	// allowed=true tier=ok used=1
-	// allowed=false wait≈30s
+	// state=send tier=ok used=1
+	// state=backoff wait≈30s
 }

@@ -15,21 +15,21 @@ import (
 	"github.com/paritysync/paritysync/models"
 )
 
-//go:embed acquire.lua
-var acquireLua string
+//go:embed reserve.lua
+var reserveLua string
 
 // script is the limiter's only code on the Redis side. redis.NewScript runs it with
 // EVALSHA and falls back to EVAL when the server's script cache is cold.
-var script = redis.NewScript(acquireLua)
+var script = redis.NewScript(reserveLua)
 
 // ErrUnknownChannel is returned for a channel the limiter was not configured with.
 var ErrUnknownChannel = errors.New("unknown channel")
 
-// ErrNoBudget is returned for an endpoint family that has no rate share on the channel.
+// ErrNoBudget is returned for an endpoint family that has no weight on the channel.
 var ErrNoBudget = errors.New("family has no rate budget")
 
 // ErrInvalidRequest is returned for a request whose priority or cost is out of range,
-// or that lacks the property a per-property channel needs.
+// that lacks an id, or that lacks the property a per-property channel needs.
 var ErrInvalidRequest = errors.New("invalid limiter request")
 
 // Tier is how much of a channel's daily quota is used.
@@ -40,47 +40,75 @@ const (
 	TierOK       Tier = "ok"
 	TierWarn     Tier = "warn"     // ≥ 70 %
 	TierPage     Tier = "page"     // ≥ 85 %
-	TierThrottle Tier = "throttle" // ≥ 95 %: refill halves, priority ≥ 4 waits for midnight
+	TierThrottle Tier = "throttle" // ≥ 95 %: the limit halves, priority ≥ 4 waits for midnight
 	TierStop     Tier = "stop"     // 100 %: nothing until midnight
 )
 
-// Request asks for one channel request's worth of budget.
+// State is what a Decision tells the caller to do.
+type State string
+
+// Decision states.
+const (
+	// Send: the slot is due and the request may go now, without the Dropped nights.
+	// The slot is spent, the quota charged and the kept nights leased until Release.
+	Send State = "send"
+	// Wait: the request holds a slot Wait from now; ask again with the same id then.
+	Wait State = "wait"
+	// Superseded: every night of the request was already sent with a newer version.
+	// Nothing is to be sent and nothing was spent.
+	Superseded State = "superseded"
+	// Blocked: another request carrying some of the same nights is in flight; ask
+	// again after Wait. The slot was given back.
+	Blocked State = "blocked"
+	// Paused: an operator paused the channel (PausedReason); ask again after Wait.
+	Paused State = "paused"
+	// Backoff: the channel asked every worker to hold back (a 429's Retry-After, or
+	// rate-limit headers reporting nothing left); ask again after Wait.
+	Backoff State = "backoff"
+	// Quota: the daily quota cannot take the request before it resets, Wait from now.
+	Quota State = "quota"
+)
+
+// Request asks for one channel request's slot.
 type Request struct {
 	Channel string
 	Family  models.Family
-	// Property selects the bucket when the channel limits per property; ignored otherwise.
+	// Property selects the window when the channel limits per property, and is the
+	// request's turn group (with the family) otherwise.
 	Property string
-	// Priority is 1 (urgent, may use the reserve) … 5 (bulk).
+	// Priority is 1 (urgent) … 5 (bulk).
 	Priority int
 	// Cost is what the request takes from the daily quota (see ChannelConfig.Cost).
 	Cost int
+	// ID names the reservation; the same id asks again for the slot it holds. It is
+	// stable across retries of one request and unique among requests.
+	ID string
+	// Lines are the request's lines, for the ordering gate; without lines the gate
+	// is not consulted.
+	Lines []models.ARILine
+	// Hold reserves the slot without sending even when it is due: the answer is
+	// Wait (zero when due), and the next Reserve with the same id sends. A lane
+	// reserves its next request's slot this way while it finishes the current one.
+	Hold bool
 }
 
 // Decision is the limiter's answer to one Request.
 type Decision struct {
-	Allowed bool
-	// RetryAfter is how long to wait before asking again; zero when allowed.
-	RetryAfter time.Duration
-	// Remaining is the whole number of tokens left in the request's bucket.
+	State State
+	// Wait is how long until the held slot, the end of a pause or back-off, or the
+	// quota reset; zero for Send and Superseded.
+	Wait time.Duration
+	// Remaining is how many more slots the window has room for now.
 	Remaining int
 	// DailyUsed and DailyLimit are the channel's quota usage after the decision.
 	DailyUsed, DailyLimit int
-	// Tier is the quota tier after the decision. A request denied by the quota gets
-	// the tier it would have reached instead — TierStop, or TierThrottle for
-	// priority ≥ 4 — so that its wait until midnight is told apart from a token wait.
+	// Tier is the quota tier after the decision; a request refused by the quota gets
+	// the tier it would have reached (TierStop, or TierThrottle for priority ≥ 4).
 	Tier Tier
 	// PausedReason is the operator's reason when the channel is paused.
 	PausedReason string
-}
-
-// FamilyStatus is the state of one endpoint family's bucket.
-type FamilyStatus struct {
-	Family models.Family
-	// Tokens is how many tokens the bucket holds now.
-	Tokens float64
-	Burst  int
-	// RatePerMinute is the refill in effect now, after adaptive and throttle limits.
-	RatePerMinute float64
+	// Dropped are the nights the ordering gate dropped (Send, Superseded).
+	Dropped []models.LineNight
 }
 
 // Status is a channel's limiter state, for operators.
@@ -93,13 +121,18 @@ type Status struct {
 	Tier                  Tier
 	// QuotaResetsIn is the time to the next UTC midnight, by the Redis clock.
 	QuotaResetsIn time.Duration
-	// AdaptiveRate is the channel rate per minute derived from response headers, 0 if none.
-	AdaptiveRate float64
-	// AdaptiveFor is how long AdaptiveRate stays in force.
-	AdaptiveFor time.Duration
-	// Families lists the channel-wide buckets in models.Families order; empty for a
-	// channel that limits per property, whose buckets are too many to list.
-	Families []FamilyStatus
+	// Foreign is how many requests per window the channel's headers say others use
+	// of its budget; ForeignFor is how long that estimate stays in force.
+	Foreign    int
+	ForeignFor time.Duration
+	// Limit is the window's capacity in force: the declared limit less Foreign,
+	// halved in the throttle tier. Zero for a per-property channel.
+	Limit int
+	// InWindow is how many slots the current window holds; Ahead how many future
+	// slots are reserved; NextSlotIn how long until the next slot the pace allows.
+	// Zero for a per-property channel, whose windows are too many to list.
+	InWindow, Ahead int
+	NextSlotIn      time.Duration
 }
 
 // Options tunes a Limiter; the zero value is usable.
@@ -107,65 +140,79 @@ type Options struct {
 	// Prefix starts every key, "paritysync:" by default. It must not contain '{' or
 	// '}', which would move the key's hash slot away from the channel's.
 	Prefix string
-	// PausePoll is the RetryAfter given while an operator pause holds, 5 s by default:
-	// a pause has no end time, so workers re-check at this pace.
+	// PausePoll is the Wait given while an operator pause holds, 30 min by default:
+	// a pause has no end time, and a resume also reaches running work by signal.
 	PausePoll time.Duration
 	// PauseTTL bounds an operator pause, 7 days by default, so a forgotten pause does
 	// not outlive every key's TTL policy; Pause again to extend it.
 	PauseTTL time.Duration
+	// Margin widens the window the limiter counts in beyond the channel's 60 s, 1 s
+	// by default, so a request sent a little after its slot (timer and network
+	// lateness) never lands in a window that is already full. A holder later than
+	// Margin gets a new slot.
+	Margin time.Duration
+	// Lease bounds how long a sent request's nights stay leased if Release never
+	// comes (a worker that died mid-request): the HTTP timeout plus a little; 30 s by
+	// default.
+	Lease time.Duration
+	// MaxAge is how long a waiting request may be moved back by more urgent work or
+	// other properties' turns; 10 min by default.
+	MaxAge time.Duration
+	// GateTTL is how long the ordering gate remembers the versions sent per night
+	// after the last request to that property and family; 30 days by default.
+	GateTTL time.Duration
 }
 
 // Limiter is the distributed rate governor shared by every worker.
 type Limiter struct {
-	rdb       redis.Scripter
-	channels  map[string]channelKeys
-	pollMS    int64
-	pauseTTLM int64
+	rdb      redis.Scripter
+	channels map[string]channelKeys
+	prefix   string
+	opts     Options
 }
 
 // channelKeys holds a channel's config and its fixed keys, built once so the hot path
-// does not concatenate strings.
+// does not concatenate more strings than it must.
 type channelKeys struct {
 	cfg         models.ChannelConfig
+	base        string
 	pause       string
 	pausedUntil string
 	daily       string
-	adaptive    string
-	buckets     map[models.Family]string
+	res         string
 }
 
 // New returns a Limiter over rdb for channels. Any client with scripting satisfies
-// redis.Scripter: *redis.Client, *redis.ClusterClient, *redis.Ring.
+// redis.Scripter: *redis.Client, *redis.ClusterClient, redis.UniversalClient.
 func New(rdb redis.Scripter, channels []models.ChannelConfig, opts Options) *Limiter {
 	if opts.Prefix == "" {
 		opts.Prefix = "paritysync:"
 	}
 	if opts.PausePoll <= 0 {
-		opts.PausePoll = 5 * time.Second
+		opts.PausePoll = 30 * time.Minute
 	}
 	if opts.PauseTTL <= 0 {
 		opts.PauseTTL = 7 * 24 * time.Hour
 	}
-	l := &Limiter{
-		rdb:       rdb,
-		channels:  make(map[string]channelKeys, len(channels)),
-		pollMS:    opts.PausePoll.Milliseconds(),
-		pauseTTLM: opts.PauseTTL.Milliseconds(),
+	if opts.Margin <= 0 {
+		opts.Margin = time.Second
 	}
+	if opts.Lease <= 0 {
+		opts.Lease = 30 * time.Second
+	}
+	if opts.MaxAge <= 0 {
+		opts.MaxAge = 10 * time.Minute
+	}
+	if opts.GateTTL <= 0 {
+		opts.GateTTL = 30 * 24 * time.Hour
+	}
+	l := &Limiter{rdb: rdb, channels: make(map[string]channelKeys, len(channels)), prefix: opts.Prefix, opts: opts}
 	for _, c := range channels {
 		base := opts.Prefix + "{" + c.Slug + "}:"
-		ck := channelKeys{
-			cfg:         c,
-			pause:       base + "pause",
-			pausedUntil: base + "paused_until",
-			daily:       base + "daily",
-			adaptive:    base + "adaptive",
-			buckets:     make(map[models.Family]string, len(models.Families)),
+		l.channels[c.Slug] = channelKeys{
+			cfg: c, base: base, pause: base + "pause", pausedUntil: base + "paused_until",
+			daily: base + "daily", res: base + "res",
 		}
-		for _, f := range models.Families {
-			ck.buckets[f] = base + "bucket:" + string(f)
-		}
-		l.channels[c.Slug] = ck
 	}
 	return l
 }
@@ -178,87 +225,105 @@ func (l *Limiter) channel(slug string) (channelKeys, error) {
 	return ck, nil
 }
 
-// budget is the bucket a family of a channel draws from.
-type budget struct {
-	perMinute float64
-	burst     int
-	reserve   int
-	share     float64
-}
-
-func familyBudget(c models.ChannelConfig, f models.Family) (budget, error) {
-	share := float64(c.Shares.Of(f)) / 100
-	perMinute, burst := c.FamilyBudget(f)
-	if share <= 0 || perMinute <= 0 {
-		return budget{}, fmt.Errorf("family %q: %w", f, ErrNoBudget)
+// scope names the window a request counts in: the whole channel, or one property's
+// family on a channel that limits per property.
+func (ck channelKeys) scope(property string, f models.Family) string {
+	if ck.cfg.Scope == models.ScopeProperty {
+		return property + ":" + string(f)
 	}
-	// A reserve as deep as the bucket would starve every non-urgent request forever,
-	// so at least one token stays open to everyone.
-	reserve := min(c.Reserve(burst), burst-1)
-	return budget{perMinute: perMinute, burst: burst, reserve: max(reserve, 0), share: share}, nil
+	return "all"
 }
 
-// Acquire decides whether r may call its channel now. It consumes a token and r.Cost
-// of the daily quota only when it allows; an error means no decision (fail closed).
-func (l *Limiter) Acquire(ctx context.Context, r Request) (Decision, error) {
+// Reserve decides when r may call its channel, in one atomic step: the channel's
+// pause and back-off, the daily quota, a slot in the channel's window (held for r.ID
+// until it is due, so a request costs one decision and at most one wait), and, once
+// the slot is due, the ordering gate. It spends a slot and the quota only when it
+// answers Send. An error means no decision (fail closed).
+func (l *Limiter) Reserve(ctx context.Context, r Request) (Decision, error) {
 	ck, err := l.channel(r.Channel)
 	if err != nil {
-		return Decision{}, fmt.Errorf("acquire %s: %w", r.Channel, err)
+		return Decision{}, fmt.Errorf("reserve %s: %w", r.Channel, err)
 	}
-	if r.Priority < models.PriorityUrgent || r.Priority > models.PriorityBulk {
-		return Decision{}, fmt.Errorf("acquire %s: priority %d: %w", r.Channel, r.Priority, ErrInvalidRequest)
+	switch {
+	case r.Priority < models.PriorityUrgent || r.Priority > models.PriorityBulk:
+		return Decision{}, fmt.Errorf("reserve %s: priority %d: %w", r.Channel, r.Priority, ErrInvalidRequest)
+	case r.Cost < 1:
+		return Decision{}, fmt.Errorf("reserve %s: cost %d: %w", r.Channel, r.Cost, ErrInvalidRequest)
+	case r.ID == "":
+		return Decision{}, fmt.Errorf("reserve %s: no id: %w", r.Channel, ErrInvalidRequest)
+	case ck.cfg.Scope == models.ScopeProperty && r.Property == "":
+		return Decision{}, fmt.Errorf("reserve %s: no property on a per-property channel: %w", r.Channel, ErrInvalidRequest)
 	}
-	if r.Cost < 1 {
-		return Decision{}, fmt.Errorf("acquire %s: cost %d: %w", r.Channel, r.Cost, ErrInvalidRequest)
+	weight := ck.cfg.Shares.Of(r.Family)
+	if weight <= 0 {
+		return Decision{}, fmt.Errorf("reserve %s: family %q: %w", r.Channel, r.Family, ErrNoBudget)
 	}
-	b, err := familyBudget(ck.cfg, r.Family)
+	scope := ck.scope(r.Property, r.Family)
+	gateScope := r.Property + ":" + string(r.Family)
+	keys := []string{ck.pause, ck.pausedUntil, ck.daily, ck.base + "adaptive:" + scope,
+		ck.base + "sched:" + scope, ck.base + "tat:" + scope, ck.res,
+		ck.base + "gate:" + gateScope, ck.base + "lease:" + gateScope}
+	hold := 0
+	if r.Hold {
+		hold = 1
+	}
+	args := make([]any, 0, 16+4*len(r.Lines))
+	args = append(args, "reserve", r.ID, r.Priority, r.Cost, ck.cfg.DailyQuota, ck.cfg.RatePerMinute, ck.cfg.Burst,
+		l.opts.Margin.Milliseconds(), l.opts.PausePoll.Milliseconds(), l.opts.Lease.Milliseconds(),
+		l.opts.MaxAge.Milliseconds(), r.Property+"|"+string(r.Family), weight, l.opts.GateTTL.Milliseconds(), len(r.Lines), hold)
+	for _, ln := range r.Lines {
+		args = append(args, ln.RoomTypeCode+"|"+ln.RatePlanCode, dayNumber(ln.From), dayNumber(ln.To), ln.Version)
+	}
+	res, err := script.Run(ctx, l.rdb, keys, args...).Slice()
 	if err != nil {
-		return Decision{}, fmt.Errorf("acquire %s: %w", r.Channel, err)
-	}
-	bucket := ck.buckets[r.Family]
-	if ck.cfg.Scope == models.ScopeProperty {
-		if r.Property == "" {
-			return Decision{}, fmt.Errorf("acquire %s: no property on a per-property channel: %w", r.Channel, ErrInvalidRequest)
-		}
-		bucket += ":" + r.Property
-	}
-	res, err := script.Run(ctx, l.rdb,
-		[]string{ck.pause, ck.pausedUntil, ck.daily, ck.adaptive, bucket},
-		"acquire", r.Cost, ck.cfg.DailyQuota, r.Priority, b.perMinute, b.burst, b.reserve, b.share, l.pollMS,
-	).Slice()
-	if err != nil {
-		return Decision{}, fmt.Errorf("acquire %s: %w", r.Channel, err)
+		return Decision{}, fmt.Errorf("reserve %s: %w", r.Channel, err)
 	}
 	d, err := parseDecision(res)
 	if err != nil {
-		return Decision{}, fmt.Errorf("acquire %s: %w", r.Channel, err)
+		return Decision{}, fmt.Errorf("reserve %s: %w", r.Channel, err)
 	}
 	return d, nil
 }
 
 func parseDecision(res []any) (Decision, error) {
-	if len(res) != 7 {
-		return Decision{}, fmt.Errorf("script reply has %d fields, want 7", len(res))
+	if len(res) < 7 || len(res)%2 == 0 {
+		return Decision{}, fmt.Errorf("script reply has %d fields", len(res))
 	}
-	var n [5]int64
+	state, _ := res[0].(string)
+	var n [4]int64
 	for i := range n {
-		v, ok := res[i].(int64)
+		v, ok := res[i+1].(int64)
 		if !ok {
-			return Decision{}, fmt.Errorf("script reply field %d is %T", i, res[i])
+			return Decision{}, fmt.Errorf("script reply field %d is %T", i+1, res[i+1])
 		}
 		n[i] = v
 	}
 	tier, _ := res[5].(string)
 	reason, _ := res[6].(string)
-	return Decision{
-		Allowed:      n[0] == 1,
-		RetryAfter:   time.Duration(n[1]) * time.Millisecond,
-		Remaining:    int(n[2]),
-		DailyUsed:    int(n[3]),
-		DailyLimit:   int(n[4]),
-		Tier:         Tier(tier),
-		PausedReason: reason,
-	}, nil
+	d := Decision{
+		State: State(state), Wait: time.Duration(n[0]) * time.Millisecond, Remaining: int(n[1]),
+		DailyUsed: int(n[2]), DailyLimit: int(n[3]), Tier: Tier(tier), PausedReason: reason,
+	}
+	for i := 7; i+1 < len(res); i += 2 {
+		line, _ := res[i].(int64)
+		dn, _ := res[i+1].(int64)
+		d.Dropped = append(d.Dropped, models.LineNight{Line: int(line), Date: dateOfNumber(dn)})
+	}
+	return d, nil
+}
+
+// Release ends the lease a Send took on r's nights: call it with the request's
+// outcome, whatever it was, so the next request touching them may go.
+func (l *Limiter) Release(ctx context.Context, r Request) error {
+	ck, err := l.channel(r.Channel)
+	if err != nil {
+		return fmt.Errorf("release %s: %w", r.Channel, err)
+	}
+	key := ck.base + "lease:" + r.Property + ":" + string(r.Family)
+	if err := script.Run(ctx, l.rdb, []string{key}, "release", r.ID).Err(); err != nil {
+		return fmt.Errorf("release %s: %w", r.Channel, err)
+	}
+	return nil
 }
 
 // Backoff makes every worker wait wait from now (by the Redis clock) before calling
@@ -278,13 +343,13 @@ func (l *Limiter) Backoff(ctx context.Context, channel string, wait time.Duratio
 	return nil
 }
 
-// Adapt lowers channel's rate to 90 % of what the server reports in its rate-limit
-// headers, for every worker, until the server's window resets. remaining < 0 means
-// the server did not report it; then limit per resetAfter is used. With nothing
-// remaining the channel waits for the reset. Without a usable resetAfter the headers
-// say nothing about a rate and Adapt does nothing. On a per-property channel the rate
-// applies to every property's buckets.
-func (l *Limiter) Adapt(ctx context.Context, channel string, limit, remaining int, resetAfter time.Duration) error {
+// Adapt reads a channel's rate-limit headers against our own schedule. They lower the
+// limit only when they report less room than our own traffic leaves — another
+// client shares the budget, or the channel lowered its limit — for as long as the
+// server's window takes to reset; our own traffic never lowers it. Remaining = 0 that
+// our schedule does not explain makes every worker wait for the reset. remaining < 0
+// means the header was absent; a non-positive resetAfter makes the headers unusable.
+func (l *Limiter) Adapt(ctx context.Context, channel, property string, f models.Family, limit, remaining int, resetAfter time.Duration) error {
 	ck, err := l.channel(channel)
 	if err != nil {
 		return fmt.Errorf("adapt %s: %w", channel, err)
@@ -292,19 +357,9 @@ func (l *Limiter) Adapt(ctx context.Context, channel string, limit, remaining in
 	if resetAfter <= 0 {
 		return nil
 	}
-	left := remaining
-	if limit > 0 && (left < 0 || left > limit) {
-		left = limit
-	}
-	if left < 0 {
-		return nil
-	}
-	// The estimate is good only until the server's window resets; a floor keeps a
-	// sub-second reset from churning the key on every response.
-	ttl := max(resetAfter, 2*time.Second)
-	perMinute := 0.9 * float64(left) * float64(time.Minute) / float64(resetAfter)
-	if err := script.Run(ctx, l.rdb, []string{ck.adaptive, ck.pausedUntil},
-		"adapt", perMinute, ceilMS(ttl)).Err(); err != nil {
+	scope := ck.scope(property, f)
+	if err := script.Run(ctx, l.rdb, []string{ck.base + "adaptive:" + scope, ck.pausedUntil, ck.base + "sched:" + scope},
+		"adapt", ck.cfg.RatePerMinute, limit, remaining, ceilMS(resetAfter)).Err(); err != nil {
 		return fmt.Errorf("adapt %s: %w", channel, err)
 	}
 	return nil
@@ -320,7 +375,7 @@ func (l *Limiter) Pause(ctx context.Context, channel, reason string) error {
 		// An empty reason would read as "not paused" in Decision.PausedReason.
 		reason = "paused by operator"
 	}
-	if err := script.Run(ctx, l.rdb, []string{ck.pause}, "pause", reason, l.pauseTTLM).Err(); err != nil {
+	if err := script.Run(ctx, l.rdb, []string{ck.pause}, "pause", reason, l.opts.PauseTTL.Milliseconds()).Err(); err != nil {
 		return fmt.Errorf("pause %s: %w", channel, err)
 	}
 	return nil
@@ -344,51 +399,33 @@ func (l *Limiter) Status(ctx context.Context, channel string) (Status, error) {
 	if err != nil {
 		return Status{}, fmt.Errorf("status %s: %w", channel, err)
 	}
-	keys := []string{ck.pause, ck.pausedUntil, ck.daily, ck.adaptive}
-	args := []any{"status", ck.cfg.DailyQuota}
-	var fams []models.Family
-	var budgets []budget
-	if ck.cfg.Scope != models.ScopeProperty {
-		for _, f := range models.Families {
-			b, err := familyBudget(ck.cfg, f)
-			if err != nil {
-				continue // a family without a share has no bucket
-			}
-			fams = append(fams, f)
-			budgets = append(budgets, b)
-			keys = append(keys, ck.buckets[f])
-			args = append(args, b.perMinute, b.burst, b.share)
-		}
-	}
-	res, err := script.Run(ctx, l.rdb, keys, args...).Slice()
+	scope := ck.scope("", "")
+	keys := []string{ck.pause, ck.pausedUntil, ck.daily, ck.base + "adaptive:" + scope,
+		ck.base + "sched:" + scope, ck.base + "tat:" + scope}
+	res, err := script.Run(ctx, l.rdb, keys, "status", ck.cfg.DailyQuota, ck.cfg.RatePerMinute,
+		l.opts.Margin.Milliseconds()).Slice()
 	if err != nil {
 		return Status{}, fmt.Errorf("status %s: %w", channel, err)
 	}
-	if len(res) != 6+2*len(fams) {
+	if len(res) != 10 {
 		return Status{}, fmt.Errorf("status %s: script reply has %d fields", channel, len(res))
 	}
 	st := Status{Channel: channel, DailyLimit: ck.cfg.DailyQuota}
 	st.PausedReason, _ = res[0].(string)
 	st.PausedFor = msField(res[1])
-	used, _ := res[2].(int64)
-	st.DailyUsed = int(used)
+	st.DailyUsed = intField(res[2])
 	st.Tier = tierOf(st.DailyUsed, st.DailyLimit)
 	st.QuotaResetsIn = msField(res[3])
-	if s, _ := res[4].(string); s != "" {
-		st.AdaptiveRate = floatField(s)
-		st.AdaptiveFor = msField(res[5])
-	}
-	for i, f := range fams {
-		tok, _ := res[6+2*i].(string)
-		rate, _ := res[7+2*i].(string)
-		st.Families = append(st.Families, FamilyStatus{
-			Family: f, Tokens: floatField(tok), Burst: budgets[i].burst, RatePerMinute: floatField(rate),
-		})
+	st.Foreign = intField(res[4])
+	st.ForeignFor = msField(res[5])
+	if ck.cfg.Scope != models.ScopeProperty {
+		st.Limit, st.InWindow, st.Ahead = intField(res[6]), intField(res[7]), intField(res[8])
+		st.NextSlotIn = msField(res[9])
 	}
 	return st, nil
 }
 
-// tierOf mirrors tier() in acquire.lua for state read back by Status.
+// tierOf mirrors tier() in reserve.lua for state read back by Status.
 func tierOf(used, quota int) Tier {
 	switch {
 	case used >= quota:
@@ -403,20 +440,33 @@ func tierOf(used, quota int) Tier {
 	return TierOK
 }
 
-func msField(v any) time.Duration {
-	n, _ := v.(int64)
-	return time.Duration(n) * time.Millisecond
+func intField(v any) int {
+	switch n := v.(type) {
+	case int64:
+		return int(n)
+	case string:
+		f, err := strconv.ParseFloat(strings.TrimSpace(n), 64)
+		if err == nil {
+			return int(f)
+		}
+	}
+	return 0
 }
 
-func floatField(s string) float64 {
-	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil {
-		return 0
-	}
-	return f
+func msField(v any) time.Duration {
+	return time.Duration(intField(v)) * time.Millisecond
 }
 
 // ceilMS rounds up so that a wait is never cut short by truncation.
 func ceilMS(d time.Duration) int64 {
 	return int64(math.Ceil(float64(d) / float64(time.Millisecond)))
+}
+
+// dayNumber is d as days since 1970-01-01, the gate's night key.
+func dayNumber(d models.Date) int64 {
+	return d.Time().Unix() / 86400
+}
+
+func dateOfNumber(n int64) models.Date {
+	return models.DateOf(time.Unix(n*86400, 0).UTC())
 }

@@ -5,8 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,560 +58,524 @@ func testRedis(tb testing.TB) (*redis.Client, string) {
 	return rdb, prefix
 }
 
-// testChannel is a channel whose rates bucket refills at exactly perMinute with depth
-// burst: FamilyBudget refills at (RatePerMinute−Burst)×share, so the whole share goes
-// to rates and the ceiling is perMinute+burst.
-func testChannel(tb testing.TB, slug string, perMinute, burst, quota int) models.ChannelConfig {
-	tb.Helper()
-	c := models.ChannelConfig{
-		Slug: slug, BasePath: "/" + slug, RatePerMinute: perMinute + burst, Burst: burst,
-		Shares: models.FamilyShares{Rates: 100}, Scope: models.ScopeChannel,
+// testChannel is a channel limited to perMinute requests per window with the given
+// burst; rates and availability share it 2:1.
+func testChannel(slug string, perMinute, burst, quota int) models.ChannelConfig {
+	return models.ChannelConfig{
+		Slug: slug, BasePath: "/" + slug, RatePerMinute: perMinute, Burst: burst,
+		Shares: models.FamilyShares{Rates: 60, Availability: 30, Restrictions: 10}, Scope: models.ScopeChannel,
 		DailyQuota: quota, QuotaUnit: models.QuotaRequests, HorizonDays: 365,
 		MaxLinesPerRequest: 100, MaxRetryAfter: time.Minute,
 	}
-	gotRate, gotBurst := c.FamilyBudget(models.FamilyRates)
-	if gotRate != float64(perMinute) || gotBurst != burst {
-		tb.Fatalf("test channel budget = %v/min burst %d, want %d/min burst %d", gotRate, gotBurst, perMinute, burst)
-	}
-	return c
 }
+
+var ids atomic.Int64
 
 func req(channel string, priority int) Request {
-	return Request{Channel: channel, Family: models.FamilyRates, Priority: priority, Cost: 1}
+	return Request{Channel: channel, Family: models.FamilyRates, Priority: priority, Cost: 1,
+		Property: "prop_00000001", ID: "r" + strconv.FormatInt(ids.Add(1), 10)}
 }
 
-func mustAcquire(t *testing.T, l *Limiter, r Request) Decision {
+func mustReserve(t testing.TB, l *Limiter, r Request) Decision {
 	t.Helper()
-	d, err := l.Acquire(context.Background(), r)
+	d, err := l.Reserve(context.Background(), r)
 	if err != nil {
-		t.Fatalf("acquire: %v", err)
+		t.Fatalf("reserve %+v: %v", r, err)
 	}
 	return d
 }
 
-// hammer runs callers goroutines that acquire until the deadline, each sleeping the
-// RetryAfter it is given, and returns how many were allowed.
-func hammer(t *testing.T, l *Limiter, callers int, d time.Duration, mk func(i int) Request) int64 {
+// slotsOf reserves every request at once and returns each one's slot as an offset
+// from the first call: reservations make a whole schedule visible without waiting.
+func slotsOf(t *testing.T, l *Limiter, rs []Request) []time.Duration {
 	t.Helper()
-	var admitted atomic.Int64
-	var firstErr atomic.Value
-	deadline := time.Now().Add(d)
+	start := time.Now()
+	out := make([]time.Duration, len(rs))
+	for i, r := range rs {
+		d := mustReserve(t, l, r)
+		if d.State != Send && d.State != Wait {
+			t.Fatalf("request %d: state %s, want send or wait", i, d.State)
+		}
+		out[i] = time.Since(start) + d.Wait
+	}
+	return out
+}
+
+// maxInWindow is the most slots in any window of length w.
+func maxInWindow(slots []time.Duration, w time.Duration) int {
+	s := slices.Clone(slots)
+	slices.Sort(s)
+	best, j := 0, 0
+	for i := range s {
+		for s[i]-s[j] >= w {
+			j++
+		}
+		best = max(best, i-j+1)
+	}
+	return best
+}
+
+func TestScheduleKeepsTheDeclaredWindowAndBurstAndUsesAllOfIt(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	const rate, burst, n = 30, 3, 95
+	l := New(rdb, []models.ChannelConfig{testChannel("win", rate, burst, 10000)}, Options{Prefix: prefix})
+	rs := make([]Request, n)
+	for i := range rs {
+		rs[i] = req("win", 3)
+		// Families share the one window: every third is an availability request.
+		if i%3 == 2 {
+			rs[i].Family = models.FamilyAvailability
+		}
+	}
+	slots := slotsOf(t, l, rs)
+	if got := maxInWindow(slots, time.Minute); got > rate {
+		t.Errorf("most slots in a 60 s window %d, want <= %d", got, rate)
+	}
+	sorted := slices.Clone(slots)
+	slices.Sort(sorted)
+	backToBack := 0
+	for i := range sorted {
+		if sorted[i] < sorted[0]+500*time.Millisecond {
+			backToBack++
+		}
+	}
+	if backToBack != burst {
+		t.Errorf("%d slots at once, want the burst %d", backToBack, burst)
+	}
+	// Saturated, the schedule runs at the declared limit: the minimum the window
+	// allows, stretched only by the 1 s margin per window.
+	span := sorted[n-1]
+	ideal := time.Duration(float64(n-burst) / rate * float64(time.Minute))
+	if span > ideal*103/100 {
+		t.Errorf("%d requests span %s, want <= 1.03 x %s", n, span, ideal)
+	}
+	t.Logf("%d requests at %d/min burst %d: span %s (ideal %s, %.3f), most in 60 s %d",
+		n, rate, burst, span.Round(time.Millisecond), ideal.Round(time.Millisecond),
+		float64(span)/float64(ideal), maxInWindow(slots, time.Minute))
+}
+
+func TestReservationHoldsItsSlot(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("hold", 60, 1, 1000)}, Options{Prefix: prefix})
+	first := mustReserve(t, l, req("hold", 3))
+	if first.State != Send {
+		t.Fatalf("first request: %+v, want send", first)
+	}
+	r := req("hold", 3)
+	d := mustReserve(t, l, r)
+	if d.State != Wait || d.Wait < 900*time.Millisecond || d.Wait > 1100*time.Millisecond {
+		t.Fatalf("second request: %+v, want a held slot about 1 s away", d)
+	}
+	again := mustReserve(t, l, r)
+	if again.State != Wait || again.Wait > d.Wait || d.Wait-again.Wait > 100*time.Millisecond {
+		t.Fatalf("asking again: %+v, want the same slot (wait %s)", again, d.Wait)
+	}
+	st, err := l.Status(context.Background(), "hold")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Ahead != 1 || st.InWindow != 1 {
+		t.Fatalf("status %+v: want 1 slot in the window and 1 ahead", st)
+	}
+	time.Sleep(again.Wait + 20*time.Millisecond)
+	if due := mustReserve(t, l, r); due.State != Send || due.DailyUsed != 2 {
+		t.Fatalf("at its slot: %+v, want send with 2 used", due)
+	}
+}
+
+func TestUrgentTakesTheEarliestBulkSlot(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("prio", 60, 1, 1000)}, Options{Prefix: prefix})
+	var bulk []Request
+	for range 20 {
+		bulk = append(bulk, req("prio", 5))
+	}
+	slots := slotsOf(t, l, bulk)
+	urgent := mustReserve(t, l, req("prio", 1))
+	if urgent.Wait > 1100*time.Millisecond {
+		t.Fatalf("urgent behind 20 bulk requests waits %s, want <= 1 token interval", urgent.Wait)
+	}
+	// The bulk request whose slot the urgent one took moved to the tail; the others kept theirs.
+	moved := mustReserve(t, l, bulk[1])
+	if moved.Wait < slots[19]-time.Second {
+		t.Fatalf("bumped bulk request waits %s, want after the last bulk slot (%s)", moved.Wait, slots[19])
+	}
+	if kept := mustReserve(t, l, bulk[2]); kept.Wait > slots[2] {
+		t.Fatalf("bulk request 2 moved: waits %s, held %s", kept.Wait, slots[2])
+	}
+	// Equal priority does not jump the queue within one property and family.
+	late := mustReserve(t, l, req("prio", 5))
+	if late.Wait < slots[19] {
+		t.Fatalf("a new bulk request waits %s, want behind the queue (%s)", late.Wait, slots[19])
+	}
+}
+
+func TestPropertiesTakeTurns(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("turns", 60, 1, 1000)}, Options{Prefix: prefix})
+	for range 30 {
+		mustReserve(t, l, req("turns", 4))
+	}
+	for i := range 3 {
+		r := req("turns", 4)
+		r.Property = "prop_00000002"
+		d := mustReserve(t, l, r)
+		if want := time.Duration(i+1)*time.Second + 200*time.Millisecond; d.Wait > want {
+			t.Fatalf("other property's change %d behind a 30-request sync waits %s, want <= %s", i, d.Wait, want)
+		}
+	}
+}
+
+func TestWorkWaitingMaxAgeIsNotMovedBack(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("age", 60, 1, 1000)},
+		Options{Prefix: prefix, MaxAge: 300 * time.Millisecond})
+	mustReserve(t, l, req("age", 5))
+	var slots []time.Duration
+	for range 5 {
+		slots = append(slots, mustReserve(t, l, req("age", 5)).Wait)
+	}
+	time.Sleep(400 * time.Millisecond)
+	urgent := mustReserve(t, l, req("age", 1))
+	if urgent.Wait < slots[4]-500*time.Millisecond {
+		t.Fatalf("urgent waits %s: it moved bulk work older than MaxAge (last bulk slot %s)", urgent.Wait, slots[4])
+	}
+}
+
+func line(room string, from, to string, version int64) models.ARILine {
+	f, _ := models.ParseDate(from)
+	tt, _ := models.ParseDate(to)
+	return models.ARILine{RoomTypeCode: room, RatePlanCode: "BAR", From: f, To: tt, Version: version}
+}
+
+func TestOrderingGateDropsOlderNightsAndLeasesInFlightOnes(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("gate", 600, 50, 1000)}, Options{Prefix: prefix})
+	ctx := context.Background()
+
+	a := req("gate", 3)
+	a.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-03", 6)}
+	if d := mustReserve(t, l, a); d.State != Send || len(d.Dropped) != 0 {
+		t.Fatalf("v6: %+v, want send", d)
+	}
+	// v5 of nights 2..4 while v6 is in flight: never in flight together.
+	b := req("gate", 3)
+	b.Lines = []models.ARILine{line("DBL", "2030-05-02", "2030-05-04", 5), line("SGL", "2030-05-02", "2030-05-02", 5)}
+	if d := mustReserve(t, l, b); d.State != Blocked || d.Wait <= 0 {
+		t.Fatalf("overlapping request while v6 is in flight: %+v, want blocked", d)
+	}
+	if err := l.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	d := mustReserve(t, l, b)
+	if d.State != Send {
+		t.Fatalf("after release: %+v, want send", d)
+	}
+	want := []models.LineNight{{Line: 0, Date: mustDate("2030-05-02")}, {Line: 0, Date: mustDate("2030-05-03")}}
+	if !slices.Equal(d.Dropped, want) {
+		t.Fatalf("dropped %v, want %v (older than the v6 sent)", d.Dropped, want)
+	}
+	used := d.DailyUsed
+	if err := l.Release(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	// Entirely older: nothing is sent and nothing is spent.
+	c := req("gate", 3)
+	c.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-02", 4)}
+	if d := mustReserve(t, l, c); d.State != Superseded || len(d.Dropped) != 2 {
+		t.Fatalf("v4: %+v, want superseded with 2 nights", d)
+	}
+	// The same version again (a retry of lost answer) is not older.
+	e := req("gate", 3)
+	e.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-01", 6)}
+	if d := mustReserve(t, l, e); d.State != Send || len(d.Dropped) != 0 || d.DailyUsed != used+1 {
+		t.Fatalf("equal version: %+v, want send charging 1", d)
+	}
+	// Other families and properties have their own memory.
+	f := req("gate", 3)
+	f.Family = models.FamilyAvailability
+	f.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-01", 1)}
+	if d := mustReserve(t, l, f); d.State != Send {
+		t.Fatalf("availability v1: %+v, want send", d)
+	}
+}
+
+func mustDate(s string) models.Date {
+	d, err := models.ParseDate(s)
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
+func TestExpiredLeaseNoLongerBlocks(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("lease", 600, 50, 1000)},
+		Options{Prefix: prefix, Lease: 200 * time.Millisecond})
+	a := req("lease", 3)
+	a.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-01", 1)}
+	mustReserve(t, l, a) // the worker dies: no Release
+	b := req("lease", 3)
+	b.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-01", 2)}
+	if d := mustReserve(t, l, b); d.State != Blocked {
+		t.Fatalf("%+v, want blocked", d)
+	}
+	time.Sleep(250 * time.Millisecond)
+	if d := mustReserve(t, l, b); d.State != Send {
+		t.Fatalf("after the lease expired: %+v, want send", d)
+	}
+}
+
+func TestHoldReservesWithoutSending(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("hold2", 600, 5, 1000)}, Options{Prefix: prefix})
+	r := req("hold2", 3)
+	r.Hold = true
+	if d := mustReserve(t, l, r); d.State != Wait || d.Wait != 0 || d.DailyUsed != 0 {
+		t.Fatalf("hold of a due slot: %+v, want wait 0 and nothing spent", d)
+	}
+	r.Hold = false
+	if d := mustReserve(t, l, r); d.State != Send || d.DailyUsed != 1 {
+		t.Fatalf("then: %+v, want send", d)
+	}
+	st, err := l.Status(context.Background(), "hold2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.InWindow != 1 {
+		t.Fatalf("in window %d, want 1: a held then sent slot is one slot", st.InWindow)
+	}
+}
+
+func TestResendTakesANewSlotAndTheOldOneStaysCounted(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("resend", 60, 5, 1000)}, Options{Prefix: prefix})
+	r := req("resend", 3)
+	mustReserve(t, l, r)
+	if d := mustReserve(t, l, r); d.State != Send || d.DailyUsed != 2 {
+		t.Fatalf("resend of a sent request: %+v, want a second send", d)
+	}
+	st, err := l.Status(context.Background(), "resend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.InWindow != 2 {
+		t.Fatalf("in window %d, want 2: both sends count", st.InWindow)
+	}
+}
+
+func TestPauseBackoffAndQuota(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("stop", 600, 50, 20)}, Options{Prefix: prefix})
+	ctx := context.Background()
+	if err := l.Pause(ctx, "stop", "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustReserve(t, l, req("stop", 1)); d.State != Paused || d.PausedReason != "maintenance" || d.Wait != 30*time.Minute {
+		t.Fatalf("paused: %+v", d)
+	}
+	if err := l.Resume(ctx, "stop"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Backoff(ctx, "stop", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Backoff(ctx, "stop", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustReserve(t, l, req("stop", 1)); d.State != Backoff || d.Wait < 4*time.Second || d.Wait > 5*time.Second {
+		t.Fatalf("backoff: %+v, want about 5 s (a shorter one does not cut it)", d)
+	}
+	if err := l.Resume(ctx, "stop"); err != nil {
+		t.Fatal(err)
+	}
+	for range 18 {
+		if d := mustReserve(t, l, req("stop", 3)); d.State != Send {
+			t.Fatalf("%+v, want send", d)
+		}
+	}
+	// 19 of 20 is 95 %: bulk waits for the reset, urgent goes on.
+	if d := mustReserve(t, l, req("stop", 5)); d.State != Quota || d.Tier != TierThrottle || d.DailyUsed != 18 {
+		t.Fatalf("bulk at 95 %%: %+v, want quota/throttle and nothing spent", d)
+	}
+	for range 2 {
+		if d := mustReserve(t, l, req("stop", 1)); d.State != Send {
+			t.Fatalf("urgent below 100 %%: %+v", d)
+		}
+	}
+	if d := mustReserve(t, l, req("stop", 1)); d.State != Quota || d.Tier != TierStop || d.Wait > 24*time.Hour {
+		t.Fatalf("at 100 %%: %+v, want quota stop until midnight", d)
+	}
+}
+
+func TestHeadersLowerTheLimitOnlyForOthersTraffic(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("adapt", 30, 10, 1000)}, Options{Prefix: prefix})
+	ctx := context.Background()
+	for range 10 {
+		mustReserve(t, l, req("adapt", 3))
+	}
+	status := func() Status {
+		st, err := l.Status(ctx, "adapt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	// Our own 10 explain the server's 20 remaining: nothing changes.
+	if err := l.Adapt(ctx, "adapt", "", models.FamilyRates, 30, 20, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if st := status(); st.Foreign != 0 || st.Limit != 30 || st.PausedFor != 0 {
+		t.Fatalf("own traffic lowered the limit: %+v", st)
+	}
+	// 5 remaining where we expect 20: others use 15 of the window.
+	if err := l.Adapt(ctx, "adapt", "", models.FamilyRates, 30, 5, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if st := status(); st.Foreign != 15 || st.Limit != 15 || st.ForeignFor < 59*time.Second {
+		t.Fatalf("want 15 foreign for a minute: %+v", st)
+	}
+	// Nothing remaining that we did not use: every worker waits for the reset.
+	if err := l.Adapt(ctx, "adapt", "", models.FamilyRates, 30, 0, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if st := status(); st.PausedFor < 19*time.Second {
+		t.Fatalf("remaining 0: %+v, want a back-off to the reset", st)
+	}
+}
+
+func TestNothingRemainingOfOurOwnWindowIsNoBackoff(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("full", 10, 10, 1000)}, Options{Prefix: prefix})
+	ctx := context.Background()
+	for range 10 {
+		mustReserve(t, l, req("full", 3))
+	}
+	if err := l.Adapt(ctx, "full", "", models.FamilyRates, 10, 0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.Status(ctx, "full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.PausedFor != 0 || st.Foreign != 0 {
+		t.Fatalf("our own full window paused the channel: %+v", st)
+	}
+}
+
+func TestPerPropertyWindows(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	ch := testChannel("props", 10, 10, 1000)
+	ch.Scope = models.ScopeProperty
+	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
+	for range 10 {
+		if d := mustReserve(t, l, req("props", 3)); d.State != Send {
+			t.Fatalf("%+v", d)
+		}
+	}
+	if d := mustReserve(t, l, req("props", 3)); d.State != Wait || d.Wait < 59*time.Second {
+		t.Fatalf("11th for one property and family: %+v, want a slot a window later", d)
+	}
+	other := req("props", 3)
+	other.Property = "prop_00000002"
+	avail := req("props", 3)
+	avail.Family = models.FamilyAvailability
+	for _, r := range []Request{other, avail} {
+		if d := mustReserve(t, l, r); d.State != Send {
+			t.Fatalf("%s/%s has its own window: %+v", r.Property, r.Family, d)
+		}
+	}
+	noProp := req("props", 3)
+	noProp.Property = ""
+	if _, err := l.Reserve(context.Background(), noProp); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("no property on a per-property channel: %v", err)
+	}
+}
+
+func TestConcurrentReservationsKeepTheWindow(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	const rate = 40
+	l := New(rdb, []models.ChannelConfig{testChannel("conc", rate, 4, 100000)}, Options{Prefix: prefix})
 	var wg sync.WaitGroup
-	for i := range callers {
+	for g := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := mk(i)
-			for time.Now().Before(deadline) {
-				dec, err := l.Acquire(context.Background(), r)
-				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				if dec.Allowed {
-					admitted.Add(1)
-					continue
-				}
-				wait := min(dec.RetryAfter, time.Until(deadline))
-				if wait > 0 {
-					time.Sleep(wait)
-				}
+			for i := range 15 {
+				r := req("conc", 1+(g+i)%5)
+				r.Property = fmt.Sprintf("prop_%08d", g%3)
+				mustReserve(t, l, r)
 			}
 		}()
 	}
 	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
-		t.Fatalf("acquire: %v", err)
-	}
-	return admitted.Load()
-}
-
-func TestBucketCapsThroughput(t *testing.T) {
-	rdb, prefix := testRedis(t)
-	ch := testChannel(t, "capped", 600, 5, 1_000_000)
-	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
-
-	// Priority 1 may use the whole bucket, reserve included, so the budget is exact.
-	admitted := hammer(t, l, 8, 3*time.Second, func(int) Request { return req("capped", 1) })
-
-	const budget = 5 + 30 // burst + 3 s at 10/s
-	t.Logf("admitted %d of budget %d", admitted, budget)
-	if admitted > budget {
-		t.Fatalf("admitted %d, above budget %d", admitted, budget)
-	}
-	if float64(admitted) < 0.95*budget {
-		t.Fatalf("admitted %d, below 95%% of budget %d", admitted, budget)
-	}
-}
-
-func TestPriorityReserve(t *testing.T) {
-	t.Run("last reserve token", func(t *testing.T) {
-		rdb, prefix := testRedis(t)
-		// 6/min: no token refills within the test, so the counts are exact.
-		ch := testChannel(t, "reserve", 6, 5, 1_000_000)
-		l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
-		reserve := ch.Reserve(5)
-		for i := range 5 - reserve {
-			if d := mustAcquire(t, l, req("reserve", 5)); !d.Allowed {
-				t.Fatalf("bulk request %d denied with %d tokens above the reserve", i, 5-i)
-			}
-		}
-		if d := mustAcquire(t, l, req("reserve", 3)); d.Allowed {
-			t.Fatal("priority 3 took a reserve token")
-		} else if d.RetryAfter < 9*time.Second {
-			t.Fatalf("priority 3 RetryAfter = %v, want about a token's refill (10 s)", d.RetryAfter)
-		}
-		if d := mustAcquire(t, l, req("reserve", 1)); !d.Allowed {
-			t.Fatal("priority 1 denied while the reserve holds a token")
-		}
-		if d := mustAcquire(t, l, req("reserve", 1)); d.Allowed {
-			t.Fatal("priority 1 allowed from an empty bucket")
-		}
-	})
-
-	t.Run("urgent through saturation", func(t *testing.T) {
-		rdb, prefix := testRedis(t)
-		ch := testChannel(t, "busy", 600, 5, 1_000_000)
-		l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		var bulk atomic.Int64
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for ctx.Err() == nil {
-					d, err := l.Acquire(ctx, req("busy", 5))
-					if err != nil {
-						return
-					}
-					if d.Allowed {
-						bulk.Add(1)
-						continue
-					}
-					select {
-					case <-ctx.Done():
-					case <-time.After(d.RetryAfter):
-					}
-				}
-			}()
-		}
-		time.Sleep(300 * time.Millisecond) // let bulk drain the bucket to the reserve
-		urgent := 0
-		for range 10 {
-			// 250 ms refills 2.5 tokens: bulk takes only what lies above the reserve, so
-			// the reserve must be there for every urgent call.
-			time.Sleep(250 * time.Millisecond)
-			if mustAcquire(t, l, req("busy", 1)).Allowed {
-				urgent++
-			}
-		}
-		cancel()
-		wg.Wait()
-		if bulk.Load() == 0 {
-			t.Fatal("bulk callers never got a token: the bucket was not saturated")
-		}
-		if urgent != 10 {
-			t.Fatalf("priority 1 allowed %d of 10 times under bulk saturation", urgent)
-		}
-	})
-}
-
-func TestPauseResume(t *testing.T) {
-	rdb, prefix := testRedis(t)
-	ch := testChannel(t, "pausable", 600, 5, 1000)
-	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix, PausePoll: 3 * time.Second})
-	ctx := context.Background()
-
-	if err := l.Pause(ctx, "pausable", "maintenance window"); err != nil {
-		t.Fatal(err)
-	}
-	d := mustAcquire(t, l, req("pausable", 1))
-	if d.Allowed || d.PausedReason != "maintenance window" || d.RetryAfter != 3*time.Second {
-		t.Fatalf("paused channel: got %+v, want denied with reason and 3 s poll", d)
-	}
-	st, err := l.Status(ctx, "pausable")
+	// Urgent work and turns move held slots, so the schedule is read back whole.
+	z, err := rdb.ZRangeWithScores(context.Background(), prefix+"{conc}:sched:all", 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.PausedReason != "maintenance window" {
-		t.Fatalf("status reason %q", st.PausedReason)
+	var slots []time.Duration
+	for _, x := range z {
+		slots = append(slots, time.Duration(x.Score*float64(time.Millisecond)))
 	}
-	if ttl := rdb.PTTL(ctx, prefix+"{pausable}:pause").Val(); ttl <= 0 {
-		t.Fatalf("pause key TTL %v, want one", ttl)
+	if len(slots) != 120 {
+		t.Fatalf("%d slots, want 120", len(slots))
 	}
-	if err := l.Resume(ctx, "pausable"); err != nil {
-		t.Fatal(err)
-	}
-	if d := mustAcquire(t, l, req("pausable", 1)); !d.Allowed || d.PausedReason != "" {
-		t.Fatalf("resumed channel: got %+v", d)
-	}
-}
-
-func TestBackoff(t *testing.T) {
-	rdb, prefix := testRedis(t)
-	ch := testChannel(t, "backoff", 600, 5, 1000)
-	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
-	ctx := context.Background()
-
-	if err := l.Backoff(ctx, "backoff", 300*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	// A later, shorter Retry-After must not cut the wait.
-	if err := l.Backoff(ctx, "backoff", 50*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	d := mustAcquire(t, l, req("backoff", 1))
-	if d.Allowed || d.RetryAfter <= 200*time.Millisecond || d.RetryAfter > 300*time.Millisecond {
-		t.Fatalf("during backoff: got %+v, want denied with RetryAfter in (200ms, 300ms]", d)
-	}
-	time.Sleep(d.RetryAfter)
-	if d := mustAcquire(t, l, req("backoff", 1)); !d.Allowed {
-		t.Fatalf("after backoff: got %+v, want allowed", d)
-	}
-
-	// A longer back-off extends; Resume clears it.
-	if err := l.Backoff(ctx, "backoff", 100*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Backoff(ctx, "backoff", 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if d := mustAcquire(t, l, req("backoff", 1)); d.Allowed || d.RetryAfter < 9*time.Second {
-		t.Fatalf("after extending backoff: got %+v, want denied for about 10 s", d)
-	}
-	st, err := l.Status(ctx, "backoff")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.PausedFor < 9*time.Second {
-		t.Fatalf("status PausedFor = %v", st.PausedFor)
-	}
-	if err := l.Resume(ctx, "backoff"); err != nil {
-		t.Fatal(err)
-	}
-	if d := mustAcquire(t, l, req("backoff", 1)); !d.Allowed {
-		t.Fatalf("after resume: got %+v, want allowed", d)
-	}
-}
-
-// redisNowMS reads the Redis clock, the limiter's only clock.
-func redisNowMS(t *testing.T, rdb *redis.Client) int64 {
-	t.Helper()
-	now, err := rdb.Time(context.Background()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return now.UnixMilli()
-}
-
-func TestDailyTiers(t *testing.T) {
-	rdb, prefix := testRedis(t)
-	ch := testChannel(t, "quota", 60000, 100, 20)
-	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
-	ctx := context.Background()
-
-	// untilMidnight checks a quota denial's RetryAfter against the Redis clock.
-	untilMidnight := func(d Decision) {
-		t.Helper()
-		now := redisNowMS(t, rdb)
-		want := (now/86_400_000+1)*86_400_000 - now
-		if got := d.RetryAfter.Milliseconds(); got < want-1000 || got > want+1000 {
-			t.Fatalf("RetryAfter %v, want time to UTC midnight %v", d.RetryAfter, time.Duration(want)*time.Millisecond)
-		}
-	}
-
-	wantTier := map[int]Tier{13: TierOK, 14: TierWarn, 16: TierWarn, 17: TierPage, 18: TierPage, 19: TierThrottle, 20: TierStop}
-	for used := 1; used <= 20; used++ {
-		if used == 18 {
-			if d := mustAcquire(t, l, req("quota", 4)); !d.Allowed || d.DailyUsed != 18 {
-				t.Fatalf("priority 4 at 17/20: got %+v, want allowed (18/20 is below 95 %%)", d)
-			}
-			continue
-		}
-		if used == 19 {
-			// Bulk work may not take the day into the throttle tier (18+1 = 95 %).
-			d := mustAcquire(t, l, req("quota", 4))
-			if d.Allowed || d.Tier != TierThrottle || d.DailyUsed != 18 {
-				t.Fatalf("priority 4 at 18/20: got %+v, want denied as throttle", d)
-			}
-			untilMidnight(d)
-		}
-		if used == 20 {
-			if d := mustAcquire(t, l, req("quota", 4)); d.Allowed || d.DailyUsed != 19 || d.Tier != TierStop {
-				t.Fatalf("priority 4 at 19/20 (throttle tier): got %+v, want denied", d)
-			}
-			// A request that would cross 100 % is denied even for priority 1.
-			big := req("quota", 1)
-			big.Cost = 2
-			if d := mustAcquire(t, l, big); d.Allowed || d.DailyUsed != 19 || d.Tier != TierStop {
-				t.Fatalf("cost 2 at 19/20: got %+v, want denied as stop", d)
-			}
-		}
-		d := mustAcquire(t, l, req("quota", 3))
-		if !d.Allowed || d.DailyUsed != used || d.DailyLimit != 20 {
-			t.Fatalf("request %d: got %+v", used, d)
-		}
-		if want, ok := wantTier[used]; ok && d.Tier != want {
-			t.Fatalf("at %d/20 tier %q, want %q", used, d.Tier, want)
-		}
-	}
-	d := mustAcquire(t, l, req("quota", 1))
-	if d.Allowed || d.Tier != TierStop || d.DailyUsed != 20 {
-		t.Fatalf("at 20/20: got %+v, want denied with tier stop", d)
-	}
-	untilMidnight(d)
-	if got := rdb.Get(ctx, prefix+"{quota}:daily").Val(); got != "20" {
-		t.Fatalf("daily counter %s after denials, want 20", got)
-	}
-
-	// The quota resets at midnight because the counter expires exactly then.
-	at, err := rdb.PExpireTime(ctx, prefix+"{quota}:daily").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := redisNowMS(t, rdb)
-	midnight := (now/86_400_000 + 1) * 86_400_000
-	if got := at.Milliseconds(); got != midnight && got != midnight-86_400_000 {
-		t.Fatalf("daily counter expires at %d, want next UTC midnight %d", got, midnight)
-	}
-	pttl := rdb.PTTL(ctx, prefix+"{quota}:daily").Val()
-	if diff := time.Duration(midnight-now)*time.Millisecond - pttl; diff < -time.Second || diff > time.Second {
-		t.Fatalf("daily counter PTTL %v, want %v", pttl, time.Duration(midnight-now)*time.Millisecond)
-	}
-	st, err := l.Status(ctx, "quota")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.DailyUsed != 20 || st.Tier != TierStop || st.QuotaResetsIn <= 0 || st.QuotaResetsIn > 24*time.Hour {
-		t.Fatalf("status %+v", st)
-	}
-}
-
-func TestThrottleHalvesRefill(t *testing.T) {
-	rdb, prefix := testRedis(t)
-	ch := testChannel(t, "halved", 600, 1, 100)
-	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
-	ctx := context.Background()
-
-	// waitForToken drains the one-token bucket and returns how long a refill takes.
-	waitForToken := func() time.Duration {
-		t.Helper()
-		if err := rdb.Del(ctx, prefix+"{halved}:bucket:rates").Err(); err != nil {
-			t.Fatal(err)
-		}
-		if d := mustAcquire(t, l, req("halved", 1)); !d.Allowed {
-			t.Fatalf("full bucket denied: %+v", d)
-		}
-		d := mustAcquire(t, l, req("halved", 1))
-		if d.Allowed {
-			t.Fatal("empty bucket allowed")
-		}
-		return d.RetryAfter
-	}
-	normal := waitForToken()
-	if normal < 90*time.Millisecond || normal > 100*time.Millisecond {
-		t.Fatalf("refill at 600/min takes %v, want ~100ms", normal)
-	}
-	if err := rdb.Set(ctx, prefix+"{halved}:daily", 95, time.Hour).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if d := mustAcquire(t, l, req("halved", 4)); d.Allowed || d.Tier != TierThrottle || d.RetryAfter < time.Second {
-		t.Fatalf("priority 4 in the throttle tier: got %+v, want denied until midnight", d)
-	}
-	throttled := waitForToken()
-	if throttled < 180*time.Millisecond || throttled > 200*time.Millisecond {
-		t.Fatalf("refill in the throttle tier takes %v, want ~200ms", throttled)
-	}
-}
-
-func TestAdaptiveRate(t *testing.T) {
-	rdb, prefix := testRedis(t)
-	ch := testChannel(t, "adaptive", 600, 1, 1_000_000)
-	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
-	ctx := context.Background()
-
-	// 10 left in a window resetting in 60 s: 90 % of it is 9/min, one token per 6.67 s.
-	if err := l.Adapt(ctx, "adaptive", 100, 10, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if d := mustAcquire(t, l, req("adaptive", 1)); !d.Allowed {
-		t.Fatalf("full bucket denied: %+v", d)
-	}
-	d := mustAcquire(t, l, req("adaptive", 1))
-	if d.Allowed || d.RetryAfter < 6500*time.Millisecond || d.RetryAfter > 6700*time.Millisecond {
-		t.Fatalf("after Adapt: got %+v, want denied for ~6.67 s (9/min)", d)
-	}
-	st, err := l.Status(ctx, "adaptive")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.AdaptiveRate < 8.99 || st.AdaptiveRate > 9.01 || st.AdaptiveFor < 59*time.Second || st.AdaptiveFor > time.Minute {
-		t.Fatalf("status adaptive %v for %v, want 9/min for ~60 s", st.AdaptiveRate, st.AdaptiveFor)
-	}
-	if len(st.Families) != 1 || st.Families[0].RatePerMinute < 8.99 || st.Families[0].RatePerMinute > 9.01 {
-		t.Fatalf("status families %+v, want rates at 9/min", st.Families)
-	}
-
-	// A server report above the configured rate never raises it.
-	if err := l.Adapt(ctx, "adaptive", 10000, 10000, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.Del(ctx, prefix+"{adaptive}:bucket:rates").Err(); err != nil {
-		t.Fatal(err)
-	}
-	mustAcquire(t, l, req("adaptive", 1))
-	if d := mustAcquire(t, l, req("adaptive", 1)); d.RetryAfter > 100*time.Millisecond {
-		t.Fatalf("generous headers: RetryAfter %v, want at most the configured 100ms", d.RetryAfter)
-	}
-
-	// Nothing remaining: the whole channel waits for the server's reset.
-	if err := l.Adapt(ctx, "adaptive", 100, 0, 2*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if d := mustAcquire(t, l, req("adaptive", 1)); d.Allowed || d.RetryAfter < 1500*time.Millisecond || d.RetryAfter > 2*time.Second {
-		t.Fatalf("remaining 0: got %+v, want denied until the reset (~2 s)", d)
-	}
-}
-
-// limiterState is every key of a test prefix with its value, to prove a call wrote nothing.
-func limiterState(t *testing.T, rdb *redis.Client, prefix string) map[string]string {
-	t.Helper()
-	ctx := context.Background()
-	state := map[string]string{}
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
-		switch rdb.Type(ctx, k).Val() {
-		case "hash":
-			h := rdb.HGetAll(ctx, k).Val()
-			state[k] = h["t"] + "@" + h["ts"]
-		default:
-			state[k] = rdb.Get(ctx, k).Val()
-		}
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return state
-}
-
-func TestDeniedConsumesNothing(t *testing.T) {
-	rdb, prefix := testRedis(t)
-	ch := testChannel(t, "stingy", 6, 2, 3)
-	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
-	ctx := context.Background()
-
-	for range 2 {
-		if d := mustAcquire(t, l, req("stingy", 1)); !d.Allowed {
-			t.Fatalf("full bucket denied: %+v", d)
-		}
-	}
-	check := func(what string, r Request) {
-		t.Helper()
-		before := limiterState(t, rdb, prefix)
-		if d := mustAcquire(t, l, r); d.Allowed {
-			t.Fatalf("%s: allowed, want denied", what)
-		}
-		after := limiterState(t, rdb, prefix)
-		if len(before) != len(after) {
-			t.Fatalf("%s: keys %v became %v", what, before, after)
-		}
-		for k, v := range before {
-			if after[k] != v {
-				t.Fatalf("%s: %s changed from %q to %q", what, k, v, after[k])
-			}
-		}
-	}
-	check("empty bucket", req("stingy", 1))
-	big := req("stingy", 1)
-	big.Cost = 5
-	check("over quota", big)
-	if err := l.Backoff(ctx, "stingy", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	check("backoff", req("stingy", 1))
-	if err := l.Pause(ctx, "stingy", "test"); err != nil {
-		t.Fatal(err)
-	}
-	check("pause", req("stingy", 1))
-	if used := rdb.Get(ctx, prefix+"{stingy}:daily").Val(); used != "2" {
-		t.Fatalf("daily counter %s, want 2", used)
+	if got := maxInWindow(slots, time.Minute); got > rate {
+		t.Fatalf("120 concurrent reservations: %d in a 60 s window, want <= %d", got, rate)
 	}
 }
 
 func TestEveryKeyHasTTLAndHashTag(t *testing.T) {
 	rdb, prefix := testRedis(t)
-	ch := testChannel(t, "ttl", 600, 5, 1000)
-	prop := ch
-	prop.Slug = "perprop"
-	prop.Scope = models.ScopeProperty
-	l := New(rdb, []models.ChannelConfig{ch, prop}, Options{Prefix: prefix})
+	l := New(rdb, []models.ChannelConfig{testChannel("ttl", 600, 5, 1000)}, Options{Prefix: prefix})
 	ctx := context.Background()
-
-	mustAcquire(t, l, req("ttl", 1))
-	pr := req("perprop", 1)
-	pr.Property = "prop_0000abcd"
-	mustAcquire(t, l, pr)
-	if err := l.Adapt(ctx, "ttl", 100, 50, 30*time.Second); err != nil {
-		t.Fatal(err)
+	r := req("ttl", 1)
+	r.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-01", 1)}
+	mustReserve(t, l, r)
+	mustReserve(t, l, req("ttl", 3))
+	for _, err := range []error{
+		l.Adapt(ctx, "ttl", "", models.FamilyRates, 600, 1, 30*time.Second),
+		l.Backoff(ctx, "ttl", time.Second),
+		l.Pause(ctx, "ttl", "check"),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := l.Backoff(ctx, "ttl", time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Pause(ctx, "ttl", "check"); err != nil {
-		t.Fatal(err)
-	}
-	state := limiterState(t, rdb, prefix)
-	// ttl: pause, paused_until, adaptive, daily, bucket; perprop: daily, bucket.
-	if len(state) != 7 {
-		t.Fatalf("got keys %v, want 7", state)
-	}
-	for k := range state {
+	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	n := 0
+	for iter.Next(ctx) {
+		k := iter.Val()
+		n++
 		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 {
 			t.Errorf("key %s has no TTL (%v)", k, ttl)
 		}
-		if !strings.HasPrefix(k, prefix+"{ttl}:") && !strings.HasPrefix(k, prefix+"{perprop}:") {
+		if !strings.HasPrefix(k, prefix+"{ttl}:") {
 			t.Errorf("key %s lacks its channel hash tag", k)
 		}
 	}
-}
-
-func TestPropertyScope(t *testing.T) {
-	rdb, prefix := testRedis(t)
-	ch := testChannel(t, "props", 6, 1, 1000)
-	ch.Scope = models.ScopeProperty
-	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
-
-	a := req("props", 1)
-	a.Property = "prop_0000000a"
-	b := req("props", 1)
-	b.Property = "prop_0000000b"
-	if !mustAcquire(t, l, a).Allowed || !mustAcquire(t, l, b).Allowed {
-		t.Fatal("each property's first request should find a full bucket")
-	}
-	if mustAcquire(t, l, a).Allowed {
-		t.Fatal("property a's bucket should be empty")
-	}
-	if _, err := l.Acquire(context.Background(), req("props", 1)); !errors.Is(err, ErrInvalidRequest) {
-		t.Fatalf("no property on a per-property channel: err %v, want ErrInvalidRequest", err)
+	// pause, paused_until, daily, adaptive, sched, tat, res, gate, lease
+	if n != 9 {
+		t.Errorf("%d keys, want 9", n)
 	}
 }
 
 func TestInvalidRequests(t *testing.T) {
 	rdb, prefix := testRedis(t)
-	ch := testChannel(t, "known", 600, 5, 1000)
+	ch := testChannel("known", 600, 5, 1000)
+	ch.Shares = models.FamilyShares{Rates: 100}
 	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
 	ctx := context.Background()
-
 	unknown := []struct {
 		name string
 		call func() error
 	}{
-		{"acquire", func() error { _, err := l.Acquire(ctx, req("nope", 1)); return err }},
+		{"reserve", func() error { _, err := l.Reserve(ctx, req("nope", 1)); return err }},
+		{"release", func() error { return l.Release(ctx, req("nope", 1)) }},
 		{"backoff", func() error { return l.Backoff(ctx, "nope", time.Second) }},
-		{"adapt", func() error { return l.Adapt(ctx, "nope", 1, 1, time.Second) }},
+		{"adapt", func() error { return l.Adapt(ctx, "nope", "", models.FamilyRates, 1, 1, time.Second) }},
 		{"pause", func() error { return l.Pause(ctx, "nope", "x") }},
 		{"resume", func() error { return l.Resume(ctx, "nope") }},
 		{"status", func() error { _, err := l.Status(ctx, "nope"); return err }},
@@ -618,14 +585,17 @@ func TestInvalidRequests(t *testing.T) {
 			t.Errorf("%s on an unknown channel: err %v, want ErrUnknownChannel", c.name, err)
 		}
 	}
-
 	noShare := req("known", 1)
 	noShare.Family = models.FamilyAvailability
-	if _, err := l.Acquire(ctx, noShare); !errors.Is(err, ErrNoBudget) {
-		t.Errorf("family without share: err %v, want ErrNoBudget", err)
+	if _, err := l.Reserve(ctx, noShare); !errors.Is(err, ErrNoBudget) {
+		t.Errorf("family without a weight: err %v, want ErrNoBudget", err)
 	}
-	for _, r := range []Request{req("known", 0), req("known", 6), {Channel: "known", Family: models.FamilyRates, Priority: 1}} {
-		if _, err := l.Acquire(ctx, r); !errors.Is(err, ErrInvalidRequest) {
+	noID := req("known", 1)
+	noID.ID = ""
+	noCost := req("known", 1)
+	noCost.Cost = 0
+	for _, r := range []Request{req("known", 0), req("known", 6), noID, noCost} {
+		if _, err := l.Reserve(ctx, r); !errors.Is(err, ErrInvalidRequest) {
 			t.Errorf("%+v: err %v, want ErrInvalidRequest", r, err)
 		}
 	}
@@ -640,19 +610,17 @@ func TestRedisDownFailsClosed(t *testing.T) {
 	_ = ln.Close() // nothing listens here any more
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer rdb.Close()
-	ch := testChannel(t, "down", 600, 5, 1000)
-	l := New(rdb, []models.ChannelConfig{ch}, Options{})
-
-	d, err := l.Acquire(context.Background(), req("down", 1))
-	if err == nil || d.Allowed {
-		t.Fatalf("Redis down: got %+v, %v; want an error and no token", d, err)
+	l := New(rdb, []models.ChannelConfig{testChannel("down", 600, 5, 1000)}, Options{})
+	d, err := l.Reserve(context.Background(), req("down", 1))
+	if err == nil || d.State == Send {
+		t.Fatalf("Redis down: got %+v, %v; want an error and no send", d, err)
 	}
-	if !strings.HasPrefix(err.Error(), "acquire down: ") {
+	if !strings.HasPrefix(err.Error(), "reserve down: ") {
 		t.Fatalf("error %q lacks its context", err)
 	}
 }
 
-func BenchmarkAcquire(b *testing.B) {
+func BenchmarkReserve(b *testing.B) {
 	rdb, prefix := testRedis(b)
 	ch := models.ChannelConfig{
 		Slug: "bench", RatePerMinute: 1_000_000_000, Burst: 1_000_000,
@@ -660,19 +628,24 @@ func BenchmarkAcquire(b *testing.B) {
 		DailyQuota: 1 << 50, QuotaUnit: models.QuotaRequests,
 	}
 	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
-	r := Request{Channel: "bench", Family: models.FamilyRates, Priority: 3, Cost: 1}
+	var n atomic.Int64
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			d, err := l.Acquire(context.Background(), r)
+			i := n.Add(1)
+			r := Request{Channel: "bench", Family: models.FamilyRates, Priority: 3, Cost: 1,
+				Property: "prop_00000001", ID: strconv.FormatInt(i, 10),
+				Lines: []models.ARILine{line("DBL", "2030-05-01", "2030-05-07", i)}}
+			d, err := l.Reserve(context.Background(), r)
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			if !d.Allowed {
-				b.Errorf("denied with a huge budget: %+v", d)
+			if d.State != Send {
+				b.Errorf("not sent with a huge budget: %+v", d)
 				return
 			}
+			_ = l.Release(context.Background(), r)
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")

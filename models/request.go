@@ -56,3 +56,60 @@ func (r ChannelRequest) IdempotencyKey() string {
 	sum := sha256.Sum256(body)
 	return hex.EncodeToString(sum[:])
 }
+
+// LineNight is one stay date of one line (0-based index) of a request.
+type LineNight struct {
+	Line int  `json:"line"`
+	Date Date `json:"date"`
+}
+
+// WithoutNights is r without the given nights: a line losing some of its nights is
+// split into the runs that remain, and the refs of dropped nights are returned apart
+// (their outcome is superseded). The refs left point at the lines that now carry
+// their nights.
+func (r ChannelRequest) WithoutNights(drop []LineNight) (ChannelRequest, []MutationRef) {
+	if len(drop) == 0 {
+		return r, nil
+	}
+	gone := make(map[LineNight]bool, len(drop))
+	for _, n := range drop {
+		gone[n] = true
+	}
+	out := r
+	out.Lines, out.Refs = nil, nil
+	// newLine[old line][night] is the index of the new line carrying that night.
+	newLine := make([]map[Date]int, len(r.Lines))
+	for i, l := range r.Lines {
+		newLine[i] = map[Date]int{}
+		start := -1
+		for d := l.From; !d.After(l.To); d = d.AddDays(1) {
+			if gone[LineNight{i, d}] {
+				start = -1
+				continue
+			}
+			if start < 0 {
+				nl := l
+				nl.From, nl.To = d, d
+				out.Lines = append(out.Lines, nl)
+				start = len(out.Lines) - 1
+			} else {
+				out.Lines[start].To = d
+			}
+			newLine[i][d] = start
+		}
+	}
+	var dropped []MutationRef
+	for _, ref := range r.Refs {
+		if ref.Line < 0 || ref.Line >= len(r.Lines) {
+			continue
+		}
+		n, ok := newLine[ref.Line][ref.StayDate]
+		if !ok {
+			dropped = append(dropped, ref)
+			continue
+		}
+		ref.Line = n
+		out.Refs = append(out.Refs, ref)
+	}
+	return out, dropped
+}

@@ -61,3 +61,34 @@ func TestIdempotencyKeyFollowsContent(t *testing.T) {
 		}
 	}
 }
+
+func TestWithoutNightsSplitsLinesAndReturnsDroppedRefs(t *testing.T) {
+	d := func(s string) Date { x, _ := ParseDate(s); return x }
+	r := ChannelRequest{
+		Lines: []ARILine{
+			{RoomTypeCode: "DBL", RatePlanCode: "BAR", From: d("2030-05-01"), To: d("2030-05-04"), Version: 3},
+			{RoomTypeCode: "SGL", RatePlanCode: "BAR", From: d("2030-05-01"), To: d("2030-05-01"), Version: 3},
+		},
+		Refs: []MutationRef{
+			{ID: "a", Line: 0, StayDate: d("2030-05-01")}, {ID: "b", Line: 0, StayDate: d("2030-05-02")},
+			{ID: "c", Line: 0, StayDate: d("2030-05-03")}, {ID: "e", Line: 0, StayDate: d("2030-05-04")},
+			{ID: "f", Line: 1, StayDate: d("2030-05-01")},
+		},
+	}
+	got, dropped := r.WithoutNights([]LineNight{{0, d("2030-05-02")}, {1, d("2030-05-01")}})
+	if len(got.Lines) != 2 || got.Lines[0].To != d("2030-05-01") || got.Lines[1].From != d("2030-05-03") || got.Lines[1].To != d("2030-05-04") {
+		t.Fatalf("lines %+v, want 05-01 and 05-03..05-04", got.Lines)
+	}
+	if len(dropped) != 2 || dropped[0].ID != "b" || dropped[1].ID != "f" {
+		t.Fatalf("dropped %+v, want b and f", dropped)
+	}
+	want := map[string]int{"a": 0, "c": 1, "e": 1}
+	for _, ref := range got.Refs {
+		if want[ref.ID] != ref.Line {
+			t.Errorf("ref %s on line %d, want %d", ref.ID, ref.Line, want[ref.ID])
+		}
+	}
+	if same, none := r.WithoutNights(nil); len(none) != 0 || len(same.Lines) != 2 {
+		t.Fatalf("nothing dropped changed the request")
+	}
+}

@@ -204,6 +204,25 @@ type PushInput struct {
 	Index    int    `json:"index"`
 	// RefreshCredential asks for a new bearer token before sending (after a 401).
 	RefreshCredential bool `json:"refresh_credential,omitempty"`
+	// Reservation names the request's slot in the limiter; it is the same on every
+	// attempt of the request (ReservationID).
+	Reservation string `json:"reservation"`
+	// Next, when NextReservation is set, is the request the lane sends after this
+	// one: once this one has its outcome, PushRequest reserves Next's slot too, so
+	// the lane waits with one timer per request and asks the limiter once.
+	Next            int    `json:"next,omitempty"`
+	NextReservation string `json:"next_reservation,omitempty"`
+}
+
+// ReservationID is the limiter reservation of request i of a ChannelSync run; runs
+// continued as new keep their workflow id, so a held slot survives them.
+func ReservationID(workflowID string, i int) string { return fmt.Sprintf("%s/%d", workflowID, i) }
+
+// Slot is a limiter slot held for a request: it may be sent Wait after the
+// answer that carried the slot.
+type Slot struct {
+	Index int           `json:"index"`
+	Wait  time.Duration `json:"wait"`
 }
 
 // PushResult is what a delivered request came to.
@@ -213,6 +232,9 @@ type PushResult struct {
 	Superseded     int           `json:"superseded"`
 	Failed         []FailedLine  `json:"failed,omitempty"`
 	FailedRefs     []MutationRef `json:"failed_refs,omitempty"`
+	// Next is the slot reserved for PushInput.Next; nil when none was asked or the
+	// limiter could not hold one (the lane then asks when it sends).
+	Next *Slot `json:"next,omitempty"`
 }
 
 // FailedLine is a line a channel refused in a partial success.

@@ -149,18 +149,14 @@ func quota(args []string, out io.Writer, getenv func(string) string) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "channel\tdaily used\tlimit\ttier\tresets in\tpaused\tback-off\tadaptive rate/min\tbuckets")
+	fmt.Fprintln(tw, "channel\tdaily used\tlimit\ttier\tresets in\tpaused\tback-off\twindow limit\tin window\treserved ahead\tothers' use")
 	for _, slug := range slugs {
 		s, err := lim.Status(ctx, slug)
 		if err != nil {
 			return err
 		}
-		var buckets []string
-		for _, f := range s.Families {
-			buckets = append(buckets, fmt.Sprintf("%s %.1f/%d @%.0f/min", f.Family, f.Tokens, f.Burst, f.RatePerMinute))
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%.1f\t%s\n", slug, s.DailyUsed, s.DailyLimit, s.Tier,
-			s.QuotaResetsIn.Round(1e9), s.PausedReason, s.PausedFor.Round(1e6), s.AdaptiveRate, strings.Join(buckets, ", "))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", slug, s.DailyUsed, s.DailyLimit, s.Tier,
+			s.QuotaResetsIn.Round(1e9), s.PausedReason, s.PausedFor.Round(1e6), s.Limit, s.InWindow, s.Ahead, s.Foreign)
 	}
 	return tw.Flush()
 }

@@ -36,6 +36,10 @@ type channelSync struct {
 	queue   []int
 	busy    int
 	stopped bool
+	// resumes counts resume signals, so a lane waiting out a limiter pause wakes on one.
+	resumes int
+	// polling is set while one lane waits out a limiter pause; the others wait for it.
+	polling bool
 }
 
 func (s *channelSync) run(ctx workflow.Context) (models.ChannelCounts, error) {
@@ -62,13 +66,7 @@ func (s *channelSync) run(ctx workflow.Context) (models.ChannelCounts, error) {
 		s.busy++
 		workflow.Go(ctx, func(ctx workflow.Context) {
 			defer func() { s.busy-- }()
-			for {
-				i, ok := s.take(ctx)
-				if !ok {
-					return
-				}
-				s.deliver(ctx, actx, i)
-			}
+			s.lane(ctx, actx)
 		})
 	}
 	if err := workflow.Await(ctx, func() bool { return s.busy == 0 }); err != nil {
@@ -101,6 +99,7 @@ func (s *channelSync) listen(ctx workflow.Context) {
 			sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) {
 				c.Receive(ctx, &sig)
 				s.paused = ""
+				s.resumes++
 			})
 			sel.Select(ctx)
 		}
@@ -121,11 +120,41 @@ func (s *channelSync) take(ctx workflow.Context) (int, bool) {
 	return i, true
 }
 
-// deliver pushes request i until it has an outcome.
-func (s *channelSync) deliver(ctx, actx workflow.Context, i int) {
+// lane pushes requests one after another. Each push also reserves the slot of the
+// lane's next request, so a request costs one push and at most one durable timer.
+func (s *channelSync) lane(ctx, actx workflow.Context) {
+	i, ok := s.take(ctx)
+	var slot *models.Slot
+	for ok {
+		next, more := s.take(ctx)
+		slot = s.deliver(ctx, actx, i, slot, next, more)
+		if s.stopped && more {
+			// The run continues as new: the next request goes back to the queue; its
+			// held slot survives in the limiter under the same reservation id.
+			s.queue = append([]int{next}, s.queue...)
+			return
+		}
+		i, ok = next, more
+		if slot != nil && slot.Index != i {
+			slot = nil
+		}
+	}
+}
+
+// deliver pushes request i until it has an outcome, after waiting for its held slot
+// if the previous push reserved one, and returns the slot reserved for next.
+func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Slot, next int, hasNext bool) *models.Slot {
 	log := workflow.GetLogger(ctx)
-	key := fmt.Sprintf("%s/%d", workflow.GetInfo(ctx).WorkflowExecution.ID, i)
-	in := models.PushInput{BatchID: s.in.BatchID, ChunkKey: s.in.Chunk.Key, Index: i}
+	wfID := workflow.GetInfo(ctx).WorkflowExecution.ID
+	key := fmt.Sprintf("%s/%d", wfID, i)
+	in := models.PushInput{BatchID: s.in.BatchID, ChunkKey: s.in.Chunk.Key, Index: i,
+		Reservation: models.ReservationID(wfID, i)}
+	if hasNext {
+		in.Next, in.NextReservation = next, models.ReservationID(wfID, next)
+	}
+	if slot != nil && slot.Wait > s.shortWait() {
+		_ = workflow.Sleep(ctx, slot.Wait)
+	}
 	transient, deferrals := 0, 0
 	for {
 		if s.paused != "" {
@@ -145,29 +174,36 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int) {
 				}
 				s.deadLetter(ctx, i, lines, models.ReasonLineFailed, 207, res.Failed[0].Code+": "+res.Failed[0].Message)
 			}
-			return
+			return res.Next
 		}
 		var appErr *temporal.ApplicationError
 		if !errors.As(err, &appErr) {
 			// Cancellation or an activity that ran out of infrastructure retries:
 			// park it so nothing is lost silently.
 			s.deadLetter(ctx, i, nil, models.ReasonRetryExhausted, 0, err.Error())
-			return
+			return nil
 		}
 		var f activities.Failure
 		_ = appErr.Details(&f)
 		switch appErr.Type() {
-		case activities.ErrRateLimited, activities.ErrThrottled:
+		case activities.ErrRateLimited:
+			// Waiting for budget is normal operation and never counts toward the
+			// request's dead-letter budget.
 			s.counts.Deferred++
-			if f.Paused == "" {
-				deferrals++
+			if f.Paused != "" {
+				s.waitPause(ctx, f.Wait)
+				continue
 			}
+			_ = workflow.Sleep(ctx, min(f.Wait, s.retry.MaxWait))
+		case activities.ErrThrottled:
+			s.counts.Deferred++
+			deferrals++
 			if deferrals > s.retry.MaxDeferrals {
 				s.deadLetter(ctx, i, nil, models.ReasonRetryExhausted, f.Status, "throttled too often: "+f.Message)
-				return
+				return nil
 			}
 			wait := f.Wait
-			if appErr.Type() == activities.ErrThrottled && !f.ServerWait {
+			if !f.ServerWait {
 				// A 429 or 503 without a usable Retry-After: back off as for a 5xx.
 				wait = Backoff(s.retry, key, deferrals)
 			}
@@ -176,23 +212,41 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int) {
 			transient++
 			if transient >= s.retry.Attempts {
 				s.deadLetter(ctx, i, nil, models.ReasonRetryExhausted, f.Status, f.Message)
-				return
+				return nil
 			}
 			_ = workflow.Sleep(ctx, Backoff(s.retry, key, transient))
 		case activities.ErrAuthExpired:
 			if in.RefreshCredential {
 				s.deadLetter(ctx, i, nil, models.ReasonAuth, f.Status, "credential refused after refresh")
-				return
+				return nil
 			}
 			in.RefreshCredential = true
 		case activities.ErrQuotaExhausted:
 			s.deadLetter(ctx, i, nil, models.ReasonQuotaExhausted, f.Status, f.Message)
-			return
+			return nil
 		default:
 			s.deadLetter(ctx, i, nil, models.ReasonRejected, f.Status, f.Message)
-			return
+			return nil
 		}
 	}
+}
+
+// shortWait is the longest held-slot wait the activity spends in process; a lane
+// starts the push at once for such a slot instead of setting a timer.
+func (s *channelSync) shortWait() time.Duration { return activities.DefaultShortWait }
+
+// waitPause waits out a limiter pause that no signal announced: until a resume signal
+// or poll, whichever comes first. One lane polls; the others wait for it, so a pause
+// of hours costs a few events, not one per lane every few seconds.
+func (s *channelSync) waitPause(ctx workflow.Context, poll time.Duration) {
+	if s.polling {
+		_ = workflow.Await(ctx, func() bool { return !s.polling })
+		return
+	}
+	s.polling = true
+	seen := s.resumes
+	_, _ = workflow.AwaitWithTimeout(ctx, poll, func() bool { return s.resumes > seen })
+	s.polling = false
 }
 
 // deadLetter parks request i (or some of its lines) and counts the parked updates.

@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -357,4 +358,82 @@ func (s *unitSuite) TestReconcileRepairsOnlyDriftedChannels() {
 func (s *unitSuite) TestReconcileWithoutChannelsFails() {
 	s.env.ExecuteWorkflow(Reconcile, models.ReconcileInput{})
 	s.Error(s.env.GetWorkflowError())
+}
+
+func heldSlot(wait time.Duration) error {
+	return activities.FailureError(activities.ErrRateLimited, activities.Failure{Wait: wait, Held: true})
+}
+
+func (s *unitSuite) TestHeldSlotIsOneTimerAndWaitingNeverDeadLetters() {
+	// Far more waits than the throttling budget allows: budget waits never count.
+	waits := models.DefaultRetryPolicy().MaxDeferrals + 5
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, heldSlot(40*time.Second)).Times(waits)
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 2}, nil).Once()
+
+	counts := s.runChannelSync(chunk("booking_com", 3, 0, 1, 2))
+
+	s.Len(s.timers, waits)
+	s.Equal(40*time.Second, s.timers[0])
+	s.Equal(2, counts.Committed)
+	s.Zero(counts.DeadLettered)
+}
+
+func (s *unitSuite) TestLaneWaitsForTheNextSlotItsPushReserved() {
+	var inputs []models.PushInput
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
+			inputs = append(inputs, in)
+			res := models.PushResult{Committed: 1}
+			if in.NextReservation != "" {
+				res.Next = &models.Slot{Index: in.Next, Wait: 9 * time.Second}
+			}
+			return res, nil
+		}).Times(3)
+
+	counts := s.runChannelSync(chunk("booking_com", 3, 0, 3, 3))
+
+	s.Equal(3, counts.Committed)
+	// One timer per request after the first, each the slot its predecessor reserved.
+	s.Equal([]time.Duration{9 * time.Second, 9 * time.Second}, s.timers)
+	s.Require().Len(inputs, 3)
+	for i, in := range inputs {
+		s.Equal(i, in.Index)
+		s.True(strings.HasSuffix(in.Reservation, "/"+strconv.Itoa(i)), in.Reservation)
+		if i < 2 {
+			s.Equal(i+1, in.Next)
+			s.NotEmpty(in.NextReservation)
+		} else {
+			s.Empty(in.NextReservation)
+		}
+	}
+}
+
+func (s *unitSuite) TestNearSlotIsWaitedInTheActivityNotATimer() {
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
+			res := models.PushResult{Committed: 1}
+			if in.NextReservation != "" {
+				res.Next = &models.Slot{Index: in.Next, Wait: time.Second}
+			}
+			return res, nil
+		}).Times(2)
+
+	s.runChannelSync(chunk("booking_com", 3, 0, 2, 2))
+
+	s.Empty(s.timers)
+}
+
+func (s *unitSuite) TestLimiterPauseIsOneLongWaitThatAResumeEnds() {
+	paused := activities.FailureError(activities.ErrRateLimited, activities.Failure{Wait: 30 * time.Minute, Paused: "maintenance"})
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, paused).Times(3)
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 1}, nil).Once()
+	// The pause lasts 70 minutes; a resume signal ends it before the third poll.
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(models.SignalResumeChannel, models.PauseSignal{Channel: "booking_com"})
+	}, 70*time.Minute)
+
+	counts := s.runChannelSync(chunk("booking_com", 3, 0, 1, 1))
+
+	s.Equal(1, counts.Committed)
+	s.Equal([]time.Duration{30 * time.Minute, 30 * time.Minute, 30 * time.Minute}, s.timers)
 }

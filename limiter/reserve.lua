@@ -1,0 +1,361 @@
+-- paritysync limiter v2: every decision and every change of limiter state runs here,
+-- so that each is atomic, takes one round trip and reads time only from Redis.
+--
+-- ARGV[1] selects the operation; the Go side (limiter.go) builds KEYS and ARGV.
+-- All keys of one call carry the same {channel} hash tag.
+--
+-- reserve  KEYS: pause, paused_until, daily, adaptive, sched, tat, res, gate, lease
+--          ARGV: op, id, priority, cost, daily quota, rate/min, burst, margin ms, poll ms,
+--                lease ms, max age ms, group, weight, gate ttl ms, line count, hold,
+--                then per line: cell key, first day, last day, version
+--          -> {state, wait ms, slots left in window, daily used, daily quota, tier,
+--              reason, dropped (line, day) pairs...}
+-- release  KEYS: lease                                ARGV: op, id
+-- backoff  KEYS: paused_until                         ARGV: op, wait ms
+-- adapt    KEYS: adaptive, paused_until, sched        ARGV: op, rate/min, limit, remaining, reset ms
+-- pause    KEYS: pause                                ARGV: op, reason, ttl ms
+-- resume   KEYS: pause, paused_until                  ARGV: op
+-- status   KEYS: pause, paused_until, daily, adaptive, sched, tat
+--          ARGV: op, daily quota, rate/min, margin ms
+--
+-- The schedule (sched) is a sorted set of send slots, scored by Unix ms: the slots of
+-- the last window (sent, or held and passed) and every reserved future slot. A slot is
+-- granted only where the window (slot - 60 s - margin, slot] holds fewer than the
+-- channel's limit, and no earlier than a GCRA at one slot per (60 s + margin) / limit
+-- with a tolerance of burst - 1 slots allows. The margin absorbs the lateness of a
+-- timer and of the network, so the channel's own 60 s window never sees more.
+
+if redis.replicate_commands then
+  pcall(redis.replicate_commands)
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local day = 86400000
+local midnight = (math.floor(now / day) + 1) * day
+local minute = 60000
+
+local op = ARGV[1]
+
+local function tier(used, quota)
+  if used >= quota then return 'stop' end
+  if used * 100 >= quota * 95 then return 'throttle' end
+  if used * 100 >= quota * 85 then return 'page' end
+  if used * 100 >= quota * 70 then return 'warn' end
+  return 'ok'
+end
+
+-- limit is the window's capacity now: the declared limit less what others use of the
+-- channel's budget (adaptive), halved in the throttle tier; at least one.
+local function limit_now(rate, adaptive_key, used, quota)
+  local foreign = tonumber(redis.call('GET', adaptive_key) or '0') or 0
+  local r = rate - foreign
+  if used * 100 >= quota * 95 then r = r / 2 end
+  return math.max(1, math.floor(r))
+end
+
+-- window_slot moves t, which is at or after every slot in the schedule, to where
+-- the window (t - w, t] holds fewer than r slots.
+local function window_slot(sched, t, r, w)
+  local rth = redis.call('ZREVRANGEBYSCORE', sched, '+inf', '(' .. (t - w), 'WITHSCORES', 'LIMIT', r - 1, 1)
+  if rth[2] then
+    t = math.max(t, tonumber(rth[2]) + w)
+  end
+  return t
+end
+
+if op == 'reserve' then
+  local id = ARGV[2]
+  local prio = tonumber(ARGV[3])
+  local cost = tonumber(ARGV[4])
+  local quota = tonumber(ARGV[5])
+  local rate = tonumber(ARGV[6])
+  local burst = tonumber(ARGV[7])
+  local margin = tonumber(ARGV[8])
+  local poll = tonumber(ARGV[9])
+  local lease_ms = tonumber(ARGV[10])
+  local max_age = tonumber(ARGV[11])
+  local group = ARGV[12]
+  local weight = tonumber(ARGV[13])
+  local gate_ttl = tonumber(ARGV[14])
+  local nlines = tonumber(ARGV[15])
+  -- hold reserves without sending: a due slot is answered as a wait of 0 and kept.
+  local hold = ARGV[16] == '1'
+  local sched, res = KEYS[5], KEYS[7]
+  local w = minute + margin
+
+  local used = tonumber(redis.call('GET', KEYS[3]) or '0')
+  local r = limit_now(rate, KEYS[4], used, quota)
+  local cur = tier(used, quota)
+
+  -- Slots that left the window are forgotten, and with them the reservations they
+  -- belonged to (a holder that comes back later asks afresh).
+  local old = redis.call('ZRANGEBYSCORE', sched, '-inf', '(' .. (now - w))
+  if #old > 0 then
+    for _, m in ipairs(old) do
+      if not string.find(m, '@', 1, true) then redis.call('HDEL', res, m) end
+    end
+    redis.call('ZREMRANGEBYSCORE', sched, '-inf', '(' .. (now - w))
+  end
+  local left = math.max(0, r - redis.call('ZCOUNT', sched, '(' .. (now - w), now))
+
+  local reason = redis.call('GET', KEYS[1])
+  if reason then
+    return {'paused', poll, left, used, quota, cur, reason}
+  end
+  local paused_until = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if paused_until > now then
+    return {'backoff', math.ceil(paused_until - now), left, used, quota, cur, ''}
+  end
+  local after = used + cost
+  if after > quota then
+    return {'quota', math.ceil(midnight - now), left, used, quota, 'stop', ''}
+  end
+  if prio >= 4 and after * 100 >= quota * 95 then
+    return {'quota', math.ceil(midnight - now), left, used, quota, tier(after, quota), ''}
+  end
+
+  -- The reservation this id holds, if any.
+  local e = nil
+  local raw = redis.call('HGET', res, id)
+  if raw then e = cjson.decode(raw) end
+  local first = now
+  if e then
+    first = e.f
+    if e.st == 'held' and (e.s > now or hold) then
+      return {'wait', math.max(0, math.ceil(e.s - now)), left, used, quota, cur, ''}
+    end
+    if e.st == 'sent' or now - e.s > margin then
+      -- A re-send (Temporal retried the request) or a holder too late for its
+      -- slot: the old slot stays in the window as sent, and a new one is needed.
+      redis.call('ZREM', sched, id)
+      redis.call('ZADD', sched, e.s, id .. '@' .. e.s)
+      e = nil
+    end
+  end
+
+  local slot
+  if e then
+    slot = e.s
+  else
+    local interval = w / r
+    local tau = (burst - 1) * interval
+    local tat = tonumber(redis.call('GET', KEYS[6]) or '0')
+    local tail = math.max(now, tat - tau)
+    local last = redis.call('ZREVRANGE', sched, 0, 0, 'WITHSCORES')
+    if last[2] then tail = math.max(tail, tonumber(last[2])) end
+    tail = window_slot(sched, tail, r, w)
+    slot = tail
+    -- Strict priority and turns: a request may take the earliest future slot held by
+    -- lower-priority work, or by equal-priority work of a group (property and family)
+    -- that holds more than its weighted turn; the holder moves to the tail. Work that
+    -- has waited max_age is never moved again, which bounds how long bulk waits.
+    if tail > now then
+      local cands = redis.call('ZRANGEBYSCORE', sched, '(' .. now, '(' .. tail, 'WITHSCORES')
+      local pend, held = {}, {}
+      for i = 1, #cands, 2 do
+        local m = cands[i]
+        if not string.find(m, '@', 1, true) then
+          local hraw = redis.call('HGET', res, m)
+          if hraw then
+            local h = cjson.decode(hraw)
+            if h.st == 'held' then
+              pend[h.g] = (pend[h.g] or 0) + 1
+              held[#held + 1] = {m, h}
+            end
+          end
+        end
+      end
+      local mine = ((pend[group] or 0) + 1) / weight
+      for _, x in ipairs(held) do
+        local h = x[2]
+        if now - h.f < max_age and (h.p > prio or (h.p == prio and h.g ~= group and pend[h.g] / h.w > mine)) then
+          slot = h.s
+          h.s = tail
+          redis.call('ZADD', sched, tail, x[1])
+          redis.call('HSET', res, x[1], cjson.encode(h))
+          break
+        end
+      end
+    end
+    redis.call('SET', KEYS[6], string.format('%.3f', math.max(tat, tail) + interval),
+      'PX', math.ceil(math.max(tat, tail) + interval - now + w))
+    e = {st = 'held', s = slot, p = prio, g = group, w = weight, f = first}
+    redis.call('ZADD', sched, slot, id)
+    redis.call('HSET', res, id, cjson.encode(e))
+    redis.call('PEXPIRE', sched, day)
+    redis.call('PEXPIRE', res, day)
+    if slot > now or hold then
+      return {'wait', math.max(0, math.ceil(slot - now)), left, used, quota, cur, ''}
+    end
+  end
+
+  -- The slot is due. The ordering gate decides what of the request may go.
+  local lines = {}
+  local bykey = {}
+  for i = 0, nlines - 1 do
+    local b = 17 + i * 4
+    local l = {k = ARGV[b], a = tonumber(ARGV[b + 1]), z = tonumber(ARGV[b + 2]), v = tonumber(ARGV[b + 3])}
+    lines[#lines + 1] = l
+    bykey[l.k] = bykey[l.k] or {}
+    table.insert(bykey[l.k], l)
+  end
+  local function release_slot()
+    redis.call('ZREM', sched, id)
+    redis.call('HDEL', res, id)
+  end
+
+  -- Two requests touching the same nights are never in flight together.
+  local leases = redis.call('HGETALL', KEYS[9])
+  local busy = 0
+  for i = 1, #leases, 2 do
+    local holder = leases[i]
+    if holder ~= id then
+      local lv = cjson.decode(leases[i + 1])
+      if lv.e <= now then
+        redis.call('HDEL', KEYS[9], holder)
+      else
+        for _, hl in ipairs(lv.l) do
+          for _, l in ipairs(bykey[hl[1]] or {}) do
+            if hl[2] <= l.z and hl[3] >= l.a then busy = math.max(busy, lv.e) end
+          end
+        end
+      end
+    end
+  end
+  if busy > 0 then
+    release_slot()
+    return {'blocked', math.ceil(math.min(busy - now, 2000)), left, used, quota, cur, ''}
+  end
+
+  -- Nights already sent with a newer version are dropped; the rest are recorded.
+  -- A line with no nights (malformed) is left for the channel to refuse.
+  local dropped, kept, sets, live = {}, {}, {}, 0
+  for li, l in ipairs(lines) do
+    local before = #sets
+    if l.z < l.a then live = live + 1 end
+    local from = l.a
+    while from <= l.z do
+      local to = math.min(l.z, from + 999)
+      local fields = {}
+      for d = from, to do fields[#fields + 1] = l.k .. '|' .. d end
+      local vals = redis.call('HMGET', KEYS[8], unpack(fields))
+      for j = 1, #fields do
+        local v = tonumber(vals[j] or '')
+        if v and v > l.v then
+          dropped[#dropped + 1] = li - 1
+          dropped[#dropped + 1] = from + j - 1
+        else
+          sets[#sets + 1] = fields[j]
+          sets[#sets + 1] = l.v
+        end
+      end
+      from = to + 1
+    end
+    if #sets > before then
+      kept[#kept + 1] = {l.k, l.a, l.z}
+      live = live + 1
+    end
+  end
+  if nlines > 0 and live == 0 then
+    release_slot()
+    local out = {'superseded', 0, left, used, quota, cur, ''}
+    for _, x in ipairs(dropped) do out[#out + 1] = x end
+    return out
+  end
+  if #sets > 0 then
+    for i = 1, #sets, 2000 do
+      redis.call('HSET', KEYS[8], unpack(sets, i, math.min(#sets, i + 1999)))
+    end
+    redis.call('PEXPIRE', KEYS[8], gate_ttl)
+    redis.call('HSET', KEYS[9], id, cjson.encode({e = now + lease_ms, l = kept}))
+    redis.call('PEXPIRE', KEYS[9], lease_ms + minute)
+  end
+
+  e.st = 'sent'
+  redis.call('HSET', res, id, cjson.encode(e))
+  redis.call('INCRBY', KEYS[3], cost)
+  redis.call('PEXPIREAT', KEYS[3], midnight)
+  local out = {'send', 0, math.max(0, left - 1), after, quota, tier(after, quota), ''}
+  for _, x in ipairs(dropped) do out[#out + 1] = x end
+  return out
+end
+
+if op == 'release' then
+  return redis.call('HDEL', KEYS[1], ARGV[2])
+end
+
+if op == 'backoff' then
+  local wait = tonumber(ARGV[2])
+  local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+  -- A shorter Retry-After from a later response must not cut short an earlier, longer one.
+  if now + wait > cur then
+    redis.call('SET', KEYS[1], string.format('%.3f', now + wait), 'PX', wait)
+    return wait
+  end
+  return math.ceil(cur - now)
+end
+
+if op == 'adapt' then
+  -- The server's headers lower the limit only when they report less room than our
+  -- own schedule leaves: our traffic is already counted, so it never feeds back.
+  local rate = tonumber(ARGV[2])
+  local limit = tonumber(ARGV[3])
+  local remaining = tonumber(ARGV[4])
+  local reset = tonumber(ARGV[5])
+  local ours = redis.call('ZCOUNT', KEYS[3], '(' .. (now - minute), now)
+  local expected = rate - ours
+  local foreign = 0
+  if limit > 0 and limit < rate then foreign = rate - limit end
+  if remaining >= 0 then
+    if remaining == 0 and expected > 1 then
+      -- Nothing left that we did not use ourselves: wait for the reset, channel-wide.
+      local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
+      if now + reset > cur then
+        redis.call('SET', KEYS[2], string.format('%.3f', now + reset), 'PX', reset)
+      end
+    elseif remaining < expected - 1 then
+      foreign = math.max(foreign, expected - remaining)
+    end
+  end
+  if foreign > 0 then
+    local ttl = math.max(reset, 2000)
+    local prev = tonumber(redis.call('GET', KEYS[1]) or '0')
+    if foreign > prev or redis.call('PTTL', KEYS[1]) < ttl then
+      redis.call('SET', KEYS[1], math.max(foreign, prev), 'PX', ttl)
+    end
+  end
+  return foreign
+end
+
+if op == 'pause' then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', tonumber(ARGV[3]))
+  return 1
+end
+
+if op == 'resume' then
+  return redis.call('DEL', KEYS[1], KEYS[2])
+end
+
+if op == 'status' then
+  local quota = tonumber(ARGV[2])
+  local rate = tonumber(ARGV[3])
+  local margin = tonumber(ARGV[4])
+  local w = minute + margin
+  local reason = redis.call('GET', KEYS[1]) or ''
+  local paused_for = 0
+  local paused_until = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if paused_until > now then paused_for = math.ceil(paused_until - now) end
+  local used = tonumber(redis.call('GET', KEYS[3]) or '0')
+  local foreign = tonumber(redis.call('GET', KEYS[4]) or '0') or 0
+  local foreign_for = 0
+  if foreign > 0 then foreign_for = redis.call('PTTL', KEYS[4]) end
+  local r = limit_now(rate, KEYS[4], used, quota)
+  local in_window = redis.call('ZCOUNT', KEYS[5], '(' .. (now - w), now)
+  local ahead = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
+  local tat = tonumber(redis.call('GET', KEYS[6]) or '0')
+  local next_in = math.max(0, math.ceil(tat - now))
+  return {reason, paused_for, used, math.ceil(midnight - now), foreign, foreign_for, r, in_window, ahead, next_in}
+end
+
+return redis.error_reply('paritysync limiter: unknown op ' .. tostring(op))
