@@ -213,3 +213,37 @@ func TestCellStatesShowUnacknowledgedDesiredCells(t *testing.T) {
 		t.Errorf("restrictions: %+v", restrictions)
 	}
 }
+
+func TestConcurrentSendsAndAcksKeepTheNewestVersion(t *testing.T) {
+	ctx := context.Background()
+	s := testStore(t)
+	for round := range 10 {
+		older, newer := requestOf(t, price("o", 1, "80", round)), requestOf(t, price("n", 2, "95", round))
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		batch := fmt.Sprintf("b%d", round)
+		wg.Go(func() { errs[0] = s.RecordSent(ctx, older) })
+		wg.Go(func() { errs[1] = s.RecordSent(ctx, newer) })
+		wg.Go(func() {
+			_, _, errs[2] = s.RecordAcknowledged(ctx, Ack{BatchID: batch, Request: older, ConfirmationID: "c1"})
+		})
+		wg.Go(func() {
+			_, _, errs[3] = s.RecordAcknowledged(ctx, Ack{BatchID: batch, Request: newer, ConfirmationID: "c2"})
+		})
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d writer %d: %v", round, i, err)
+			}
+		}
+		if o, _ := s.Outcomes(ctx, batch, "n"); len(o) != 1 || o[0].Outcome != models.OutcomeCommitted {
+			t.Fatalf("round %d: the newer version's outcome %+v", round, o)
+		}
+	}
+	for _, c := range cellStates(t, s) {
+		if c.SentVersion != 2 || c.Acked.Version != 2 || c.Acked.Amount.String() != "95" || c.ConfirmationID != "c2" {
+			t.Errorf("%s: sent v%d, acked v%d %s %q; want v2 95 c2", c.Cell.StayDate, c.SentVersion,
+				c.Acked.Version, c.Acked.Amount, c.ConfirmationID)
+		}
+	}
+}
