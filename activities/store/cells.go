@@ -107,8 +107,8 @@ func boolean(p *bool) pgtype.Bool {
 	return pgtype.Bool{Bool: *p, Valid: true}
 }
 
-// batches cuts rows into statements of at most rowsPerStatement.
-func batches(rows []cellRow) [][]cellRow {
+// statements cuts rows into statements of at most rowsPerStatement.
+func statements(rows []cellRow) [][]cellRow {
 	var out [][]cellRow
 	for len(rows) > 0 {
 		n := min(rowsPerStatement, len(rows))
@@ -155,7 +155,7 @@ func (s *Store) RecordDesired(ctx context.Context, ms []models.Mutation) ([]mode
 		return nil, fmt.Errorf("record desired: %w", err)
 	}
 	recorded := make(map[cellKey]int64, len(rows))
-	for _, chunk := range batches(rows) {
+	for _, chunk := range statements(rows) {
 		var a cellArrays
 		for _, r := range chunk {
 			a.add(r)
@@ -247,7 +247,7 @@ func (s *Store) RecordSent(ctx context.Context, r models.ChannelRequest) error {
 	if err := s.resolve(ctx, rows); err != nil {
 		return fmt.Errorf("record sent %s/%s: %w", r.Channel, r.PropertyID, err)
 	}
-	for _, chunk := range batches(rows) {
+	for _, chunk := range statements(rows) {
 		var a cellArrays
 		for _, row := range chunk {
 			a.add(row)
@@ -312,7 +312,7 @@ RETURNING id`, ch, ack.ConfirmationID, s.now()).Scan(&conf); err != nil {
 				return err
 			}
 		}
-		for _, chunk := range batches(rows) {
+		for _, chunk := range statements(rows) {
 			var a cellArrays
 			for _, row := range chunk {
 				a.add(row)

@@ -96,8 +96,11 @@ func (s *Store) channelIDs(ctx context.Context, slugs ...string) (map[string]int
 		return out, nil
 	}
 	slices.Sort(missing)
-	if _, err := s.pool.Exec(ctx, `INSERT INTO channels (slug) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`,
-		missing); err != nil {
+	// NOT EXISTS first: ON CONFLICT alone would draw an id for every known slug.
+	if _, err := s.pool.Exec(ctx, `
+INSERT INTO channels (slug) SELECT k FROM unnest($1::text[]) AS k
+WHERE NOT EXISTS (SELECT 1 FROM channels WHERE slug = k)
+ON CONFLICT DO NOTHING`, missing); err != nil {
 		return nil, fmt.Errorf("number channels: %w", err)
 	}
 	rows, _ := s.pool.Query(ctx, `SELECT slug, id FROM channels WHERE slug = ANY($1)`, missing)
@@ -137,12 +140,16 @@ func (s *Store) batchRef(ctx context.Context, batchID string) (int64, error) {
 	if ok {
 		return id, nil
 	}
-	err := s.pool.QueryRow(ctx, `
-WITH ins AS (INSERT INTO batches (batch_id, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING id)
-SELECT id FROM ins UNION ALL SELECT id FROM batches WHERE batch_id = $1 LIMIT 1`, batchID, s.now()).Scan(&id)
+	find := func() error {
+		return s.pool.QueryRow(ctx, `SELECT id FROM batches WHERE batch_id = $1`, batchID).Scan(&id)
+	}
+	err := find()
 	if errors.Is(err, pgx.ErrNoRows) {
-		// Inserted by a transaction that committed after this statement's snapshot.
-		err = s.pool.QueryRow(ctx, `SELECT id FROM batches WHERE batch_id = $1`, batchID).Scan(&id)
+		err = s.pool.QueryRow(ctx, `INSERT INTO batches (batch_id, created_at) VALUES ($1, $2)
+ON CONFLICT DO NOTHING RETURNING id`, batchID, s.now()).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = find() // another worker created it meanwhile
+		}
 	}
 	if err != nil {
 		return 0, fmt.Errorf("batch %s: %w", batchID, err)
@@ -191,29 +198,54 @@ func (s *Store) roomRateIDs(ctx context.Context, rrs map[roomRate]int32) error {
 		return cmp.Or(cmp.Compare(a.channel, b.channel), cmp.Compare(a.property, b.property),
 			cmp.Compare(a.room, b.room), cmp.Compare(a.plan, b.plan))
 	})
-	chs := make([]int16, len(keys))
-	props, rooms, plans := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
-	for i, k := range keys {
-		chs[i], props[i], rooms[i], plans[i] = chIDs[k.channel], k.property, k.room, k.plan
+	// columns are keys as the arrays unnest takes.
+	columns := func(keys []roomRate) []any {
+		chs := make([]int16, len(keys))
+		props, rooms, plans := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
+		for i, k := range keys {
+			chs[i], props[i], rooms[i], plans[i] = chIDs[k.channel], k.property, k.room, k.plan
+		}
+		return []any{chs, props, rooms, plans}
 	}
-	if _, err := s.pool.Exec(ctx, `
-INSERT INTO room_rates (channel, property_id, room_type, rate_plan)
-SELECT * FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[])
-ON CONFLICT DO NOTHING`, chs, props, rooms, plans); err != nil {
-		return fmt.Errorf("number room rates: %w", err)
-	}
-	rows, _ := s.pool.Query(ctx, `
+	find := func(keys []roomRate) ([]roomRate, error) {
+		rows, _ := s.pool.Query(ctx, `
 SELECT r.id, c.slug, r.property_id, r.room_type, r.rate_plan
 FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[]) AS k(channel, property_id, room_type, rate_plan)
 JOIN room_rates r USING (channel, property_id, room_type, rate_plan)
-JOIN channels c ON c.id = r.channel`, chs, props, rooms, plans)
-	var id int32
-	var rr roomRate
-	if _, err := pgx.ForEachRow(rows, []any{&id, &rr.channel, &rr.property, &rr.room, &rr.plan}, func() error {
-		rrs[rr] = id
-		return nil
-	}); err != nil {
+JOIN channels c ON c.id = r.channel`, columns(keys)...)
+		var id int32
+		var rr roomRate
+		if _, err := pgx.ForEachRow(rows, []any{&id, &rr.channel, &rr.property, &rr.room, &rr.plan}, func() error {
+			rrs[rr] = id
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		var missing []roomRate
+		for _, k := range keys {
+			if rrs[k] == 0 {
+				missing = append(missing, k)
+			}
+		}
+		return missing, nil
+	}
+	missing, err := find(keys)
+	if err != nil || len(missing) == 0 {
+		return err
+	}
+	// Only the missing ones: an INSERT … ON CONFLICT draws an id for every row it
+	// tries, and a room rate is looked up on every push.
+	if _, err := s.pool.Exec(ctx, `
+INSERT INTO room_rates (channel, property_id, room_type, rate_plan)
+SELECT * FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[])
+ON CONFLICT DO NOTHING`, columns(missing)...); err != nil {
 		return fmt.Errorf("number room rates: %w", err)
+	}
+	if missing, err = find(missing); err != nil {
+		return fmt.Errorf("number room rates: %w", err)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("number room rates: %d not found after insert", len(missing))
 	}
 	return nil
 }

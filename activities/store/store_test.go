@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
 	"sync"
@@ -147,5 +148,36 @@ func TestSchemaVersionOfAnEmptySchemaIsZero(t *testing.T) {
 	s := openStore(t, testSchema(t))
 	if v, err := s.SchemaVersion(context.Background()); err != nil || v != 0 {
 		t.Fatalf("SchemaVersion = %d, %v; want 0, nil", v, err)
+	}
+}
+
+func TestLookingUpKnownKeysDrawsNoNewIDs(t *testing.T) {
+	ctx := context.Background()
+	url := testSchema(t)
+	s := openStore(t, url)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := requestOf(t, price("a", 1, "80", 0))
+	for i := range 5 {
+		// A fresh store each time: no cache, as after a worker restart.
+		w := New(s.pool)
+		if err := w.RecordSent(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.RecordOutcomes(ctx, "b", []MutationOutcome{{MutationID: fmt.Sprint(i), Channel: "booking", Outcome: models.OutcomeRejected}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := price("b", 1, "80", 0)
+	other.RoomTypeCode, other.Channel = "SGL", "expedia"
+	if err := s.RecordSent(ctx, requestOf(t, other)); err != nil {
+		t.Fatal(err)
+	}
+	for table, want := range map[string]int{"room_rates": 2, "channels": 2, "batches": 1} {
+		var maxID int
+		if err := s.pool.QueryRow(ctx, "SELECT max(id) FROM "+table).Scan(&maxID); err != nil || maxID != want {
+			t.Errorf("%s: max id %d (%v), want %d: known keys drew ids", table, maxID, err, want)
+		}
 	}
 }
