@@ -247,3 +247,43 @@ func TestConcurrentSendsAndAcksKeepTheNewestVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestConcurrentBatchesOverTheSameCellsDoNotDeadlock(t *testing.T) {
+	ctx := context.Background()
+	s := testStore(t)
+	var forward []models.Mutation
+	for day := range 300 {
+		for _, room := range []string{"DBL", "SGL", "TWN"} {
+			m := price(fmt.Sprintf("%s-%d", room, day), 1, "80", day)
+			m.RoomTypeCode = room
+			forward = append(forward, m)
+		}
+	}
+	for round := range 5 {
+		// The same cells in opposite orders, at versions that alternate winners.
+		a, b := make([]models.Mutation, len(forward)), make([]models.Mutation, len(forward))
+		for i, m := range forward {
+			m.Version = int64(2*round + i%2)
+			a[i] = m
+			m.Version = int64(2*round + 1 - i%2)
+			b[len(b)-1-i] = m
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		wg.Go(func() { _, errs[0] = s.RecordDesired(ctx, a) })
+		wg.Go(func() { _, errs[1] = s.RecordDesired(ctx, b) })
+		wg.Go(func() { errs[2] = s.RecordSent(ctx, requestOf(t, a[:90]...)) })
+		wg.Go(func() { errs[3] = s.RecordSent(ctx, requestOf(t, b[len(b)-90:]...)) })
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d writer %d: %v", round, i, err)
+			}
+		}
+	}
+	for _, c := range cellStates(t, s) {
+		if c.Desired.Version != 9 {
+			t.Fatalf("%s %s: desired v%d, want v9 (the newest of the last round)", c.Cell.RoomTypeCode, c.Cell.StayDate, c.Desired.Version)
+		}
+	}
+}
