@@ -227,6 +227,10 @@ func lineOf(f Family, m *Mutation) ARILine {
 	return l
 }
 
+// Line is the one-night line that sets family f of m's cell to m's values at m's
+// version: what the store records as desired state.
+func (m Mutation) Line(f Family) ARILine { return lineOf(f, &m) }
+
 // Without is m with the values of family f cleared.
 func (m Mutation) Without(f Family) Mutation {
 	switch f {

@@ -84,4 +84,10 @@ const (
 	OutcomeSuperseded   Outcome = "superseded"
 	OutcomeRejected     Outcome = "rejected"
 	OutcomeDeadLettered Outcome = "dead-lettered"
+	// OutcomeCancelled is the outcome of what was still waiting when the operator
+	// cancelled its batch.
+	OutcomeCancelled Outcome = "cancelled"
 )
+
+// Outcomes lists every outcome.
+var Outcomes = []Outcome{OutcomeCommitted, OutcomeSuperseded, OutcomeRejected, OutcomeDeadLettered, OutcomeCancelled}

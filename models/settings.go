@@ -12,6 +12,7 @@ import (
 // overridden by environment variables. Channel limits live in ChannelConfig.
 type Settings struct {
 	RedisURL          string        // REDIS_URL
+	DatabaseURL       string        // PARITYSYNC_DATABASE_URL
 	TemporalAddress   string        // TEMPORAL_ADDRESS
 	TemporalNamespace string        // TEMPORAL_NAMESPACE
 	TemporalUI        string        // TEMPORAL_UI_URL
@@ -33,6 +34,7 @@ type Settings struct {
 func DefaultSettings() Settings {
 	return Settings{
 		RedisURL:          "redis://127.0.0.1:6379/0",
+		DatabaseURL:       "postgres://postgres@127.0.0.1:5432/paritysync?sslmode=disable",
 		TemporalAddress:   "127.0.0.1:7233",
 		TemporalNamespace: "default",
 		TemporalUI:        "http://127.0.0.1:8233",
@@ -79,6 +81,7 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 		}
 	}
 	str("REDIS_URL", &s.RedisURL)
+	str("PARITYSYNC_DATABASE_URL", &s.DatabaseURL)
 	str("TEMPORAL_ADDRESS", &s.TemporalAddress)
 	str("TEMPORAL_NAMESPACE", &s.TemporalNamespace)
 	str("TEMPORAL_UI_URL", &s.TemporalUI)
@@ -109,10 +112,10 @@ func (s Settings) String() string {
 	if s.Token != "" {
 		token = "****"
 	}
-	return fmt.Sprintf("redis_url=%s temporal_address=%s namespace=%s task_queue=%s channel_url=%s "+
+	return fmt.Sprintf("redis_url=%s database_url=%s temporal_address=%s namespace=%s task_queue=%s channel_url=%s "+
 		"channels_file=%q token=%s token_file=%q key_prefix=%s http_timeout=%s metrics_addr=%s chunk_size=%d "+
 		"max_activities=%d shutdown_timeout=%s",
-		MaskURL(s.RedisURL), s.TemporalAddress, s.TemporalNamespace, s.TaskQueue, s.ChannelURL,
+		MaskURL(s.RedisURL), MaskURL(s.DatabaseURL), s.TemporalAddress, s.TemporalNamespace, s.TaskQueue, s.ChannelURL,
 		s.ChannelsFile, token, s.TokenFile, s.KeyPrefix, s.HTTPTimeout, s.MetricsAddr, s.ChunkSize,
 		s.MaxActivities, s.ShutdownTimeout)
 }

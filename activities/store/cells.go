@@ -1,0 +1,524 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/shopspring/decimal"
+
+	"github.com/paritysync/paritysync/models"
+)
+
+// cellRow is one (cell, family) write: its key and the one-night line carrying the
+// version and values.
+type cellRow struct {
+	rr     roomRate
+	family models.Family
+	night  models.Date
+	line   models.ARILine
+	id     int32 // room_rates.id, filled by resolve
+}
+
+// resolve fills the room rate ids of rows and sorts them by key, so that every writer
+// locks rows in the same order and two batches never deadlock.
+func (s *Store) resolve(ctx context.Context, rows []cellRow) error {
+	ids := map[roomRate]int32{}
+	for _, r := range rows {
+		ids[r.rr] = 0
+	}
+	if err := s.roomRateIDs(ctx, ids); err != nil {
+		return err
+	}
+	for i := range rows {
+		rows[i].id = ids[rows[i].rr]
+	}
+	slices.SortStableFunc(rows, func(a, b cellRow) int {
+		return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(a.family, b.family),
+			a.night.Time().Compare(b.night.Time()))
+	})
+	return nil
+}
+
+// cellArrays are cell rows as the column arrays one unnest statement takes.
+type cellArrays struct {
+	roomRate  []int32
+	family    []string
+	night     []time.Time
+	version   []int64
+	amount    []pgtype.Text
+	currency  []pgtype.Text
+	inventory []pgtype.Int2
+	minLOS    []pgtype.Int2
+	maxLOS    []pgtype.Int2
+	stopSell  []pgtype.Bool
+	cta       []pgtype.Bool
+	ctd       []pgtype.Bool
+}
+
+func (a *cellArrays) add(r cellRow) {
+	l := r.line
+	a.roomRate = append(a.roomRate, r.id)
+	a.family = append(a.family, string(r.family))
+	a.night = append(a.night, r.night.Time())
+	a.version = append(a.version, l.Version)
+	var amount pgtype.Text
+	if l.Amount != nil {
+		amount = pgtype.Text{String: l.Amount.String(), Valid: true}
+	}
+	a.amount = append(a.amount, amount)
+	a.currency = append(a.currency, pgtype.Text{String: l.Currency, Valid: l.Currency != ""})
+	a.inventory = append(a.inventory, int2(l.Inventory))
+	a.minLOS = append(a.minLOS, int2(l.MinLOS))
+	a.maxLOS = append(a.maxLOS, int2(l.MaxLOS))
+	a.stopSell = append(a.stopSell, boolean(l.StopSell))
+	a.cta = append(a.cta, boolean(l.CTA))
+	a.ctd = append(a.ctd, boolean(l.CTD))
+}
+
+// args are the arrays in the order of the unnest below.
+func (a *cellArrays) args() []any {
+	return []any{a.roomRate, a.family, a.night, a.version, a.amount, a.currency, a.inventory,
+		a.minLOS, a.maxLOS, a.stopSell, a.cta, a.ctd}
+}
+
+// unnestCells turns the args of cellArrays into rows (room_rate, family, night,
+// version, amount, currency, inventory, min_los, max_los, stop_sell, cta, ctd).
+const unnestCells = `unnest($1::integer[], $2::text[]::family[], $3::date[], $4::bigint[],
+	$5::text[]::numeric[], $6::text[], $7::smallint[], $8::smallint[], $9::smallint[],
+	$10::boolean[], $11::boolean[], $12::boolean[])
+	AS u(room_rate, family, night, version, amount, currency, inventory, min_los, max_los, stop_sell, cta, ctd)`
+
+func int2(p *int) pgtype.Int2 {
+	if p == nil {
+		return pgtype.Int2{}
+	}
+	return pgtype.Int2{Int16: int16(*p), Valid: true}
+}
+
+func boolean(p *bool) pgtype.Bool {
+	if p == nil {
+		return pgtype.Bool{}
+	}
+	return pgtype.Bool{Bool: *p, Valid: true}
+}
+
+// statements cuts rows into statements of at most rowsPerStatement.
+func statements(rows []cellRow) [][]cellRow {
+	var out [][]cellRow
+	for len(rows) > 0 {
+		n := min(rowsPerStatement, len(rows))
+		out = append(out, rows[:n])
+		rows = rows[n:]
+	}
+	return out
+}
+
+// RecordDesired records, per cell and family, the newest version the PMS asked for
+// and its values; an older version never overwrites a newer one, whichever writer
+// comes first. PrepareBatch calls it with the validated mutations before coalescing.
+// It returns the family parts of ms older than the desired state now recorded (a
+// newer version arrived earlier, in this batch or another): the caller drops them
+// (Mutation.Without) and records them as superseded. Parts at the recorded version
+// are not stale: a retried PrepareBatch, or a repair at the desired version, goes on.
+func (s *Store) RecordDesired(ctx context.Context, ms []models.Mutation) ([]models.Superseded, error) {
+	type part struct {
+		m int
+		f models.Family
+	}
+	var parts []part
+	winner := map[cellKey]int{} // index into rows
+	var rows []cellRow
+	for i, m := range ms {
+		for _, f := range m.Families() {
+			parts = append(parts, part{i, f})
+			k := cellKey{m.Cell(), f}
+			w, ok := winner[k]
+			switch {
+			case !ok:
+				winner[k] = len(rows)
+				rows = append(rows, cellRow{rr: roomRateOf(m.Cell()), family: f, night: m.StayDate, line: m.Line(f)})
+			case m.Version >= rows[w].line.Version:
+				// At equal versions the later mutation wins, as in Coalesce.
+				rows[w].line = m.Line(f)
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	if err := s.resolve(ctx, rows); err != nil {
+		return nil, fmt.Errorf("record desired: %w", err)
+	}
+	recorded := make(map[cellKey]int64, len(rows))
+	for _, chunk := range statements(rows) {
+		var a cellArrays
+		for _, r := range chunk {
+			a.add(r)
+		}
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `
+INSERT INTO cells AS c (room_rate, family, night, desired_version, d_amount, d_currency, d_inventory,
+	d_min_los, d_max_los, d_stop_sell, d_cta, d_ctd)
+SELECT * FROM `+unnestCells+`
+ON CONFLICT (room_rate, family, night) DO UPDATE SET desired_version = excluded.desired_version,
+	d_amount = excluded.d_amount, d_currency = excluded.d_currency, d_inventory = excluded.d_inventory,
+	d_min_los = excluded.d_min_los, d_max_los = excluded.d_max_los, d_stop_sell = excluded.d_stop_sell,
+	d_cta = excluded.d_cta, d_ctd = excluded.d_ctd
+WHERE c.desired_version < excluded.desired_version`, a.args()...); err != nil {
+				return err
+			}
+			got, _ := tx.Query(ctx, `
+SELECT k.i, c.desired_version
+FROM unnest($1::integer[], $2::text[]::family[], $3::date[]) WITH ORDINALITY AS k(room_rate, family, night, i)
+JOIN cells c USING (room_rate, family, night)`, a.roomRate, a.family, a.night)
+			var i, v int64
+			_, err := pgx.ForEachRow(got, []any{&i, &v}, func() error {
+				r := chunk[i-1]
+				recorded[cellKey{r.cell(), r.family}] = v
+				return nil
+			})
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("record desired: %w", err)
+		}
+	}
+	var stale []models.Superseded
+	for _, p := range parts {
+		m := ms[p.m]
+		if by := recorded[cellKey{m.Cell(), p.f}]; by > m.Version {
+			stale = append(stale, models.Superseded{ID: m.ID, Channel: m.Channel, Family: p.f, Version: m.Version, By: by})
+		}
+	}
+	return stale, nil
+}
+
+// cellKey is the unit of last-writer-wins.
+type cellKey struct {
+	cell   models.Cell
+	family models.Family
+}
+
+func (r cellRow) cell() models.Cell {
+	return models.Cell{Channel: r.rr.channel, PropertyID: r.rr.property, RoomTypeCode: r.rr.room,
+		RatePlanCode: r.rr.plan, StayDate: r.night}
+}
+
+// requestRows are the cell rows of request r, one per ref whose line is not in skip;
+// where two refs name the same cell the newer version is kept.
+func requestRows(r models.ChannelRequest, skip []int) []cellRow {
+	rows := make([]cellRow, 0, len(r.Refs))
+	at := map[cellKey]int{}
+	for _, ref := range r.Refs {
+		if slices.Contains(skip, ref.Line) || ref.Line < 0 || ref.Line >= len(r.Lines) {
+			continue
+		}
+		l := r.Lines[ref.Line]
+		l.From, l.To, l.Version = ref.StayDate, ref.StayDate, ref.Version
+		row := cellRow{rr: roomRate{r.Channel, r.PropertyID, l.RoomTypeCode, l.RatePlanCode},
+			family: r.Family, night: ref.StayDate, line: l}
+		k := cellKey{row.cell(), r.Family}
+		if i, ok := at[k]; ok {
+			if ref.Version > rows[i].line.Version {
+				rows[i] = row
+			}
+			continue
+		}
+		at[k] = len(rows)
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// RecordSent records that request r was admitted to its channel: per night, the
+// newest version sent. PushRequest calls it after the ordering gate admitted r and
+// before the HTTP call, so that the gate can be rebuilt from SentVersions after a
+// Redis loss and never let an older version follow a newer one.
+func (s *Store) RecordSent(ctx context.Context, r models.ChannelRequest) error {
+	rows := requestRows(r, nil)
+	if len(rows) == 0 {
+		return nil
+	}
+	if err := s.resolve(ctx, rows); err != nil {
+		return fmt.Errorf("record sent %s/%s: %w", r.Channel, r.PropertyID, err)
+	}
+	for _, chunk := range statements(rows) {
+		var a cellArrays
+		for _, row := range chunk {
+			a.add(row)
+		}
+		if _, err := s.pool.Exec(ctx, `
+INSERT INTO cells AS c (room_rate, family, night, sent_version)
+SELECT * FROM unnest($1::integer[], $2::text[]::family[], $3::date[], $4::bigint[])
+ON CONFLICT (room_rate, family, night) DO UPDATE SET sent_version = excluded.sent_version
+WHERE c.sent_version < excluded.sent_version`, a.roomRate, a.family, a.night, a.version); err != nil {
+			return fmt.Errorf("record sent %s/%s: %w", r.Channel, r.PropertyID, err)
+		}
+	}
+	return nil
+}
+
+// Ack is a channel's confirmation of a request, or of the lines of it that it
+// accepted.
+type Ack struct {
+	BatchID        string
+	Request        models.ChannelRequest
+	ConfirmationID string
+	// FailedLines are line indexes the channel refused (partial success); their refs
+	// are neither acknowledged nor given an outcome here: the dead-letter activity
+	// parks them.
+	FailedLines []int
+}
+
+// RecordAcknowledged records what the channel confirmed and the outcome of every
+// accepted ref, in one transaction. PushRequest calls it after a 2xx (or the
+// accepted part of a 207). A ref whose cell already holds a newer acknowledged
+// version is superseded and leaves the acknowledged state alone; every other ref is
+// committed. Calling it again for the same request (a retried activity) records
+// nothing new and returns the same counts, read back from the stored outcomes.
+func (s *Store) RecordAcknowledged(ctx context.Context, ack Ack) (committed, superseded int, err error) {
+	r := ack.Request
+	rows := requestRows(r, ack.FailedLines)
+	if len(rows) == 0 {
+		return 0, 0, nil
+	}
+	fail := func(err error) (int, int, error) {
+		return 0, 0, fmt.Errorf("record acknowledged %s/%s: %w", r.Channel, r.PropertyID, err)
+	}
+	if err := s.resolve(ctx, rows); err != nil {
+		return fail(err)
+	}
+	batch, err := s.batchRef(ctx, ack.BatchID)
+	if err != nil {
+		return fail(err)
+	}
+	ch, err := s.channelID(ctx, r.Channel)
+	if err != nil {
+		return fail(err)
+	}
+	won := map[cellKey]bool{}
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		var conf pgtype.Int8
+		if ack.ConfirmationID != "" {
+			if err := tx.QueryRow(ctx, `
+INSERT INTO confirmations (channel, code, confirmed_at) VALUES ($1, $2, $3)
+ON CONFLICT (channel, code) DO UPDATE SET code = excluded.code
+RETURNING id`, ch, ack.ConfirmationID, s.now()).Scan(&conf); err != nil {
+				return err
+			}
+		}
+		for _, chunk := range statements(rows) {
+			var a cellArrays
+			for _, row := range chunk {
+				a.add(row)
+			}
+			got, _ := tx.Query(ctx, `
+INSERT INTO cells AS c (room_rate, family, night, acked_version, a_amount, a_currency, a_inventory,
+	a_min_los, a_max_los, a_stop_sell, a_cta, a_ctd, sent_version, confirmation)
+SELECT u.*, u.version, $13::bigint FROM `+unnestCells+`
+ON CONFLICT (room_rate, family, night) DO UPDATE SET
+	acked_version = excluded.acked_version, confirmation = excluded.confirmation,
+	sent_version = greatest(c.sent_version, excluded.acked_version),
+	a_amount = excluded.a_amount, a_currency = excluded.a_currency, a_inventory = excluded.a_inventory,
+	a_min_los = excluded.a_min_los, a_max_los = excluded.a_max_los, a_stop_sell = excluded.a_stop_sell,
+	a_cta = excluded.a_cta, a_ctd = excluded.a_ctd
+WHERE c.acked_version <= excluded.acked_version
+RETURNING room_rate, night`, append(a.args(), conf)...)
+			var id int32
+			var night time.Time
+			at := map[[2]int64]cellRow{}
+			for _, row := range chunk {
+				at[[2]int64{int64(row.id), row.night.Time().Unix()}] = row
+			}
+			if _, err := pgx.ForEachRow(got, []any{&id, &night}, func() error {
+				row := at[[2]int64{int64(id), night.Unix()}]
+				won[cellKey{row.cell(), r.Family}] = true
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		var outs []outcomeRow
+		for _, ref := range r.Refs {
+			if slices.Contains(ack.FailedLines, ref.Line) || ref.Line < 0 || ref.Line >= len(r.Lines) {
+				continue
+			}
+			l := r.Lines[ref.Line]
+			c := models.Cell{Channel: r.Channel, PropertyID: r.PropertyID, RoomTypeCode: l.RoomTypeCode,
+				RatePlanCode: l.RatePlanCode, StayDate: ref.StayDate}
+			o := outcomeRow{mutationID: ref.ID, family: r.Family, channel: ch, outcome: models.OutcomeCommitted}
+			if !won[cellKey{c, r.Family}] {
+				o.outcome, o.reason = models.OutcomeSuperseded, "a newer version was acknowledged"
+			}
+			outs = append(outs, o)
+		}
+		if err := insertOutcomes(ctx, tx, batch, outs); err != nil {
+			return err
+		}
+		counts, err := countOutcomes(ctx, tx, batch, outs)
+		committed, superseded = counts[models.OutcomeCommitted], counts[models.OutcomeSuperseded]
+		return err
+	})
+	if err != nil {
+		return fail(err)
+	}
+	return committed, superseded, nil
+}
+
+// CellState is what the store knows of one cell and family.
+type CellState struct {
+	Cell   models.Cell
+	Family models.Family
+	// Desired is the newest version the PMS asked for and its values as a one-night
+	// line; Version 0 when none was recorded.
+	Desired models.ARILine
+	// SentVersion is the newest version admitted to the channel, 0 when none.
+	SentVersion int64
+	// Acked is what the channel confirmed last; Version 0 when nothing was.
+	Acked          models.ARILine
+	ConfirmationID string
+	ConfirmedAt    time.Time
+}
+
+// Drifted reports whether the channel has not confirmed the desired version yet.
+func (c CellState) Drifted() bool { return c.Desired.Version > c.Acked.Version }
+
+// CellStates calls fn with every cell and family of channel whose night lies in
+// [from, to], sorted by property, room type, rate plan, night and family, so that a
+// caller can read one property back from the channel at a time. Reconciliation calls
+// it to compare the channel with the desired state (including cells that were never
+// acknowledged) and re-send the desired values at their versions.
+func (s *Store) CellStates(ctx context.Context, channel string, from, to models.Date, fn func(CellState) error) error {
+	rows, _ := s.pool.Query(ctx, `
+SELECT r.property_id, r.room_type, r.rate_plan, c.night, c.family::text,
+	c.desired_version, c.d_amount::text, c.d_currency, c.d_inventory, c.d_min_los, c.d_max_los,
+	c.d_stop_sell, c.d_cta, c.d_ctd,
+	c.sent_version,
+	c.acked_version, c.a_amount::text, c.a_currency, c.a_inventory, c.a_min_los, c.a_max_los,
+	c.a_stop_sell, c.a_cta, c.a_ctd,
+	coalesce(f.code, ''), f.confirmed_at
+FROM room_rates r
+JOIN channels ch ON ch.id = r.channel
+JOIN cells c ON c.room_rate = r.id
+LEFT JOIN confirmations f ON f.id = c.confirmation
+WHERE ch.slug = $1 AND c.night BETWEEN $2 AND $3
+ORDER BY r.property_id, r.room_type, r.rate_plan, c.night, c.family`, channel, from.Time(), to.Time())
+	var st CellState
+	var night time.Time
+	var family string
+	var confirmedAt pgtype.Timestamptz
+	d, a := scanLine{line: &st.Desired}, scanLine{line: &st.Acked}
+	dest := []any{&st.Cell.PropertyID, &st.Cell.RoomTypeCode, &st.Cell.RatePlanCode, &night, &family}
+	dest = append(dest, d.dest()...)
+	dest = append(dest, &st.SentVersion)
+	dest = append(dest, a.dest()...)
+	dest = append(dest, &st.ConfirmationID, &confirmedAt)
+	_, err := pgx.ForEachRow(rows, dest, func() error {
+		st.Cell.Channel, st.Cell.StayDate, st.Family = channel, models.DateOf(night), models.Family(family)
+		st.ConfirmedAt = confirmedAt.Time
+		out := st
+		var err error
+		if out.Desired, err = d.result(st.Cell); err != nil {
+			return err
+		}
+		if out.Acked, err = a.result(st.Cell); err != nil {
+			return err
+		}
+		return fn(out)
+	})
+	if err != nil {
+		return fmt.Errorf("read cells of %s: %w", channel, err)
+	}
+	return nil
+}
+
+// scanLine scans the version and value columns of one line.
+type scanLine struct {
+	line      *models.ARILine
+	amount    *pgtype.Text
+	inventory *pgtype.Int2
+	minLOS    *pgtype.Int2
+	maxLOS    *pgtype.Int2
+	stopSell  *pgtype.Bool
+	cta       *pgtype.Bool
+	ctd       *pgtype.Bool
+	currency  *pgtype.Text
+}
+
+func (s *scanLine) dest() []any {
+	s.amount, s.currency = new(pgtype.Text), new(pgtype.Text)
+	s.inventory, s.minLOS, s.maxLOS = new(pgtype.Int2), new(pgtype.Int2), new(pgtype.Int2)
+	s.stopSell, s.cta, s.ctd = new(pgtype.Bool), new(pgtype.Bool), new(pgtype.Bool)
+	return []any{&s.line.Version, s.amount, s.currency, s.inventory, s.minLOS, s.maxLOS, s.stopSell, s.cta, s.ctd}
+}
+
+// result is the scanned line of cell c, with pointers of its own.
+func (s scanLine) result(c models.Cell) (models.ARILine, error) {
+	l := models.ARILine{RoomTypeCode: c.RoomTypeCode, RatePlanCode: c.RatePlanCode, From: c.StayDate, To: c.StayDate,
+		Version: s.line.Version, Currency: s.currency.String}
+	if s.amount.Valid {
+		d, err := decimal.NewFromString(s.amount.String)
+		if err != nil {
+			return l, fmt.Errorf("amount %q: %w", s.amount.String, err)
+		}
+		l.Amount = &d
+	}
+	l.Inventory, l.MinLOS, l.MaxLOS = intPtr(*s.inventory), intPtr(*s.minLOS), intPtr(*s.maxLOS)
+	l.StopSell, l.CTA, l.CTD = boolPtr(*s.stopSell), boolPtr(*s.cta), boolPtr(*s.ctd)
+	return l, nil
+}
+
+func intPtr(v pgtype.Int2) *int {
+	if !v.Valid {
+		return nil
+	}
+	n := int(v.Int16)
+	return &n
+}
+
+func boolPtr(v pgtype.Bool) *bool {
+	if !v.Valid {
+		return nil
+	}
+	b := v.Bool
+	return &b
+}
+
+// SentVersion is the newest version admitted to a channel for one cell and family.
+type SentVersion struct {
+	Cell    models.Cell
+	Family  models.Family
+	Version int64
+}
+
+// SentVersions calls fn with every cell and family of channel whose night is on or
+// after from and that was ever sent, sorted by property, family, room type, rate
+// plan and night: one (channel, property, family) ordering gate after another. The
+// gate rebuild calls it after a Redis loss, before anything is sent.
+func (s *Store) SentVersions(ctx context.Context, channel string, from models.Date, fn func(SentVersion) error) error {
+	rows, _ := s.pool.Query(ctx, `
+SELECT r.property_id, c.family::text, r.room_type, r.rate_plan, c.night, c.sent_version
+FROM room_rates r
+JOIN channels ch ON ch.id = r.channel
+JOIN cells c ON c.room_rate = r.id
+WHERE ch.slug = $1 AND c.night >= $2 AND c.sent_version > 0
+ORDER BY r.property_id, c.family, r.room_type, r.rate_plan, c.night`, channel, from.Time())
+	var sv SentVersion
+	var family string
+	var night time.Time
+	sv.Cell.Channel = channel
+	_, err := pgx.ForEachRow(rows, []any{&sv.Cell.PropertyID, &family, &sv.Cell.RoomTypeCode,
+		&sv.Cell.RatePlanCode, &night, &sv.Version}, func() error {
+		sv.Family, sv.Cell.StayDate = models.Family(family), models.DateOf(night)
+		return fn(sv)
+	})
+	if err != nil {
+		return fmt.Errorf("read sent versions of %s: %w", channel, err)
+	}
+	return nil
+}

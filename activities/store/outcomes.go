@@ -1,0 +1,198 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/paritysync/paritysync/models"
+)
+
+// MutationOutcome is the fate of one mutation's part in one endpoint family, or of
+// the whole mutation when Family is empty (rejected before it was split).
+type MutationOutcome struct {
+	MutationID string         `json:"mutation_id"`
+	Channel    string         `json:"channel"`
+	Family     models.Family  `json:"family,omitempty"`
+	Outcome    models.Outcome `json:"outcome"`
+	// Reason says why for every outcome but committed: the rejection's problems, the
+	// version that won, the dead-letter reason.
+	Reason     string    `json:"reason,omitempty"`
+	RecordedAt time.Time `json:"recorded_at"`
+}
+
+// outcomeRow is a MutationOutcome with its channel numbered.
+type outcomeRow struct {
+	mutationID string
+	family     models.Family
+	channel    int16
+	outcome    models.Outcome
+	reason     string
+}
+
+// insertOutcomes records rows for batch; a (mutation, family) that already has an
+// outcome in the batch keeps it.
+func insertOutcomes(ctx context.Context, tx pgx.Tx, batch int64, rows []outcomeRow) error {
+	for len(rows) > 0 {
+		chunk := rows[:min(rowsPerStatement, len(rows))]
+		rows = rows[len(chunk):]
+		ids := make([]string, len(chunk))
+		fams := make([]pgtype.Text, len(chunk))
+		chs := make([]int16, len(chunk))
+		outs := make([]string, len(chunk))
+		reasons := make([]pgtype.Text, len(chunk))
+		for i, o := range chunk {
+			ids[i], chs[i], outs[i] = o.mutationID, o.channel, string(o.outcome)
+			fams[i] = pgtype.Text{String: string(o.family), Valid: o.family != ""}
+			reasons[i] = pgtype.Text{String: o.reason, Valid: o.reason != ""}
+		}
+		if _, err := tx.Exec(ctx, `
+INSERT INTO outcomes (batch, mutation_id, family, channel, outcome, reason)
+SELECT $1, * FROM unnest($2::text[], $3::text[]::family[], $4::smallint[], $5::text[]::outcome[], $6::text[])
+ON CONFLICT (batch, mutation_id, family) DO NOTHING`, batch, ids, fams, chs, outs, reasons); err != nil {
+			return fmt.Errorf("record outcomes: %w", err)
+		}
+	}
+	return nil
+}
+
+// countOutcomes counts the stored outcomes of rows' (mutation, family) keys: what a
+// caller reports, the same on every retry.
+func countOutcomes(ctx context.Context, tx pgx.Tx, batch int64, rows []outcomeRow) (map[models.Outcome]int, error) {
+	ids := make([]string, len(rows))
+	fams := make([]pgtype.Text, len(rows))
+	for i, o := range rows {
+		ids[i] = o.mutationID
+		fams[i] = pgtype.Text{String: string(o.family), Valid: o.family != ""}
+	}
+	got, _ := tx.Query(ctx, `
+SELECT o.outcome::text, count(*)
+FROM (SELECT DISTINCT * FROM unnest($2::text[], $3::text[]::family[]) AS k(mutation_id, family)) k
+JOIN outcomes o ON o.batch = $1 AND o.mutation_id = k.mutation_id AND o.family IS NOT DISTINCT FROM k.family
+GROUP BY 1`, batch, ids, fams)
+	counts := map[models.Outcome]int{}
+	var outcome string
+	var n int
+	if _, err := pgx.ForEachRow(got, []any{&outcome, &n}, func() error {
+		counts[models.Outcome(outcome)] = n
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count outcomes: %w", err)
+	}
+	return counts, nil
+}
+
+// RecordOutcomes records outcomes of batch batchID, each at most once: a (mutation,
+// family) that already has an outcome in the batch keeps the first one, so a retried
+// activity never records twice. PrepareBatch calls it for what it decides itself
+// (rejected, superseded by RecordDesired or by Coalesce); the batch's cancellation
+// calls it with cancelled for what was still waiting. RecordAcknowledged and
+// ParkDeadLetter record their own outcomes. It returns the stored count per outcome
+// of the given keys, the same on every retry.
+func (s *Store) RecordOutcomes(ctx context.Context, batchID string, os []MutationOutcome) (map[models.Outcome]int, error) {
+	if len(os) == 0 {
+		return map[models.Outcome]int{}, nil
+	}
+	slugs := make([]string, 0, 4)
+	for _, o := range os {
+		if !slices.Contains(models.Outcomes, o.Outcome) {
+			return nil, fmt.Errorf("record outcomes of %s: unknown outcome %q", batchID, o.Outcome)
+		}
+		if !slices.Contains(slugs, o.Channel) {
+			slugs = append(slugs, o.Channel)
+		}
+	}
+	batch, err := s.batchRef(ctx, batchID)
+	if err != nil {
+		return nil, err
+	}
+	chIDs, err := s.channelIDs(ctx, slugs...)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]outcomeRow, len(os))
+	for i, o := range os {
+		rows[i] = outcomeRow{mutationID: o.MutationID, family: o.Family, channel: chIDs[o.Channel],
+			outcome: o.Outcome, reason: o.Reason}
+	}
+	var counts map[models.Outcome]int
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := insertOutcomes(ctx, tx, batch, rows); err != nil {
+			return err
+		}
+		counts, err = countOutcomes(ctx, tx, batch, rows)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record outcomes of %s: %w", batchID, err)
+	}
+	return counts, nil
+}
+
+// Outcomes returns the outcomes of mutation mutationID in batch batchID, one per
+// family (or one for the whole mutation); none while it is still on its way.
+func (s *Store) Outcomes(ctx context.Context, batchID, mutationID string) ([]MutationOutcome, error) {
+	rows, _ := s.pool.Query(ctx, `
+SELECT o.mutation_id, ch.slug, coalesce(o.family::text, ''), o.outcome::text, coalesce(o.reason, ''), o.recorded_at
+FROM outcomes o JOIN batches b ON b.id = o.batch JOIN channels ch ON ch.id = o.channel
+WHERE b.batch_id = $1 AND o.mutation_id = $2
+ORDER BY o.family NULLS FIRST`, batchID, mutationID)
+	var out []MutationOutcome
+	var o MutationOutcome
+	var family, outcome string
+	if _, err := pgx.ForEachRow(rows, []any{&o.MutationID, &o.Channel, &family, &outcome, &o.Reason, &o.RecordedAt}, func() error {
+		o.Family, o.Outcome = models.Family(family), models.Outcome(outcome)
+		out = append(out, o)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("outcomes of %s in %s: %w", mutationID, batchID, err)
+	}
+	return out, nil
+}
+
+// BatchCounts tallies the recorded outcomes of a batch per channel, as the batch's
+// status reports them: Total counts updates with an outcome, Rejected whole
+// mutations. Cancelled updates count in Total only. Operators and the end-to-end
+// tests call it to check that a batch's outcomes add up.
+func (s *Store) BatchCounts(ctx context.Context, batchID string) ([]models.ChannelCounts, error) {
+	rows, _ := s.pool.Query(ctx, `
+SELECT ch.slug, o.outcome::text, count(*)
+FROM outcomes o JOIN batches b ON b.id = o.batch JOIN channels ch ON ch.id = o.channel
+WHERE b.batch_id = $1
+GROUP BY 1, 2`, batchID)
+	by := map[string]*models.ChannelCounts{}
+	var slug, outcome string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&slug, &outcome, &n}, func() error {
+		c := by[slug]
+		if c == nil {
+			c = &models.ChannelCounts{Channel: slug}
+			by[slug] = c
+		}
+		c.Total += n
+		switch models.Outcome(outcome) {
+		case models.OutcomeCommitted:
+			c.Committed += n
+		case models.OutcomeSuperseded:
+			c.Superseded += n
+		case models.OutcomeRejected:
+			c.Rejected += n
+		case models.OutcomeDeadLettered:
+			c.DeadLettered += n
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count outcomes of %s: %w", batchID, err)
+	}
+	out := make([]models.ChannelCounts, 0, len(by))
+	for _, c := range by {
+		out = append(out, *c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Channel < out[j].Channel })
+	return out, nil
+}
