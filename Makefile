@@ -4,7 +4,7 @@ BIN := $(CURDIR)/.bin
 TEMPORAL_CLI_VERSION := v1.5.1
 WORKFLOWCHECK_VERSION := v0.6.0
 
-.PHONY: all build demo up down test vet fmt-check workflowcheck bench clean
+.PHONY: all build demo up down test vet fmt-check workflowcheck bench bench-e2e clean
 
 all: build
 
@@ -44,6 +44,13 @@ test: $(BIN)/temporal fmt-check vet workflowcheck
 
 bench:
 	go test -run '^$$' -bench . -benchmem ./models ./limiter
+
+# The push engine's end-to-end scenarios on a real dev server, Redis and the
+# simulator (about 30 minutes); prints one table. BENCH=urgent,race runs a subset.
+BENCH ?= all
+bench-e2e: $(BIN)/temporal
+	PARITYSYNC_BENCH=$(BENCH) PARITYSYNC_BENCH_OUT=$(CURDIR)/.run/bench-e2e.md TEMPORAL_CLI=$(BIN)/temporal \
+		go test -count=1 -run TestBenchPushEngine -v -timeout 90m ./worker
 
 clean: down
 	rm -rf $(BIN) .run

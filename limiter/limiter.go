@@ -146,8 +146,8 @@ type Options struct {
 	// PauseTTL bounds an operator pause, 7 days by default, so a forgotten pause does
 	// not outlive every key's TTL policy; Pause again to extend it.
 	PauseTTL time.Duration
-	// Margin widens the window the limiter counts in beyond the channel's 60 s, 1 s
-	// by default, so a request sent a little after its slot (timer and network
+	// Margin widens the window the limiter counts in beyond the channel's 60 s, 500 ms
+	// by default, so a request sent a little after its slot (dispatch and network
 	// lateness) never lands in a window that is already full. A holder later than
 	// Margin gets a new slot.
 	Margin time.Duration
@@ -195,7 +195,7 @@ func New(rdb redis.Scripter, channels []models.ChannelConfig, opts Options) *Lim
 		opts.PauseTTL = 7 * 24 * time.Hour
 	}
 	if opts.Margin <= 0 {
-		opts.Margin = time.Second
+		opts.Margin = 500 * time.Millisecond
 	}
 	if opts.Lease <= 0 {
 		opts.Lease = 30 * time.Second

@@ -143,7 +143,7 @@ func TestScheduleKeepsTheDeclaredWindowAndBurstAndUsesAllOfIt(t *testing.T) {
 		t.Errorf("%d slots at once, want the burst %d", backToBack, burst)
 	}
 	// Saturated, the schedule runs at the declared limit: the minimum the window
-	// allows, stretched only by the 1 s margin per window.
+	// allows, stretched only by the margin per window.
 	span := sorted[n-1]
 	ideal := time.Duration(float64(n-burst) / rate * float64(time.Minute))
 	if span > ideal*103/100 {

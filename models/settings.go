@@ -28,6 +28,9 @@ type Settings struct {
 	PropertyPattern   string        // PARITYSYNC_PROPERTY_PATTERN
 	MaxActivities     int           // PARITYSYNC_MAX_ACTIVITIES
 	ShutdownTimeout   time.Duration // PARITYSYNC_SHUTDOWN_TIMEOUT
+	// PausePoll is how often work held by an operator pause that no resume signal
+	// ended asks the limiter again (PARITYSYNC_PAUSE_POLL).
+	PausePoll time.Duration
 }
 
 // DefaultSettings is a local set-up: everything on 127.0.0.1.
@@ -47,6 +50,7 @@ func DefaultSettings() Settings {
 		PropertyPattern:   `^prop_[0-9a-f]{8}$`,
 		MaxActivities:     32,
 		ShutdownTimeout:   30 * time.Second,
+		PausePoll:         30 * time.Minute,
 	}
 }
 
@@ -97,6 +101,7 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 	str("PARITYSYNC_PROPERTY_PATTERN", &s.PropertyPattern)
 	num("PARITYSYNC_MAX_ACTIVITIES", &s.MaxActivities)
 	dur("PARITYSYNC_SHUTDOWN_TIMEOUT", &s.ShutdownTimeout)
+	dur("PARITYSYNC_PAUSE_POLL", &s.PausePoll)
 	if _, err := url.Parse(s.ChannelURL); err != nil || !strings.HasPrefix(s.ChannelURL, "http") {
 		errs = append(errs, "PARITYSYNC_CHANNEL_URL: must be an http(s) URL")
 	}

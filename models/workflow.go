@@ -214,6 +214,14 @@ type PushInput struct {
 	NextReservation string `json:"next_reservation,omitempty"`
 }
 
+// ReserveSlotsInput asks ReserveSlots to hold the slots of requests Indexes of a
+// stored chunk under the matching Reservations.
+type ReserveSlotsInput struct {
+	ChunkKey     string   `json:"chunk_key"`
+	Indexes      []int    `json:"indexes"`
+	Reservations []string `json:"reservations"`
+}
+
 // ReservationID is the limiter reservation of request i of a ChannelSync run; runs
 // continued as new keep their workflow id, so a held slot survives them.
 func ReservationID(workflowID string, i int) string { return fmt.Sprintf("%s/%d", workflowID, i) }

@@ -96,7 +96,8 @@ func newTemporal(lc fx.Lifecycle, s models.Settings) (client.Client, error) {
 }
 
 func newLimiter(rdb *redis.Client, s models.Settings, chs []models.ChannelConfig) *limiter.Limiter {
-	return limiter.New(rdb, chs, limiter.Options{Prefix: s.KeyPrefix})
+	return limiter.New(rdb, chs, limiter.Options{Prefix: s.KeyPrefix, PausePoll: s.PausePoll,
+		Lease: s.HTTPTimeout + 5*time.Second})
 }
 
 // newTokens prefers the token file, which is re-read when it changes.

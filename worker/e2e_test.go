@@ -19,8 +19,11 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.uber.org/fx"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
 	"github.com/paritysync/paritysync/workflows"
@@ -71,6 +74,9 @@ func startDevServer(t *testing.T) *testsuite.DevServer {
 
 // e2eStack is a dev server, a simulator and a running worker sharing a key prefix.
 type e2eStack struct {
+	// acts and lim are the first worker's, for tests that call them directly.
+	acts   *activities.Activities
+	lim    *limiter.Limiter
 	env    map[string]string
 	tc     client.Client
 	sim    *sim.Simulator
@@ -82,6 +88,28 @@ type e2eStack struct {
 func (s *e2eStack) getenv(k string) string { return s.env[k] }
 
 func startStack(t *testing.T, srv *testsuite.DevServer, limits map[string]int) *e2eStack {
+	t.Helper()
+	chs := map[string]stackChannel{}
+	for slug, perMinute := range limits {
+		chs[slug] = stackChannel{PerMinute: perMinute, Burst: max(2, perMinute/10), MaxLines: 4}
+	}
+	return startStackWith(t, srv, stackOptions{Channels: chs})
+}
+
+// stackChannel overrides one channel's limits for a stack.
+type stackChannel struct {
+	PerMinute, Burst, MaxLines int
+}
+
+// stackOptions shapes a stack: channel limits, how many workers poll its task queue
+// and extra worker environment.
+type stackOptions struct {
+	Channels map[string]stackChannel
+	Workers  int
+	Env      map[string]string
+}
+
+func startStackWith(t *testing.T, srv *testsuite.DevServer, o stackOptions) *e2eStack {
 	t.Helper()
 	redisURL := os.Getenv("REDIS_URL")
 	if redisURL == "" {
@@ -103,11 +131,14 @@ func startStack(t *testing.T, srv *testsuite.DevServer, limits map[string]int) *
 		"PARITYSYNC_METRICS_ADDR": "127.0.0.1:0",
 		"PARITYSYNC_CHUNK_SIZE":   "5",
 	}
-	for slug, perMinute := range limits {
+	for slug, c := range o.Channels {
 		up := strings.ToUpper(slug)
-		s.env["PARITYSYNC_CHANNEL_"+up+"_RATE_PER_MINUTE"] = fmt.Sprint(perMinute)
-		s.env["PARITYSYNC_CHANNEL_"+up+"_BURST"] = fmt.Sprint(max(2, perMinute/10))
-		s.env["PARITYSYNC_CHANNEL_"+up+"_MAX_LINES_PER_REQUEST"] = "4"
+		s.env["PARITYSYNC_CHANNEL_"+up+"_RATE_PER_MINUTE"] = fmt.Sprint(c.PerMinute)
+		s.env["PARITYSYNC_CHANNEL_"+up+"_BURST"] = fmt.Sprint(c.Burst)
+		s.env["PARITYSYNC_CHANNEL_"+up+"_MAX_LINES_PER_REQUEST"] = fmt.Sprint(c.MaxLines)
+	}
+	for k, v := range o.Env {
+		s.env[k] = v
 	}
 	chs, err := models.LoadChannels("", s.getenv)
 	require.NoError(t, err)
@@ -116,17 +147,27 @@ func startStack(t *testing.T, srv *testsuite.DevServer, limits map[string]int) *
 	httpSrv := httptest.NewServer(s.sim)
 	s.env["PARITYSYNC_CHANNEL_URL"] = httpSrv.URL
 
-	app := newApp(s.getenv)
-	require.NoError(t, app.Err())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, app.Start(ctx))
+	var apps []*fx.App
+	for i := range max(1, o.Workers) {
+		var extra []fx.Option
+		if i == 0 {
+			extra = append(extra, fx.Populate(&s.acts, &s.lim))
+		}
+		app := newApp(s.getenv, extra...)
+		require.NoError(t, app.Err())
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		require.NoError(t, app.Start(ctx))
+		cancel()
+		apps = append(apps, app)
+	}
 	s.tc = srv.Client()
 
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_ = app.Stop(ctx)
+		for _, app := range apps {
+			_ = app.Stop(ctx)
+		}
 		httpSrv.Close()
 		s.sim.Close()
 		iter := rdb.Scan(ctx, 0, s.prefix+"*", 1000).Iterator()

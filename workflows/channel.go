@@ -62,11 +62,13 @@ func (s *channelSync) run(ctx workflow.Context) (models.ChannelCounts, error) {
 		window = DefaultWindow
 	}
 	actx := withActivity(ctx, time.Minute, s.in.Chunk.Priority)
-	for range min(window, len(s.queue)) {
+	lanes := min(window, len(s.queue))
+	first := s.reserveFirst(ctx, actx, lanes)
+	for range lanes {
 		s.busy++
 		workflow.Go(ctx, func(ctx workflow.Context) {
 			defer func() { s.busy-- }()
-			s.lane(ctx, actx)
+			s.lane(ctx, actx, first)
 		})
 	}
 	if err := workflow.Await(ctx, func() bool { return s.busy == 0 }); err != nil {
@@ -122,16 +124,29 @@ func (s *channelSync) take(ctx workflow.Context) (int, bool) {
 
 // lane pushes requests one after another. Each push also reserves the slot of the
 // lane's next request, so a request costs one push and at most one durable timer.
-func (s *channelSync) lane(ctx, actx workflow.Context) {
+func (s *channelSync) lane(ctx, actx workflow.Context, first map[int]models.Slot) {
 	i, ok := s.take(ctx)
 	var slot *models.Slot
+	if f, held := first[i]; ok && held {
+		slot = &f
+	}
 	for ok {
 		next, more := s.take(ctx)
-		slot = s.deliver(ctx, actx, i, slot, next, more)
+		var done bool
+		slot, done = s.deliver(ctx, actx, i, slot, next, more)
+		if !done {
+			// The run's history is full while i still waits: i goes back to the
+			// queue for the next run, its held slot kept under its reservation id.
+			s.queue = append([]int{i}, s.queue...)
+			s.stopped = true
+		}
 		if s.stopped && more {
 			// The run continues as new: the next request goes back to the queue; its
 			// held slot survives in the limiter under the same reservation id.
 			s.queue = append([]int{next}, s.queue...)
+			return
+		}
+		if !done {
 			return
 		}
 		i, ok = next, more
@@ -141,9 +156,39 @@ func (s *channelSync) lane(ctx, actx workflow.Context) {
 	}
 }
 
+// reserveFirst holds, in one activity, the slots of the requests the lanes start
+// with: the first of every lane's pair, in the order the lanes take them.
+func (s *channelSync) reserveFirst(ctx, actx workflow.Context, lanes int) map[int]models.Slot {
+	if lanes < 2 {
+		return nil
+	}
+	wfID := workflow.GetInfo(ctx).WorkflowExecution.ID
+	in := models.ReserveSlotsInput{ChunkKey: s.in.Chunk.Key}
+	for l := range lanes {
+		// Lane l takes queue[2l] and holds queue[2l+1] as its next.
+		if k := 2 * l; k < len(s.queue) {
+			in.Indexes = append(in.Indexes, s.queue[k])
+			in.Reservations = append(in.Reservations, models.ReservationID(wfID, s.queue[k]))
+		}
+	}
+	var slots []models.Slot
+	if err := workflow.ExecuteActivity(actx, acts.ReserveSlots, in).Get(ctx, &slots); err != nil {
+		// Not fatal: each lane then asks for itself with its first push.
+		workflow.GetLogger(ctx).Warn("reserve first slots", "error", err)
+		return nil
+	}
+	out := make(map[int]models.Slot, len(slots))
+	for _, sl := range slots {
+		out[sl.Index] = sl
+	}
+	return out
+}
+
 // deliver pushes request i until it has an outcome, after waiting for its held slot
-// if the previous push reserved one, and returns the slot reserved for next.
-func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Slot, next int, hasNext bool) *models.Slot {
+// if the previous push reserved one, and returns the slot reserved for next. It
+// returns done = false, without an outcome, when the run's history fills up while i
+// waits, so that the run can continue as new.
+func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Slot, next int, hasNext bool) (*models.Slot, bool) {
 	log := workflow.GetLogger(ctx)
 	wfID := workflow.GetInfo(ctx).WorkflowExecution.ID
 	key := fmt.Sprintf("%s/%d", wfID, i)
@@ -153,10 +198,13 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 		in.Next, in.NextReservation = next, models.ReservationID(wfID, next)
 	}
 	if slot != nil && slot.Wait > s.shortWait() {
-		_ = workflow.Sleep(ctx, slot.Wait)
+		s.sleepToSlot(ctx, slot.Wait)
 	}
 	transient, deferrals := 0, 0
-	for {
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 && historyFull(ctx) {
+			return nil, false
+		}
 		if s.paused != "" {
 			log.Info("paused", "request", i, "reason", s.paused)
 			_ = workflow.Await(ctx, func() bool { return s.paused == "" })
@@ -174,14 +222,14 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 				}
 				s.deadLetter(ctx, i, lines, models.ReasonLineFailed, 207, res.Failed[0].Code+": "+res.Failed[0].Message)
 			}
-			return res.Next
+			return res.Next, true
 		}
 		var appErr *temporal.ApplicationError
 		if !errors.As(err, &appErr) {
 			// Cancellation or an activity that ran out of infrastructure retries:
 			// park it so nothing is lost silently.
 			s.deadLetter(ctx, i, nil, models.ReasonRetryExhausted, 0, err.Error())
-			return nil
+			return nil, true
 		}
 		var f activities.Failure
 		_ = appErr.Details(&f)
@@ -194,13 +242,17 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 				s.waitPause(ctx, f.Wait)
 				continue
 			}
+			if f.Held {
+				s.sleepToSlot(ctx, min(f.Wait, s.retry.MaxWait))
+				continue
+			}
 			_ = workflow.Sleep(ctx, min(f.Wait, s.retry.MaxWait))
 		case activities.ErrThrottled:
 			s.counts.Deferred++
 			deferrals++
 			if deferrals > s.retry.MaxDeferrals {
 				s.deadLetter(ctx, i, nil, models.ReasonRetryExhausted, f.Status, "throttled too often: "+f.Message)
-				return nil
+				return nil, true
 			}
 			wait := f.Wait
 			if !f.ServerWait {
@@ -212,23 +264,30 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 			transient++
 			if transient >= s.retry.Attempts {
 				s.deadLetter(ctx, i, nil, models.ReasonRetryExhausted, f.Status, f.Message)
-				return nil
+				return nil, true
 			}
 			_ = workflow.Sleep(ctx, Backoff(s.retry, key, transient))
 		case activities.ErrAuthExpired:
 			if in.RefreshCredential {
 				s.deadLetter(ctx, i, nil, models.ReasonAuth, f.Status, "credential refused after refresh")
-				return nil
+				return nil, true
 			}
 			in.RefreshCredential = true
 		case activities.ErrQuotaExhausted:
 			s.deadLetter(ctx, i, nil, models.ReasonQuotaExhausted, f.Status, f.Message)
-			return nil
+			return nil, true
 		default:
 			s.deadLetter(ctx, i, nil, models.ReasonRejected, f.Status, f.Message)
-			return nil
+			return nil, true
 		}
 	}
+}
+
+// sleepToSlot waits for a held slot wait away, waking half the activity's short wait
+// early: the push then starts before the slot and waits the rest in process, so the
+// lateness of timers and task dispatch does not make the request late for its slot.
+func (s *channelSync) sleepToSlot(ctx workflow.Context, wait time.Duration) {
+	_ = workflow.Sleep(ctx, max(time.Millisecond, wait-s.shortWait()/2))
 }
 
 // shortWait is the longest held-slot wait the activity spends in process; a lane

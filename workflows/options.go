@@ -21,6 +21,10 @@ const (
 	// MaxHistory is where a run stops taking new work and continues as new, well
 	// under Temporal's 10,000-event guidance.
 	MaxHistory = 4000
+	// MaxActivityAttempts bounds Temporal's retries of an infrastructure failure
+	// (Redis or the store unreachable, a worker lost): about 3 minutes at 1 s
+	// doubling to 30 s. After that ChannelSync dead-letters the request.
+	MaxActivityAttempts = 10
 )
 
 // acts is a nil receiver used only to name activity methods type-safely.
@@ -42,6 +46,7 @@ func withActivity(ctx workflow.Context, timeout time.Duration, priority int) wor
 			InitialInterval:        time.Second,
 			BackoffCoefficient:     2,
 			MaximumInterval:        30 * time.Second,
+			MaximumAttempts:        MaxActivityAttempts,
 			NonRetryableErrorTypes: activities.NonRetryableErrors,
 		},
 		Priority: temporal.Priority{PriorityKey: priority},

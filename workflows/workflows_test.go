@@ -30,6 +30,13 @@ type unitSuite struct {
 func TestWorkflows(t *testing.T) { suite.Run(t, new(unitSuite)) }
 
 func (s *unitSuite) SetupTest() {
+	s.newEnv()
+	// Lanes hold their first slots in one activity; unless a test says otherwise the
+	// limiter holds none, and every lane asks with its first push.
+	s.env.OnActivity(acts.ReserveSlots, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
+}
+
+func (s *unitSuite) newEnv() {
 	s.env = s.NewTestWorkflowEnvironment()
 	s.env.RegisterWorkflow(BatchSync)
 	s.env.RegisterWorkflow(ChannelSync)
@@ -373,7 +380,8 @@ func (s *unitSuite) TestHeldSlotIsOneTimerAndWaitingNeverDeadLetters() {
 	counts := s.runChannelSync(chunk("booking_com", 3, 0, 1, 2))
 
 	s.Len(s.timers, waits)
-	s.Equal(40*time.Second, s.timers[0])
+	// Half the activity's short wait early: the push waits the rest in process.
+	s.Equal(40*time.Second-activities.DefaultShortWait/2, s.timers[0])
 	s.Equal(2, counts.Committed)
 	s.Zero(counts.DeadLettered)
 }
@@ -394,7 +402,8 @@ func (s *unitSuite) TestLaneWaitsForTheNextSlotItsPushReserved() {
 
 	s.Equal(3, counts.Committed)
 	// One timer per request after the first, each the slot its predecessor reserved.
-	s.Equal([]time.Duration{9 * time.Second, 9 * time.Second}, s.timers)
+	early := 9*time.Second - activities.DefaultShortWait/2
+	s.Equal([]time.Duration{early, early}, s.timers)
 	s.Require().Len(inputs, 3)
 	for i, in := range inputs {
 		s.Equal(i, in.Index)
@@ -406,6 +415,26 @@ func (s *unitSuite) TestLaneWaitsForTheNextSlotItsPushReserved() {
 			s.Empty(in.NextReservation)
 		}
 	}
+}
+
+func (s *unitSuite) TestLanesStartOnSlotsHeldInOneActivity() {
+	s.newEnv() // without the default ReserveSlots mock
+	var asked models.ReserveSlotsInput
+	s.env.OnActivity(acts.ReserveSlots, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in models.ReserveSlotsInput) ([]models.Slot, error) {
+			asked = in
+			return []models.Slot{{Index: 0, Wait: 20 * time.Second}, {Index: 2, Wait: 21 * time.Second}}, nil
+		}).Once()
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 1}, nil).Times(4)
+
+	s.env.ExecuteWorkflow(ChannelSync, models.ChannelSyncInput{BatchID: "b1", Chunk: chunk("agoda", 3, 0, 4, 4), Window: 2})
+
+	s.Require().NoError(s.env.GetWorkflowError())
+	// Lane 1 starts with request 0 and holds 1 next; lane 2 starts with 2.
+	s.Equal([]int{0, 2}, asked.Indexes)
+	s.Len(asked.Reservations, 2)
+	early := activities.DefaultShortWait / 2
+	s.ElementsMatch([]time.Duration{20*time.Second - early, 21*time.Second - early}, s.timers)
 }
 
 func (s *unitSuite) TestNearSlotIsWaitedInTheActivityNotATimer() {

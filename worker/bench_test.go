@@ -1,0 +1,616 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/shopspring/decimal"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sim"
+	"github.com/paritysync/paritysync/workflows"
+)
+
+// TestBenchPushEngine runs the push engine's benchmark scenarios end to end on a real
+// dev server, the real Redis and the simulator, and prints one table. It is a
+// measurement, not a unit test: it runs only with PARITYSYNC_BENCH set (to "all" or
+// a comma-separated list of scenario names), e.g.
+//
+//	PARITYSYNC_BENCH=all go test -run TestBenchPushEngine -v -timeout 90m ./worker
+//
+// `make bench-e2e` does exactly that. PARITYSYNC_BENCH_OUT names a file that gets the
+// table too.
+func TestBenchPushEngine(t *testing.T) {
+	sel := os.Getenv("PARITYSYNC_BENCH")
+	if sel == "" {
+		t.Skip("set PARITYSYNC_BENCH=all (or a list of scenarios) to run the push engine benchmark")
+	}
+	srv := startDevServer(t)
+	b := &bench{t: t, srv: srv}
+	scenarios := []struct {
+		name string
+		run  func()
+	}{
+		{"saturated", b.saturated},
+		{"urgent", b.urgent},
+		{"turns", b.turns},
+		{"race", b.race},
+		{"cost", b.cost},
+		{"pause", b.pause},
+		{"throughput", b.throughput},
+		{"versus", b.versus},
+	}
+	for _, sc := range scenarios {
+		if sel != "all" && !slices.Contains(strings.Split(sel, ","), sc.name) {
+			continue
+		}
+		t.Run(sc.name, func(t *testing.T) {
+			b.t = t
+			sc.run()
+		})
+	}
+	b.print(os.Stdout)
+	if out := os.Getenv("PARITYSYNC_BENCH_OUT"); out != "" {
+		f, err := os.Create(out)
+		require.NoError(t, err)
+		b.print(f)
+		require.NoError(t, f.Close())
+	}
+}
+
+type bench struct {
+	t    *testing.T
+	srv  *testsuite.DevServer
+	mu   sync.Mutex
+	rows [][3]string // scenario, measured, target
+}
+
+// stack starts a stack with the worker's default chunk size (the end-to-end tests
+// use small chunks to exercise many children; a benchmark measures the product).
+func (b *bench) stack(o stackOptions) *e2eStack {
+	env := map[string]string{"PARITYSYNC_CHUNK_SIZE": fmt.Sprint(models.DefaultSettings().ChunkSize)}
+	for k, v := range o.Env {
+		env[k] = v
+	}
+	o.Env = env
+	return startStackWith(b.t, b.srv, o)
+}
+
+func (b *bench) row(scenario, measured, target string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rows = append(b.rows, [3]string{scenario, measured, target})
+	b.t.Logf("%s: %s (target %s)", scenario, measured, target)
+}
+
+func (b *bench) print(w interface{ Write([]byte) (int, error) }) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "| scenario\t| measured\t| target\t|")
+	fmt.Fprintln(tw, "|---\t|---\t|---\t|")
+	for _, r := range b.rows {
+		fmt.Fprintf(tw, "| %s\t| %s\t| %s\t|\n", r[0], r[1], r[2])
+	}
+	_ = tw.Flush()
+}
+
+// benchDay is the first stay date the scenarios use: far enough ahead that no run
+// meets "today" and close enough for every channel's horizon.
+func benchDay() models.Date { return models.DateOf(time.Now()).AddDays(30) }
+
+// rateChanges is one rate change per (property, night) for n properties × nights,
+// each its own request when the channel carries one line per request.
+func rateChanges(channel string, props, nights int, version int64, priority int, amount string) []models.Mutation {
+	var out []models.Mutation
+	a := decimal.RequireFromString(amount)
+	for p := range props {
+		for n := range nights {
+			out = append(out, models.Mutation{
+				ID: uuid.NewString(), Channel: channel, PropertyID: fmt.Sprintf("prop_%08x", p+1),
+				RoomTypeCode: "DBL", RatePlanCode: "BAR", StayDate: benchDay().AddDays(n),
+				Amount: &a, Currency: "EUR", Version: version, Priority: priority,
+			})
+		}
+	}
+	return out
+}
+
+// startBatch starts a BatchSync and returns its run.
+func (s *e2eStack) startBatch(t *testing.T, batchID string, ms []models.Mutation) client.WorkflowRun {
+	t.Helper()
+	in := models.BatchSyncInput{BatchID: batchID, Mutations: ms, Retry: models.DefaultRetryPolicy()}
+	run, err := s.tc.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
+		ID: models.BatchWorkflowID(batchID), TaskQueue: s.queue,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrBatchID).ValueSet(batchID)),
+	}, workflows.BatchSync, in)
+	require.NoError(t, err)
+	return run
+}
+
+func waitBatch(t *testing.T, run client.WorkflowRun, timeout time.Duration) models.BatchStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var st models.BatchStatus
+	require.NoError(t, run.Get(ctx, &st))
+	return st
+}
+
+// arrivals are the times the simulator saw valid pushes to channel (any status).
+func arrivals(s *e2eStack, channel string, keep func(sim.RequestRecord) bool) []time.Time {
+	var out []time.Time
+	for _, r := range s.sim.Requests(channel, time.Time{}) {
+		if r.Family != "" && (keep == nil || keep(r)) {
+			out = append(out, r.At)
+		}
+	}
+	return out
+}
+
+// mostInWindow is the most arrivals in any 60 s window.
+func mostInWindow(ts []time.Time) int {
+	s := slices.Clone(ts)
+	slices.SortFunc(s, func(a, b time.Time) int { return a.Compare(b) })
+	best, j := 0, 0
+	for i := range s {
+		for s[i].Sub(s[j]) >= time.Minute {
+			j++
+		}
+		best = max(best, i-j+1)
+	}
+	return best
+}
+
+// minimumMakespan is the shortest time from the first to the last of n requests
+// that the declared limit allows: at most rate in any 60 s window, at most burst
+// back to back at a pace of 60 s / rate (the earliest-slot schedule is optimal).
+func minimumMakespan(n, rate, burst int) time.Duration {
+	interval := float64(time.Minute) / float64(rate)
+	tau := float64(burst-1) * interval
+	var slots []float64
+	tat := 0.0
+	for range n {
+		t := math.Max(0, tat-tau)
+		if len(slots) >= rate {
+			t = math.Max(t, slots[len(slots)-rate]+float64(time.Minute))
+		}
+		slots = append(slots, t)
+		tat = math.Max(tat, t) + interval
+	}
+	return time.Duration(slots[n-1])
+}
+
+// windowUse is the mean, over the 60 s windows that start at an arrival and end
+// before the last one (the saturated part of a run), of arrivals / limit.
+func windowUse(ts []time.Time, limit int) float64 {
+	s := slices.Clone(ts)
+	slices.SortFunc(s, func(a, b time.Time) int { return a.Compare(b) })
+	sum, n := 0.0, 0
+	for i := range s {
+		end := s[i].Add(time.Minute)
+		if end.After(s[len(s)-1]) {
+			break
+		}
+		c := 0
+		for j := i; j < len(s) && s[j].Before(end); j++ {
+			c++
+		}
+		sum += float64(c) / float64(limit)
+		n++
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
+func (b *bench) saturated() {
+	for _, workers := range []int{1, 3} {
+		const rate, burst, n = 30, 3, 54
+		s := b.stack(stackOptions{Workers: workers,
+			Channels: map[string]stackChannel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
+		// 54 properties, one night each: 54 one-line rates requests.
+		ms := rateChanges("expedia", n, 1, time.Now().Unix(), 5, "120.00")
+		st := waitBatch(b.t, s.startBatch(b.t, "bench-sat-"+uuid.NewString()[:8], ms), 15*time.Minute)
+		require.Equal(b.t, n, st.Totals().Committed)
+		ts := arrivals(s, "expedia", nil)
+		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+		span := ts[len(ts)-1].Sub(ts[0])
+		minimum := minimumMakespan(n, rate, burst)
+		stats := s.sim.Stats()["expedia"]
+		b.row(fmt.Sprintf("saturated expedia 30/min, %d requests, %d worker(s)", n, workers),
+			fmt.Sprintf("window use %.3f; makespan %.1f s = %.3f × minimum %.1f s; %d 429s; max in 60 s %d",
+				windowUse(ts, rate), span.Seconds(), float64(span)/float64(minimum), minimum.Seconds(),
+				stats.Throttled, mostInWindow(ts)),
+			"≥ 0.97; ≤ 1.03 × minimum; 0; ≤ 30")
+	}
+}
+
+// latencies are, per mutation id, the time from start to the channel's arrival of
+// the request carrying it (matched by property).
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(p*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// changeLatencies starts each change as its own batch every gap and returns, per
+// change, the time from its start to the simulator's arrival of its property's
+// request in its family.
+func (b *bench) changeLatencies(s *e2eStack, channel string, changes []models.Mutation, gap time.Duration, fam models.Family) []time.Duration {
+	starts := map[string]time.Time{}
+	var runs []client.WorkflowRun
+	for _, m := range changes {
+		starts[m.PropertyID] = time.Now()
+		runs = append(runs, s.startBatch(b.t, "bench-chg-"+uuid.NewString()[:8], []models.Mutation{m}))
+		time.Sleep(gap)
+	}
+	for _, r := range runs {
+		st := waitBatch(b.t, r, 10*time.Minute)
+		require.Equal(b.t, 1, st.Totals().Done())
+	}
+	var out []time.Duration
+	for _, r := range s.sim.Requests(channel, time.Time{}) {
+		if start, ok := starts[r.Property]; ok && r.Family == fam {
+			out = append(out, r.At.Sub(start))
+			delete(starts, r.Property)
+		}
+	}
+	require.Empty(b.t, starts, "every change reached the channel")
+	return out
+}
+
+func (b *bench) urgent() {
+	const rate = 60
+	s := b.stack(stackOptions{
+		Channels: map[string]stackChannel{"booking_com": {PerMinute: rate, Burst: 6, MaxLines: 1}}})
+	bulk := rateChanges("booking_com", 150, 1, time.Now().Unix(), 5, "99.00")
+	run := s.startBatch(b.t, "bench-bulk-"+uuid.NewString()[:8], bulk)
+	time.Sleep(20 * time.Second) // saturated by now
+	var stops []models.Mutation
+	for i := range 20 {
+		stop := true
+		stops = append(stops, models.Mutation{ID: uuid.NewString(), Channel: "booking_com",
+			PropertyID: fmt.Sprintf("prop_%08x", 0xa000+i), RoomTypeCode: "DBL", RatePlanCode: "BAR",
+			StayDate: benchDay(), StopSell: &stop, Version: time.Now().UnixNano(), Priority: models.PriorityUrgent})
+	}
+	lat := b.changeLatencies(s, "booking_com", stops, 3*time.Second, models.FamilyRestrictions)
+	b.t.Logf("stop-sell latencies: %v", lat)
+	saturatedAt := mostInWindow(arrivals(s, "booking_com", nil))
+	_ = s.tc.TerminateWorkflow(context.Background(), run.GetID(), "", "end of benchmark")
+	b.row("20 stop-sells (priority 1) under a saturating bulk batch, booking_com 60/min",
+		fmt.Sprintf("p50 %.2f s, p99 %.2f s, max %.2f s (token interval 1 s; max in 60 s %d)",
+			percentile(lat, .5).Seconds(), percentile(lat, .99).Seconds(), percentile(lat, 1).Seconds(), saturatedAt),
+		"p99 ≤ 2 token intervals + timer lateness")
+}
+
+func (b *bench) turns() {
+	const rate = 60
+	s := b.stack(stackOptions{
+		Channels: map[string]stackChannel{"booking_com": {PerMinute: rate, Burst: 6, MaxLines: 1}}})
+	// Property 1's year-long sync: 4,000 one-night requests in 8 batches of 500.
+	var runs []client.WorkflowRun
+	for k := range 8 {
+		ms := rateChanges("booking_com", 1, 500, time.Now().Unix(), 5, "150.00")
+		for i := range ms {
+			ms[i].RoomTypeCode = fmt.Sprintf("R%d", k)
+		}
+		runs = append(runs, s.startBatch(b.t, "bench-year-"+uuid.NewString()[:8], ms))
+	}
+	time.Sleep(20 * time.Second)
+	// Property 2 sends one change at a time, same priority.
+	var changes []models.Mutation
+	for i := range 8 {
+		a := decimal.New(int64(200+i), 0)
+		changes = append(changes, models.Mutation{ID: uuid.NewString(), Channel: "booking_com",
+			PropertyID: fmt.Sprintf("prop_%08x", 0xb000+i), RoomTypeCode: "DBL", RatePlanCode: "BAR",
+			StayDate: benchDay(), Amount: &a, Currency: "EUR", Version: time.Now().UnixNano(), Priority: 5})
+	}
+	lat := b.changeLatencies(s, "booking_com", changes, 15*time.Second, models.FamilyRates)
+	b.t.Logf("other property's latencies: %v", lat)
+	for _, r := range runs {
+		_ = s.tc.TerminateWorkflow(context.Background(), r.GetID(), "", "end of benchmark")
+	}
+	b.row("another property's changes beside a 4,000-request bulk sync, booking_com 60/min, equal priority",
+		fmt.Sprintf("p50 %.2f s, p99 %.2f s over %d changes (token interval 1 s)",
+			percentile(lat, .5).Seconds(), percentile(lat, .99).Seconds(), len(lat)),
+		"p99 ≤ 2 token intervals")
+}
+
+func (b *bench) race() {
+	s := b.stack(stackOptions{Workers: 3,
+		Channels: map[string]stackChannel{"agoda": {PerMinute: 600, Burst: 20, MaxLines: 2}}})
+	// 200 cells; batch A carries the newer version of even cells, batch B of odd ones.
+	base := time.Now().Unix() * 10
+	var a, c []models.Mutation
+	for i := range 200 {
+		prop := fmt.Sprintf("prop_%08x", i%5+1)
+		night := benchDay().AddDays(i / 5)
+		va, vb := base+1, base+2
+		if i%2 == 0 {
+			va, vb = base+2, base+1
+		}
+		pa, pb := decimal.New(100+int64(va-base), 0), decimal.New(100+int64(vb-base), 0)
+		mk := func(v int64, amt decimal.Decimal) models.Mutation {
+			return models.Mutation{ID: uuid.NewString(), Channel: "agoda", PropertyID: prop, RoomTypeCode: "DBL",
+				RatePlanCode: "BAR", StayDate: night, Amount: &amt, Currency: "EUR", Version: v, Priority: 3}
+		}
+		a, c = append(a, mk(va, pa)), append(c, mk(vb, pb))
+	}
+	ra := s.startBatch(b.t, "bench-race-a-"+uuid.NewString()[:8], a)
+	rb := s.startBatch(b.t, "bench-race-b-"+uuid.NewString()[:8], c)
+	sa, sb := waitBatch(b.t, ra, 10*time.Minute), waitBatch(b.t, rb, 10*time.Minute)
+	ta, tb := sa.Totals(), sb.Totals()
+	require.Equal(b.t, 200, ta.Done())
+	require.Equal(b.t, 200, tb.Done())
+	stats := s.sim.Stats()["agoda"]
+	b.row("two batches racing on the same 200 cells, interleaved versions, 3 workers",
+		fmt.Sprintf("stale_received %d, stale_overwrites %d; outcomes A %d+%d sup, B %d+%d sup of 200 each, %d dead-lettered",
+			stats.StaleReceived, stats.StaleOverwrites, ta.Committed, ta.Superseded, tb.Committed, tb.Superseded,
+			ta.DeadLettered+tb.DeadLettered),
+		"0, 0, every update one outcome")
+}
+
+// historyCost is the billable actions and history events of every run of the
+// batch's workflows (the batch, its children, and their continuations).
+func historyCost(t *testing.T, tc client.Client, batchID string) (actions, events int) {
+	t.Helper()
+	ctx := context.Background()
+	queries := []string{"WorkflowId = '" + models.BatchWorkflowID(batchID) + "'",
+		models.SearchAttrBatchID + " = '" + batchID + "' AND WorkflowType = 'ChannelSync'"}
+	for _, q := range queries {
+		var token []byte
+		for {
+			resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token})
+			require.NoError(t, err)
+			for _, e := range resp.Executions {
+				a, n := runCost(t, tc, e.Execution.WorkflowId, e.Execution.RunId)
+				actions += a
+				events += n
+			}
+			if token = resp.NextPageToken; len(token) == 0 {
+				break
+			}
+		}
+	}
+	return actions, events
+}
+
+// runCost counts one run's history events and the actions Temporal Cloud bills for
+// them: the run's start, activity attempts, timers, signals, markers, search
+// attribute upserts and updates. A child's start is counted once, by its own run.
+func runCost(t *testing.T, tc client.Client, id, runID string) (actions, events int) {
+	iter := tc.GetWorkflowHistory(context.Background(), id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		e, err := iter.Next()
+		require.NoError(t, err)
+		events++
+		actions += actionsOf(e)
+	}
+	return actions, events
+}
+
+func actionsOf(e *historypb.HistoryEvent) int {
+	switch e.GetEventType() {
+	case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED, enumspb.EVENT_TYPE_TIMER_STARTED,
+		enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
+		enumspb.EVENT_TYPE_MARKER_RECORDED, enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
+		enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+		return 1
+	case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+		return max(1, int(e.GetActivityTaskStartedEventAttributes().GetAttempt()))
+	}
+	return 0
+}
+
+func (b *bench) cost() {
+	const rate, n = 60, 120
+	s := b.stack(stackOptions{
+		Channels: map[string]stackChannel{"expedia": {PerMinute: rate, Burst: 6, MaxLines: 1}}})
+	id := "bench-cost-" + uuid.NewString()[:8]
+	ms := rateChanges("expedia", n, 1, time.Now().Unix(), 5, "130.00")
+	st := waitBatch(b.t, s.startBatch(b.t, id, ms), 10*time.Minute)
+	delivered := s.sim.Stats()["expedia"].Accepted
+	require.Equal(b.t, n, st.Totals().Committed)
+	actions, events := historyCost(b.t, s.tc, id)
+	b.row(fmt.Sprintf("saturated channel (expedia 60/min), whole batch of %d requests", n),
+		fmt.Sprintf("%.2f actions and %.1f history events per delivered request (%d delivered)",
+			float64(actions)/float64(delivered), float64(events)/float64(delivered), delivered),
+		"≤ 2 actions, ≤ 12 events")
+
+	// A realistic batch: the sample generator's 2,000 mutations on the default channels.
+	s2 := b.stack(stackOptions{})
+	id2 := "bench-sample-" + uuid.NewString()[:8]
+	sample := models.SampleBatch(2000, models.DateOf(time.Now()), time.Now().Unix(), 1)
+	st2 := waitBatch(b.t, s2.startBatch(b.t, id2, sample), 10*time.Minute)
+	a2, e2 := historyCost(b.t, s2.tc, id2)
+	b.row("realistic sample, 2,000 mutations on the default channels",
+		fmt.Sprintf("%.4f actions per mutation (%d actions, %d events, %d requests)", float64(a2)/2000, a2, e2,
+			st2.Totals().Requests),
+		"≤ 0.03 actions per mutation")
+}
+
+func (b *bench) pause() {
+	// A short-timer configuration: the limiter's pause poll is 3 s instead of 30 min,
+	// so a 12 s pause is as many polls as 2 hours at the default.
+	run := func(paused bool) int {
+		s := b.stack(stackOptions{Env: map[string]string{"PARITYSYNC_PAUSE_POLL": "3s"},
+			Channels: map[string]stackChannel{"agoda": {PerMinute: 600, Burst: 20, MaxLines: 1}}})
+		id := "bench-pause-" + uuid.NewString()[:8]
+		ms := rateChanges("agoda", 5, 1, time.Now().Unix(), 3, "110.00")
+		lim := s.lim
+		if paused {
+			require.NoError(b.t, lim.Pause(context.Background(), "agoda", "benchmark pause"))
+			time.AfterFunc(12*time.Second, func() { _ = lim.Resume(context.Background(), "agoda") })
+		}
+		st := waitBatch(b.t, s.startBatch(b.t, id, ms), 5*time.Minute)
+		require.Equal(b.t, 5, st.Totals().Committed)
+		_, events := historyCost(b.t, s.tc, id)
+		return events
+	}
+	base, paused := run(false), run(true)
+	b.row("a channel paused for 2 hours (pause poll 3 s, 12 s pause = 4 polls, as 2 h at the 30 min default)",
+		fmt.Sprintf("%d history events added by the pause (%d paused vs %d not)", paused-base, paused, base),
+		"< 100 events per run")
+}
+
+// noopActivities has the shape of the real activities with PushRequest doing nothing.
+type noopActivities struct{ real *activities.Activities }
+
+func (n *noopActivities) PrepareBatch(ctx context.Context, in models.BatchSyncInput) (models.BatchPlan, error) {
+	return n.real.PrepareBatch(ctx, in)
+}
+
+func (n *noopActivities) PushRequest(context.Context, models.PushInput) (models.PushResult, error) {
+	return models.PushResult{Committed: 1}, nil
+}
+
+func (b *bench) throughput() {
+	chs := map[string]stackChannel{}
+	for _, slug := range []string{"booking_com", "expedia", "agoda"} {
+		chs[slug] = stackChannel{PerMinute: 100000, Burst: 1000, MaxLines: 1}
+	}
+	s := b.stack(stackOptions{Channels: chs})
+	// 2,865 one-line requests over three channels.
+	var ms []models.Mutation
+	for k, slug := range []string{"booking_com", "expedia", "agoda"} {
+		ms = append(ms, rateChanges(slug, 5, 191, time.Now().Unix(), 3+k%2, "140.00")...)
+	}
+	require.Len(b.t, ms, 2865)
+	// The same workflows on their own task queue, with a PushRequest that does nothing.
+	real := s.acts
+	noopQueue := s.queue + "-noop"
+	w := sdkworker.New(s.tc, noopQueue, sdkworker.Options{MaxConcurrentActivityExecutionSize: 32})
+	w.RegisterWorkflow(workflows.BatchSync)
+	w.RegisterWorkflow(workflows.ChannelSync)
+	noop := &noopActivities{real: real}
+	w.RegisterActivityWithOptions(noop.PrepareBatch, activity.RegisterOptions{Name: "PrepareBatch"})
+	w.RegisterActivityWithOptions(noop.PushRequest, activity.RegisterOptions{Name: "PushRequest"})
+	require.NoError(b.t, w.Start())
+	defer w.Stop()
+
+	timeIt := func(queue string) time.Duration {
+		id := "bench-tp-" + uuid.NewString()[:8]
+		start := time.Now()
+		run, err := s.tc.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
+			ID: models.BatchWorkflowID(id), TaskQueue: queue,
+		}, workflows.BatchSync, models.BatchSyncInput{BatchID: id, Mutations: ms, Retry: models.DefaultRetryPolicy()})
+		require.NoError(b.t, err)
+		st := waitBatch(b.t, run, 20*time.Minute)
+		require.Equal(b.t, 2865, st.Totals().Committed)
+		return time.Since(start)
+	}
+	noopTime := timeIt(noopQueue)
+	ours := timeIt(s.queue)
+	b.row("limits raised to 100,000/min, 2,865 requests, beside a no-op activity of the same workflows",
+		fmt.Sprintf("%.1f requests/s vs %.1f no-op = %.2f", 2865/ours.Seconds(), 2865/noopTime.Seconds(),
+			noopTime.Seconds()/ours.Seconds()),
+		"≥ 0.8")
+}
+
+// plainPush is the comparison's whole workflow: one activity per request, rate
+// limited by Temporal's task queue limit alone.
+func plainPush(ctx workflow.Context, n int) error {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 20}})
+	var futs []workflow.Future
+	for i := range n {
+		futs = append(futs, workflow.ExecuteActivity(ctx, "PlainPush", i))
+	}
+	for _, f := range futs {
+		if err := f.Get(ctx, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *bench) versus() {
+	const n, rate, burst = 240, 60, 6
+	s := b.stack(stackOptions{Workers: 3,
+		Channels: map[string]stackChannel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
+	// Temporal's limiter: three workers on their own queue with
+	// TaskQueueActivitiesPerSecond 1.0, pushing the same requests with our client and
+	// no limiter. A 429 fails the activity and Temporal retries it.
+	reqs := make([]models.ChannelRequest, n)
+	ms := rateChanges("expedia", n, 1, time.Now().Unix(), 5, "160.00")
+	for i, m := range ms {
+		reqs[i] = models.Coalesce([]models.Mutation{m}, s.acts.Channels).Requests[0]
+	}
+	client := s.acts.Client
+	plainQueue := s.queue + "-plain"
+	var workers []sdkworker.Worker
+	for range 3 {
+		w := sdkworker.New(s.tc, plainQueue, sdkworker.Options{TaskQueueActivitiesPerSecond: 1.0})
+		w.RegisterWorkflow(plainPush)
+		w.RegisterActivityWithOptions(func(ctx context.Context, i int) error {
+			resp, err := client.Push(ctx, reqs[i])
+			if err != nil {
+				return err
+			}
+			if resp.Class != activities.ClassCommitted {
+				return fmt.Errorf("push %d: %s %d", i, resp.Class, resp.Status)
+			}
+			return nil
+		}, activity.RegisterOptions{Name: "PlainPush"})
+		require.NoError(b.t, w.Start())
+		workers = append(workers, w)
+	}
+	plainID := "bench-plain-" + uuid.NewString()[:8]
+	start := time.Now()
+	run, err := s.tc.ExecuteWorkflow(context.Background(), client2(plainID, plainQueue), plainPush, n)
+	require.NoError(b.t, err)
+	require.NoError(b.t, run.Get(context.Background(), nil))
+	plainTime := time.Since(start)
+	for _, w := range workers {
+		w.Stop()
+	}
+	plainStats := s.sim.Stats()["expedia"]
+	plainArrivals := arrivals(s, "expedia", nil)
+	plainActions, _ := runCost(b.t, s.tc, plainID, "")
+
+	// paritysync: new prices for the same cells, so the channel sees new content.
+	ms2 := rateChanges("expedia", n, 1, time.Now().Unix()+1, 5, "161.00")
+	id := "bench-vs-" + uuid.NewString()[:8]
+	start = time.Now()
+	st := waitBatch(b.t, s.startBatch(b.t, id, ms2), 20*time.Minute)
+	ours := time.Since(start)
+	require.Equal(b.t, n, st.Totals().Committed)
+	all := arrivals(s, "expedia", nil)
+	ourArrivals := all[len(plainArrivals):]
+	ourStats := s.sim.Stats()["expedia"]
+	actions, _ := historyCost(b.t, s.tc, id)
+	b.row(fmt.Sprintf("3 workers, expedia 60/min burst 6, %d one-line requests: paritysync", n),
+		fmt.Sprintf("makespan %.0f s, %d 429s, max in 60 s %d, %.2f actions per request",
+			ours.Seconds(), ourStats.Throttled-plainStats.Throttled, mostInWindow(ourArrivals), float64(actions)/n),
+		"≤ Temporal's makespan, 0 429s, ≤ 60, ≤ 2 actions")
+	b.row(("… the same with TaskQueueActivitiesPerSecond 1.0 (plain workflow, no limiter)"),
+		fmt.Sprintf("makespan %.0f s, %d 429s, max in 60 s %d, %.2f actions per request",
+			plainTime.Seconds(), plainStats.Throttled, mostInWindow(plainArrivals), float64(plainActions)/n),
+		"(reference)")
+}
+
+func client2(id, queue string) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{ID: id, TaskQueue: queue}
+}
