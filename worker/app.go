@@ -127,6 +127,7 @@ func newActivities(s models.Settings, chs []models.ChannelConfig, rdb *redis.Cli
 	if err != nil {
 		return nil, startupError{fmt.Errorf("PARITYSYNC_PROPERTY_PATTERN: %w", err)}
 	}
+	v.Zones = s.Zones
 	return &activities.Activities{
 		Limiter: lim, Client: cc, Tokens: tokens, Store: activities.NewStore(rdb, s.KeyPrefix),
 		Channels: models.ChannelMap(chs), Validator: v, ChunkSize: s.ChunkSize, Metrics: m,
