@@ -19,6 +19,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/workflows"
@@ -62,18 +63,12 @@ func loadConfig(getenv Getenv) (config, error) {
 	return config{Settings: s, Channels: chs}, nil
 }
 
-// newRedis connects and pings, so an unreachable Redis stops the worker at start.
-func newRedis(lc fx.Lifecycle, s models.Settings) (*redis.Client, error) {
-	opt, err := redis.ParseURL(s.RedisURL)
+// newRedis connects (a cluster when REDIS_URL names several addresses) and pings,
+// so an unreachable Redis stops the worker at start.
+func newRedis(lc fx.Lifecycle, s models.Settings) (redis.UniversalClient, error) {
+	rdb, err := dial.Redis(context.Background(), s.RedisURL)
 	if err != nil {
-		return nil, startupError{fmt.Errorf("REDIS_URL %s: %w", models.MaskURL(s.RedisURL), err)}
-	}
-	rdb := redis.NewClient(opt)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		_ = rdb.Close()
-		return nil, startupError{fmt.Errorf("redis at %s unreachable: %w", models.MaskURL(s.RedisURL), err)}
+		return nil, startupError{err}
 	}
 	lc.Append(fx.StopHook(rdb.Close))
 	return rdb, nil
@@ -82,20 +77,17 @@ func newRedis(lc fx.Lifecycle, s models.Settings) (*redis.Client, error) {
 // newTemporal dials the Temporal frontend, so an unreachable server stops the worker
 // at start.
 func newTemporal(lc fx.Lifecycle, s models.Settings) (client.Client, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := client.DialContext(ctx, client.Options{
-		HostPort: s.TemporalAddress, Namespace: s.TemporalNamespace,
+	c, err := dial.Temporal(context.Background(), s, client.Options{
 		Logger: tlog.NewStructuredLogger(slog.Default()),
 	})
 	if err != nil {
-		return nil, startupError{fmt.Errorf("temporal at %s unreachable: %w", s.TemporalAddress, err)}
+		return nil, startupError{err}
 	}
 	lc.Append(fx.StopHook(c.Close))
 	return c, nil
 }
 
-func newLimiter(rdb *redis.Client, s models.Settings, chs []models.ChannelConfig) *limiter.Limiter {
+func newLimiter(rdb redis.UniversalClient, s models.Settings, chs []models.ChannelConfig) *limiter.Limiter {
 	return limiter.New(rdb, chs, limiter.Options{Prefix: s.KeyPrefix})
 }
 
@@ -121,7 +113,7 @@ func newChannelClient(s models.Settings, tokens activities.TokenProvider, chs []
 	return activities.NewChannelClient(hc, s.ChannelURL, tokens, chs, s.HTTPTimeout)
 }
 
-func newActivities(s models.Settings, chs []models.ChannelConfig, rdb *redis.Client, lim *limiter.Limiter,
+func newActivities(s models.Settings, chs []models.ChannelConfig, rdb redis.UniversalClient, lim *limiter.Limiter,
 	cc *activities.ChannelClient, tokens activities.TokenProvider, m *activities.Metrics) (*activities.Activities, error) {
 	v, err := models.NewValidator(chs, s.PropertyPattern, time.Now)
 	if err != nil {
