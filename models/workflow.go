@@ -324,6 +324,10 @@ const (
 	DefaultMaxPending = 5000
 )
 
+// ErrSmootherFull is the error type of a submit the smoother refused by admission
+// control: too many mutations wait already; the caller submits again later.
+const ErrSmootherFull = "SmootherFull"
+
 // SubmitResult is the smoother's answer to a submit.
 type SubmitResult struct {
 	Accepted int `json:"accepted"`
