@@ -5,13 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
@@ -40,7 +36,7 @@ func newApp(getenv Getenv, extra ...fx.Option) *fx.App {
 		fx.NopLogger,
 		fx.Supply(getenv),
 		fx.Provide(loadConfig, newRedis, newTemporal, newLimiter, newTokens, newChannelClient, newActivities, newWorker, newMetrics),
-		fx.Invoke(func(worker.Worker, *http.Server) {}),
+		fx.Invoke(func(worker.Worker, *http.Server) {}, registerLimiterGauges),
 	}
 	return fx.New(append(opts, extra...)...)
 }
@@ -76,9 +72,10 @@ func newRedis(lc fx.Lifecycle, s models.Settings) (redis.UniversalClient, error)
 
 // newTemporal dials the Temporal frontend, so an unreachable server stops the worker
 // at start.
-func newTemporal(lc fx.Lifecycle, s models.Settings) (client.Client, error) {
+func newTemporal(lc fx.Lifecycle, s models.Settings, sdkMetrics client.MetricsHandler) (client.Client, error) {
 	c, err := dial.Temporal(context.Background(), s, client.Options{
-		Logger: tlog.NewStructuredLogger(slog.Default()),
+		Logger:         tlog.NewStructuredLogger(slog.Default()),
+		MetricsHandler: sdkMetrics,
 	})
 	if err != nil {
 		return nil, startupError{err}
@@ -120,6 +117,7 @@ func newActivities(s models.Settings, chs []models.ChannelConfig, rdb redis.Univ
 		return nil, startupError{fmt.Errorf("PARITYSYNC_PROPERTY_PATTERN: %w", err)}
 	}
 	v.Zones = s.Zones
+	m.Zero(slugs(chs))
 	return &activities.Activities{
 		Limiter: lim, Client: cc, Tokens: tokens, Store: activities.NewStore(rdb, s.KeyPrefix),
 		Channels: models.ChannelMap(chs), Validator: v, ChunkSize: s.ChunkSize, Metrics: m,
@@ -155,36 +153,10 @@ func newWorker(lc fx.Lifecycle, c client.Client, s models.Settings, acts *activi
 	return w
 }
 
-type metricsOut struct {
-	fx.Out
-	Metrics *activities.Metrics
-	Server  *http.Server
-}
-
-// newMetrics serves /metrics and /healthz; the listener opens at start so a taken
-// port is reported at once.
-func newMetrics(lc fx.Lifecycle, s models.Settings) metricsOut {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := activities.NewMetrics(reg)
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	srv := &http.Server{Addr: s.MetricsAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
-			ln, err := net.Listen("tcp", s.MetricsAddr)
-			if err != nil {
-				return startupError{fmt.Errorf("metrics address %s: %w", s.MetricsAddr, err)}
-			}
-			go func() {
-				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-					slog.Error("metrics server", "error", err)
-				}
-			}()
-			return nil
-		},
-		OnStop: srv.Shutdown,
-	})
-	return metricsOut{Metrics: m, Server: srv}
+func slugs(chs []models.ChannelConfig) []string {
+	out := make([]string, len(chs))
+	for i, c := range chs {
+		out[i] = c.Slug
+	}
+	return out
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
@@ -19,6 +21,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.uber.org/fx"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/paritysync/paritysync/models"
@@ -77,6 +80,8 @@ type e2eStack struct {
 	rdb    *redis.Client
 	prefix string
 	queue  string
+	// metrics is the worker's /metrics registry.
+	metrics *prometheus.Registry
 }
 
 func (s *e2eStack) getenv(k string) string { return s.env[k] }
@@ -116,7 +121,7 @@ func startStack(t *testing.T, srv *testsuite.DevServer, limits map[string]int) *
 	httpSrv := httptest.NewServer(s.sim)
 	s.env["PARITYSYNC_CHANNEL_URL"] = httpSrv.URL
 
-	app := newApp(s.getenv)
+	app := newApp(s.getenv, fx.Populate(&s.metrics))
 	require.NoError(t, app.Err())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -286,6 +291,21 @@ func TestEndToEnd(t *testing.T) {
 		if recording() {
 			writeHistory(t, s.tc, models.SmootherWorkflowID("expedia"), "smoother.json")
 		}
+	})
+
+	t.Run("metrics: after the batches, /metrics has every series the dashboard and alerts query", func(t *testing.T) {
+		srv := httptest.NewServer(promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
+		defer srv.Close()
+		scraped := scrapedNames(t, srv.URL+"/metrics")
+		sdk := 0
+		for n := range scraped {
+			if strings.HasPrefix(n, "temporal_") {
+				sdk++
+			}
+		}
+		t.Logf("scrape: %d series names, %d from the Temporal SDK", len(scraped), sdk)
+		require.Positive(t, sdk, "the Temporal SDK's metrics share /metrics")
+		requireQueriedMetricsIn(t, scraped)
 	})
 }
 
