@@ -367,3 +367,17 @@ func FuzzValidate(f *testing.F) {
 		}
 	})
 }
+
+func TestKeysOfWorkflowIDs(t *testing.T) {
+	for id, want := range map[string]WorkflowKeys{
+		BatchWorkflowID("20260310-ab12"):                            {Batch: "20260310-ab12"},
+		ChannelSyncWorkflowID("20260310-ab12", "booking_com", 2, 7): {Batch: "20260310-ab12", Channel: "booking_com", Priority: 2},
+		SmootherWorkflowID("expedia"):                               {Channel: "expedia"},
+		"reconcile/2026-03-10":                                      {},
+		"something-else":                                            {},
+	} {
+		if got := KeysOf(id); got != want {
+			t.Errorf("KeysOf(%q) = %+v, want %+v", id, got, want)
+		}
+	}
+}

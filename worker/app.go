@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.uber.org/fx"
@@ -130,6 +131,7 @@ func newWorker(lc fx.Lifecycle, c client.Client, s models.Settings, acts *activi
 	w := worker.New(c, s.TaskQueue, worker.Options{
 		MaxConcurrentActivityExecutionSize: s.MaxActivities,
 		WorkerStopTimeout:                  s.ShutdownTimeout,
+		Interceptors:                       []interceptor.WorkerInterceptor{&logKeys{}},
 	})
 	w.RegisterWorkflow(workflows.BatchSync)
 	w.RegisterWorkflow(workflows.ChannelSync)
