@@ -144,7 +144,7 @@ func TestDashboardAndAlertMetricsExistInAScrape(t *testing.T) {
 	sdk := m.SDKMetrics.WithTags(map[string]string{"activity_type": "PushRequest", "task_queue": "paritysync"})
 	sdk.Timer("temporal_activity_schedule_to_start_latency").Record(1500 * time.Millisecond)
 	sdk.Timer("temporal_workflow_task_schedule_to_start_latency").Record(20 * time.Millisecond)
-	sdk.Counter("temporal_activity_execution_failed").Inc(1)
+	sdk.Timer("temporal_activity_execution_latency").Record(80 * time.Millisecond)
 
 	srv := httptest.NewServer(m.Server.Handler)
 	defer srv.Close()
