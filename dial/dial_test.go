@@ -22,13 +22,15 @@ import (
 )
 
 func TestRedisOptionsSingleNode(t *testing.T) {
-	o, err := RedisOptions("redis://:s3cret@10.0.0.5:6380/2?dial_timeout=3s")
+	c, err := ParseRedisURL("redis://:s3cret@10.0.0.5:6380/2?dial_timeout=3s&pool_timeout=7s")
 	require.NoError(t, err)
-	require.False(t, o.IsClusterMode)
-	require.Equal(t, []string{"10.0.0.5:6380"}, o.Addrs)
+	require.Nil(t, c.Cluster)
+	o := c.Node
+	require.Equal(t, "10.0.0.5:6380", o.Addr)
 	require.Equal(t, 2, o.DB)
 	require.Equal(t, "s3cret", o.Password)
 	require.Equal(t, 3*time.Second, o.DialTimeout)
+	require.Equal(t, 7*time.Second, o.PoolTimeout, "every go-redis option applies")
 }
 
 func TestRedisOptionsClusterForms(t *testing.T) {
@@ -38,10 +40,10 @@ func TestRedisOptionsClusterForms(t *testing.T) {
 		"redis://h1:7000?addr=h2:7001&addr=h3:7002":      {"h1:7000", "h2:7001", "h3:7002"},
 		"rediss://u:pw@h1:7000,h2:7001/?read_timeout=2s": {"h1:7000", "h2:7001"},
 	} {
-		o, err := RedisOptions(raw)
+		c, err := ParseRedisURL(raw)
 		require.NoError(t, err, raw)
-		require.True(t, o.IsClusterMode, raw)
-		require.ElementsMatch(t, want, o.Addrs, raw)
+		require.Nil(t, c.Node, raw)
+		require.ElementsMatch(t, want, c.Cluster.Addrs, raw)
 	}
 }
 
@@ -53,7 +55,7 @@ func TestRedisOptionsErrorsNameTheRuleNotThePassword(t *testing.T) {
 		"redis://:s3cret@h1:7000,,h2:1":     "address 2 is empty",
 		"redis://:s3cret@h1:7000/x":         "invalid database number",
 	} {
-		_, err := RedisOptions(raw)
+		_, err := ParseRedisURL(raw)
 		require.Error(t, err, raw)
 		require.Contains(t, err.Error(), want, raw)
 		require.NotContains(t, err.Error(), "s3cret", raw)

@@ -15,7 +15,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisOptions reads REDIS_URL. Two forms:
+// RedisConfig is what REDIS_URL describes: one node, or a cluster.
+type RedisConfig struct {
+	Node    *redis.Options        // set for one node
+	Cluster *redis.ClusterOptions // set for a cluster
+}
+
+// ParseRedisURL reads REDIS_URL. Two forms:
 //
 //	redis://[user:password@]host:port[/db][?options]           one node (rediss:// for TLS)
 //	redis://[user:password@]host1:port1,host2:port2,...[?options]  Redis Cluster
@@ -23,14 +29,14 @@ import (
 // A single seed address reaches a cluster with the option cluster=true
 // (redis://host:7000?cluster=true); go-redis's own addr=host:port options also mean a
 // cluster. A cluster has only database 0. Options are go-redis's URL options
-// (dial_timeout, read_timeout, pool_size, ...).
-func RedisOptions(raw string) (*redis.UniversalOptions, error) {
+// (dial_timeout, read_timeout, pool_size, ...), all of them in both forms.
+func ParseRedisURL(raw string) (RedisConfig, error) {
 	scheme, rest, ok := strings.Cut(strings.TrimSpace(raw), "://")
 	if !ok {
-		return nil, fmt.Errorf("REDIS_URL %s: want redis://host:port or redis://host1:port1,host2:port2", MaskRedisURL(raw))
+		return RedisConfig{}, fmt.Errorf("REDIS_URL %s: want redis://host:port or redis://host1:port1,host2:port2", MaskRedisURL(raw))
 	}
 	if scheme != "redis" && scheme != "rediss" {
-		return nil, fmt.Errorf("REDIS_URL %s: scheme %q: want redis or rediss", MaskRedisURL(raw), scheme)
+		return RedisConfig{}, fmt.Errorf("REDIS_URL %s: scheme %q: want redis or rediss", MaskRedisURL(raw), scheme)
 	}
 	authority, tail := rest, ""
 	if i := strings.IndexAny(rest, "/?"); i >= 0 {
@@ -43,7 +49,7 @@ func RedisOptions(raw string) (*redis.UniversalOptions, error) {
 	path, query, _ := strings.Cut(tail, "?")
 	q, err := url.ParseQuery(query)
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL %s: options: %w", MaskRedisURL(raw), err)
+		return RedisConfig{}, fmt.Errorf("REDIS_URL %s: options: %w", MaskRedisURL(raw), err)
 	}
 	addrs := strings.Split(hosts, ",")
 	cluster := len(addrs) > 1 || q.Has("addr") || q.Get("cluster") == "true"
@@ -51,21 +57,16 @@ func RedisOptions(raw string) (*redis.UniversalOptions, error) {
 	if !cluster {
 		o, err := redis.ParseURL(scheme + "://" + userinfo + hosts + path + encodeQuery(q))
 		if err != nil {
-			return nil, fmt.Errorf("REDIS_URL %s: %w", MaskRedisURL(raw), err)
+			return RedisConfig{}, fmt.Errorf("REDIS_URL %s: %w", MaskRedisURL(raw), err)
 		}
-		return &redis.UniversalOptions{
-			Addrs: []string{o.Addr}, DB: o.DB, Username: o.Username, Password: o.Password,
-			TLSConfig: o.TLSConfig, DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
-			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns,
-			MaxRetries: o.MaxRetries, ClientName: o.ClientName, Protocol: o.Protocol,
-		}, nil
+		return RedisConfig{Node: o}, nil
 	}
 	if p := strings.Trim(path, "/"); p != "" && p != "0" {
-		return nil, fmt.Errorf("REDIS_URL %s: database %q: a cluster has only database 0", MaskRedisURL(raw), p)
+		return RedisConfig{}, fmt.Errorf("REDIS_URL %s: database %q: a cluster has only database 0", MaskRedisURL(raw), p)
 	}
 	for i, a := range addrs {
 		if strings.TrimSpace(a) == "" {
-			return nil, fmt.Errorf("REDIS_URL %s: address %d is empty", MaskRedisURL(raw), i+1)
+			return RedisConfig{}, fmt.Errorf("REDIS_URL %s: address %d is empty", MaskRedisURL(raw), i+1)
 		}
 		if i > 0 {
 			q.Add("addr", strings.TrimSpace(a))
@@ -73,14 +74,18 @@ func RedisOptions(raw string) (*redis.UniversalOptions, error) {
 	}
 	o, err := redis.ParseClusterURL(scheme + "://" + userinfo + strings.TrimSpace(addrs[0]) + encodeQuery(q))
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL %s: %w", MaskRedisURL(raw), err)
+		return RedisConfig{}, fmt.Errorf("REDIS_URL %s: %w", MaskRedisURL(raw), err)
 	}
-	return &redis.UniversalOptions{
-		Addrs: o.Addrs, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
-		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
-		PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns, MaxRetries: o.MaxRetries,
-		ClientName: o.ClientName, Protocol: o.Protocol, IsClusterMode: true,
-	}, nil
+	return RedisConfig{Cluster: o}, nil
+}
+
+// Client builds the client: a *redis.ClusterClient for a cluster, a *redis.Client
+// otherwise.
+func (c RedisConfig) Client() redis.UniversalClient {
+	if c.Cluster != nil {
+		return redis.NewClusterClient(c.Cluster)
+	}
+	return redis.NewClient(c.Node)
 }
 
 func encodeQuery(q url.Values) string {
@@ -94,11 +99,11 @@ func encodeQuery(q url.Values) string {
 // cluster, a *redis.Client otherwise — and pings it, so an unreachable Redis is one
 // error at start. Errors never carry the password.
 func Redis(ctx context.Context, raw string) (redis.UniversalClient, error) {
-	o, err := RedisOptions(raw)
+	cfg, err := ParseRedisURL(raw)
 	if err != nil {
 		return nil, err
 	}
-	rdb := redis.NewUniversalClient(o)
+	rdb := cfg.Client()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
