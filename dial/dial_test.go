@@ -80,7 +80,6 @@ func TestScanKeysOnOneNode(t *testing.T) {
 	if err != nil {
 		t.Skipf("no Redis at %s: %v", url, err)
 	}
-	defer rdb.Close()
 	prefix := "paritysync-test:dial:" + t.Name() + ":"
 	for i := range 5 {
 		require.NoError(t, rdb.Set(ctx, prefix+string(rune('a'+i)), "1", time.Minute).Err())
@@ -90,6 +89,7 @@ func TestScanKeysOnOneNode(t *testing.T) {
 		if len(keys) > 0 {
 			rdb.Del(ctx, keys...)
 		}
+		_ = rdb.Close()
 	})
 	keys, err := ScanKeys(ctx, rdb, prefix+"*")
 	require.NoError(t, err)

@@ -39,6 +39,7 @@ func setDailyUsed(t *testing.T, rdb redis.UniversalClient, prefix, channel strin
 	require.NoError(t, rdb.Set(context.Background(), prefix+"{"+channel+"}:daily", used, time.Hour).Err())
 }
 
+// cleanPrefix deletes the test's keys when it ends, then closes rdb.
 func cleanPrefix(t *testing.T, rdb redis.UniversalClient, prefix string) {
 	t.Cleanup(func() {
 		ctx := context.Background()
@@ -46,6 +47,7 @@ func cleanPrefix(t *testing.T, rdb redis.UniversalClient, prefix string) {
 		for _, k := range keys {
 			rdb.Del(ctx, k)
 		}
+		_ = rdb.Close()
 	})
 }
 
@@ -55,7 +57,6 @@ func TestQuotaExitStatusIsTheTier(t *testing.T) {
 	if err != nil {
 		t.Skipf("no Redis: %v", err)
 	}
-	defer rdb.Close()
 	env, prefix := quotaEnv(t, testRedisURL())
 	cleanPrefix(t, rdb, prefix)
 
