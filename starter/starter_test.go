@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/paritysync/paritysync/models"
 )
@@ -305,4 +306,14 @@ func TestSampleWritesValidJSONLines(t *testing.T) {
 	ms, err := readMutations(path)
 	require.NoError(t, err)
 	require.Len(t, ms, 200)
+}
+
+func TestSmootherRefusalIsNotAnError(t *testing.T) {
+	full := temporal.NewApplicationError("smoother expedia is full (5000 waiting, at most 5000): retry later", models.ErrSmootherFull)
+	err := submitError(fmt.Errorf("submit 3 mutations to smoother/expedia: %w", full))
+	require.Equal(t, exitRefused, exitCode(err))
+	require.Contains(t, err.Error(), "retry later")
+	other := submitError(fmt.Errorf("submit: %w", temporal.NewApplicationError("boom", "Other")))
+	require.Equal(t, exitError, exitCode(other))
+	require.NotEqual(t, exitCode(err), exitCode(other))
 }

@@ -97,13 +97,8 @@ func (c *cli) batchSubmit(ctx context.Context, file string) error {
 				res, err := submit(ctx, tc, d.settings.TaskQueue, ch, part)
 				if err != nil {
 					_ = report()
-					err = fmt.Errorf("submit %d mutations to %s (%d more of that channel not sent): %w",
-						len(part), models.SmootherWorkflowID(ch), len(queued)-len(part), err)
-					var ae *temporal.ApplicationError
-					if errors.As(err, &ae) && ae.Type() == models.ErrSmootherFull {
-						return refusedError{err}
-					}
-					return err
+					return submitError(fmt.Errorf("submit %d mutations to %s (%d more of that channel not sent): %w",
+						len(part), models.SmootherWorkflowID(ch), len(queued)-len(part), err))
 				}
 				queued = queued[len(part):]
 				done = append(done, submitted{models.SmootherWorkflowID(ch), res.Accepted, res.Pending})
@@ -117,6 +112,16 @@ func (c *cli) batchSubmit(ctx context.Context, file string) error {
 		return errReported
 	}
 	return nil
+}
+
+// submitError makes a smoother's admission refusal a refusedError (exit 75): the
+// PMS submits again later; anything else stays an error.
+func submitError(err error) error {
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) && ae.Type() == models.ErrSmootherFull {
+		return refusedError{err}
+	}
+	return err
 }
 
 // submit sends one submit update, starting the channel's smoother if it is not running.

@@ -112,10 +112,10 @@ func (c *cli) smoothCmd() *cobra.Command {
 		Long: `Plan a CSV of changes as paritysync would send them, without sending anything:
 the channel's smoother gathers them into batches of at most ` + strconv.Itoa(models.MaxInlineMutations) + ` mutations;
 each batch is validated (rejections are listed), merged into channel requests
-(models.Coalesce, the code the worker runs) and sent, urgent first, as fast as each
-endpoint family's bucket allows: a full burst at once, then at the family's refill
-rate, or spread evenly over --window when that is slower. The plan assumes the
-channel is otherwise idle; the quota columns add the plan to --used.
+(models.Coalesce, the code the worker runs) and sent, urgent first within a batch,
+as fast as each endpoint family's bucket allows: a full burst at once, then at the
+family's refill rate, or spread evenly over --window when that is slower. The plan
+assumes the channel is otherwise idle; the quota columns add the plan to --used.
 
 The CSV has a header row naming mutation fields, as in the JSON form: id,
 property_id, room_type_code, rate_plan_code, channel, stay_date, amount, currency,

@@ -294,6 +294,34 @@ func TestEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("burst smoother: a refused submit reaches the client as SmootherFull", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		submit := func(ms []models.Mutation) error {
+			start := s.tc.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+				ID: models.SmootherWorkflowID("booking_com"), TaskQueue: s.queue,
+				WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+			}, workflows.BurstSmoother, models.SmootherInput{Channel: "booking_com", MaxPending: 2, Debounce: time.Hour})
+			h, err := s.tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+				StartWorkflowOperation: start,
+				UpdateOptions: client.UpdateWorkflowOptions{UpdateName: models.UpdateSubmit,
+					Args: []any{ms}, WaitForStage: client.WorkflowUpdateStageCompleted},
+			})
+			if err != nil {
+				return err
+			}
+			return h.Get(ctx, nil)
+		}
+		prices := newPrices(ms, v, "booking_com", 3, 5)
+		require.Len(t, prices, 3)
+		require.NoError(t, submit(prices[:2]))
+		err := submit(prices[2:])
+		var ae *temporal.ApplicationError
+		require.ErrorAs(t, err, &ae, "the starter exits 75 (refused) on this type, not 70")
+		require.Equal(t, models.ErrSmootherFull, ae.Type())
+		require.NoError(t, s.tc.TerminateWorkflow(ctx, models.SmootherWorkflowID("booking_com"), "", "end of test"))
+	})
+
 	t.Run("metrics: after the batches, /metrics has every series the dashboard and alerts query", func(t *testing.T) {
 		srv := httptest.NewServer(promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
 		defer srv.Close()
