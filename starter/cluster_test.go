@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -128,6 +129,32 @@ func TestRedisCluster(t *testing.T) {
 
 	prefix := "paritysync-test:cluster:"
 	channels := models.DefaultChannels()
+	// Add a channel on each master the default channels leave empty, so every
+	// master holds a channel's limiter, ledger and dead-letter keys.
+	cc := rdb.(*redis.ClusterClient)
+	used := map[string]bool{}
+	for _, c := range channels {
+		node, err := cc.MasterForKey(ctx, prefix+"{"+c.Slug+"}:daily")
+		noMoved(t, "master for key", err)
+		used[node.Options().Addr] = true
+	}
+	for i := 0; len(used) < len(ports) && i < 1000; i++ {
+		slug := "ota" + strconv.Itoa(i)
+		node, err := cc.MasterForKey(ctx, prefix+"{"+slug+"}:daily")
+		noMoved(t, "master for key", err)
+		if !used[node.Options().Addr] {
+			used[node.Options().Addr] = true
+			channels = append(channels, models.NewChannelConfig(slug, 60))
+		}
+	}
+	require.Len(t, used, len(ports), "a channel on every master")
+	var extra strings.Builder
+	extra.WriteString("channels:\n")
+	for _, c := range channels[len(models.DefaultChannels()):] {
+		extra.WriteString("  - slug: " + c.Slug + "\n    rate_per_minute: 60\n")
+	}
+	channelsFile := filepath.Join(t.TempDir(), "channels.yaml")
+	require.NoError(t, os.WriteFile(channelsFile, []byte(extra.String()), 0o600))
 	masters := map[string]string{}
 	for _, c := range channels {
 		slot, err := rdb.ClusterKeySlot(ctx, prefix+"{"+c.Slug+"}:daily").Result()
@@ -161,6 +188,12 @@ func TestRedisCluster(t *testing.T) {
 	aenv := env.NewTestActivityEnvironment()
 	aenv.RegisterActivity(acts)
 	batch := models.SampleBatch(600, models.DateOf(now), now.Unix(), 7)
+	for i, m := range batch[:len(batch)/2] {
+		// Half of the batch again, for the added channels.
+		m.ID += "-x"
+		m.Channel = channels[len(models.DefaultChannels())+i%(len(channels)-len(models.DefaultChannels()))].Slug
+		batch = append(batch, m)
+	}
 	val, err := aenv.ExecuteActivity(acts.PrepareBatch, models.BatchSyncInput{BatchID: "cluster-" + strconv.FormatInt(now.UnixNano(), 36), Mutations: batch})
 	noMoved(t, "PrepareBatch", err)
 	var plan models.BatchPlan
@@ -209,13 +242,16 @@ func TestRedisCluster(t *testing.T) {
 			Request: models.ChannelRequest{Channel: c.Slug, Family: models.FamilyRates}}, "digest-"+c.Slug)
 		noMoved(t, "park on "+c.Slug, err)
 	}
-	cliEnv := map[string]string{"REDIS_URL": redisURL, "PARITYSYNC_KEY_PREFIX": prefix}
+	cliEnv := map[string]string{"REDIS_URL": redisURL, "PARITYSYNC_KEY_PREFIX": prefix, "PARITYSYNC_CHANNELS_FILE": channelsFile}
 	code, out, errOut := runCLI(t, cliEnv, "dlq", "list", "--output", "json")
 	require.NotContains(t, errOut, "MOVED")
 	require.Equal(t, exitOK, code, errOut)
 	var dead []deadLetterRow
 	require.NoError(t, json.Unmarshal([]byte(out), &dead))
 	require.Len(t, dead, len(channels), "one dead letter per channel, from every master")
+	for _, c := range channels {
+		require.True(t, slices.ContainsFunc(dead, func(d deadLetterRow) bool { return d.Channel == c.Slug }), c.Slug)
+	}
 
 	// quota through the CLI, with a tier per channel.
 	cliEnv["PARITYSYNC_CHANNEL_EXPEDIA_DAILY_QUOTA"] = "100"
