@@ -3,6 +3,7 @@ SHELL := /usr/bin/env bash
 BIN := $(CURDIR)/.bin
 TEMPORAL_CLI_VERSION := v1.5.1
 WORKFLOWCHECK_VERSION := v0.6.0
+VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
 .PHONY: all build demo up down test vet fmt-check workflowcheck bench bench-e2e clean
 
@@ -16,7 +17,7 @@ $(BIN)/workflowcheck:
 	GOBIN=$(BIN) go install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
 
 build: $(BIN)/temporal
-	go build -o $(BIN)/ ./worker ./starter ./otasim
+	go build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/ ./worker ./starter ./otasim
 
 demo: build
 	scripts/stack.sh demo

@@ -1,6 +1,11 @@
 package activities
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paritysync/paritysync/limiter"
+	"github.com/paritysync/paritysync/models"
+)
 
 // Metrics are the counters the activities keep for the worker's /metrics endpoint.
 // A nil *Metrics counts nothing.
@@ -52,5 +57,31 @@ func (m *Metrics) park(channel, reason string, n int) {
 func (m *Metrics) commit(channel string, n int) {
 	if m != nil {
 		m.updates.WithLabelValues(channel).Add(float64(n))
+	}
+}
+
+// Zero creates every channel's series at 0, so dashboards show 0 rather than "no
+// data" and rate()/increase() count the first event (a series born at 1 loses it).
+func (m *Metrics) Zero(channels []string) {
+	if m == nil {
+		return
+	}
+	classes := []Class{ClassCommitted, ClassPartial, ClassThrottled, ClassTransient, ClassAuthExpired, ClassQuotaExhausted, ClassRejected}
+	reasons := []string{models.ReasonRejected, models.ReasonAuth, models.ReasonQuotaExhausted, models.ReasonRetryExhausted,
+		models.ReasonLineFailed, models.ReasonChildFailed}
+	tiers := []limiter.Tier{limiter.TierOK, limiter.TierWarn, limiter.TierPage, limiter.TierThrottle, limiter.TierStop}
+	for _, ch := range channels {
+		m.updates.WithLabelValues(ch)
+		for _, f := range models.Families {
+			for _, c := range classes {
+				m.pushes.WithLabelValues(ch, string(f), string(c))
+			}
+		}
+		for _, r := range reasons {
+			m.deadLetters.WithLabelValues(ch, r)
+		}
+		for _, t := range tiers {
+			m.denied.WithLabelValues(ch, string(t))
+		}
 	}
 }

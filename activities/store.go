@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -327,11 +328,14 @@ type LedgerCell struct {
 // sorted by property, room type, rate plan, night and family.
 func (s *Store) LedgerCells(ctx context.Context, channel string, from, to models.Date) ([]LedgerCell, error) {
 	prefix := s.prefix + "ledger:{" + channel + "}:"
+	// A cluster client's SCAN would visit one node only; ScanKeys visits every master.
+	found, err := dial.ScanKeys(ctx, s.rdb, prefix+"*")
+	if err != nil {
+		return nil, fmt.Errorf("scan ledger of %s: %w", channel, err)
+	}
 	var keys []string
 	var cells []LedgerCell
-	iter := s.rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		key := iter.Val()
+	for _, key := range found {
 		parts := strings.Split(strings.TrimPrefix(key, prefix), ":")
 		if len(parts) != 5 {
 			continue
@@ -343,9 +347,6 @@ func (s *Store) LedgerCells(ctx context.Context, channel string, from, to models
 		keys = append(keys, key)
 		cells = append(cells, LedgerCell{Family: models.Family(parts[4]), Cell: models.Cell{Channel: channel,
 			PropertyID: parts[0], RoomTypeCode: parts[1], RatePlanCode: parts[2], StayDate: night}})
-	}
-	if err := iter.Err(); err != nil {
-		return nil, fmt.Errorf("scan ledger of %s: %w", channel, err)
 	}
 	cmds := make([]*redis.MapStringStringCmd, len(keys))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {

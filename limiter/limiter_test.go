@@ -308,6 +308,31 @@ func mustDate(s string) models.Date {
 	return d
 }
 
+func TestOrderingGateComparesVersionsBeyondFloatPrecision(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("big", 600, 50, 1000)}, Options{Prefix: prefix})
+	ctx := context.Background()
+	const base = int64(1_764_523_456_789_000_001) // a nanosecond clock: beyond 2^53
+	newer := req("big", 3)
+	newer.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-01", base+1)}
+	if d := mustReserve(t, l, newer); d.State != Send {
+		t.Fatalf("%+v", d)
+	}
+	if err := l.Release(ctx, newer); err != nil {
+		t.Fatal(err)
+	}
+	older := req("big", 3)
+	older.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-01", base)}
+	if d := mustReserve(t, l, older); d.State != Superseded {
+		t.Fatalf("version %d after %d: %+v, want superseded", base, base+1, d)
+	}
+	tenfold := req("big", 3)
+	tenfold.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-01", 9)}
+	if d := mustReserve(t, l, tenfold); d.State != Superseded {
+		t.Fatalf("version 9 after %d: %+v, want superseded", base+1, d)
+	}
+}
+
 func TestExpiredLeaseNoLongerBlocks(t *testing.T) {
 	rdb, prefix := testRedis(t)
 	l := New(rdb, []models.ChannelConfig{testChannel("lease", 600, 50, 1000)},

@@ -64,6 +64,13 @@ local function window_slot(sched, t, r, w)
   return t
 end
 
+-- newer compares two versions, positive integers in decimal: Lua numbers are doubles
+-- and would confuse versions above 2^53 (a nanosecond clock, say).
+local function newer(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+
 if op == 'reserve' then
   local id = ARGV[2]
   local prio = tonumber(ARGV[3])
@@ -195,7 +202,7 @@ if op == 'reserve' then
   local bykey = {}
   for i = 0, nlines - 1 do
     local b = 17 + i * 4
-    local l = {k = ARGV[b], a = tonumber(ARGV[b + 1]), z = tonumber(ARGV[b + 2]), v = tonumber(ARGV[b + 3])}
+    local l = {k = ARGV[b], a = tonumber(ARGV[b + 1]), z = tonumber(ARGV[b + 2]), v = ARGV[b + 3]}
     lines[#lines + 1] = l
     bykey[l.k] = bykey[l.k] or {}
     table.insert(bykey[l.k], l)
@@ -241,8 +248,8 @@ if op == 'reserve' then
       for d = from, to do fields[#fields + 1] = l.k .. '|' .. d end
       local vals = redis.call('HMGET', KEYS[8], unpack(fields))
       for j = 1, #fields do
-        local v = tonumber(vals[j] or '')
-        if v and v > l.v then
+        local v = vals[j]
+        if v and newer(v, l.v) then
           dropped[#dropped + 1] = li - 1
           dropped[#dropped + 1] = from + j - 1
         else

@@ -11,26 +11,46 @@ import (
 // Settings is the process configuration of the worker and the starter: defaults,
 // overridden by environment variables. Channel limits live in ChannelConfig.
 type Settings struct {
-	RedisURL          string        // REDIS_URL
-	DatabaseURL       string        // PARITYSYNC_DATABASE_URL
-	TemporalAddress   string        // TEMPORAL_ADDRESS
-	TemporalNamespace string        // TEMPORAL_NAMESPACE
-	TemporalUI        string        // TEMPORAL_UI_URL
-	TaskQueue         string        // PARITYSYNC_TASK_QUEUE
-	ChannelURL        string        // PARITYSYNC_CHANNEL_URL
-	ChannelsFile      string        // PARITYSYNC_CHANNELS_FILE
-	Token             string        // PARITYSYNC_TOKEN
-	TokenFile         string        // PARITYSYNC_TOKEN_FILE
-	KeyPrefix         string        // PARITYSYNC_KEY_PREFIX
-	HTTPTimeout       time.Duration // PARITYSYNC_HTTP_TIMEOUT
-	MetricsAddr       string        // PARITYSYNC_METRICS_ADDR
-	ChunkSize         int           // PARITYSYNC_CHUNK_SIZE
-	PropertyPattern   string        // PARITYSYNC_PROPERTY_PATTERN
-	MaxActivities     int           // PARITYSYNC_MAX_ACTIVITIES
-	ShutdownTimeout   time.Duration // PARITYSYNC_SHUTDOWN_TIMEOUT
+	RedisURL          string // REDIS_URL
+	DatabaseURL       string // PARITYSYNC_DATABASE_URL
+	TemporalAddress   string // TEMPORAL_ADDRESS
+	TemporalNamespace string // TEMPORAL_NAMESPACE
+	TemporalUI        string // TEMPORAL_UI_URL
+	// TemporalTLS and TemporalAPIKeyFile reach Temporal Cloud or a secured cluster.
+	TemporalTLS        TemporalTLS   // TEMPORAL_TLS_CERT, _KEY, _CA, _SERVER_NAME
+	TemporalAPIKeyFile string        // TEMPORAL_API_KEY_FILE
+	TaskQueue          string        // PARITYSYNC_TASK_QUEUE
+	ChannelURL         string        // PARITYSYNC_CHANNEL_URL
+	ChannelsFile       string        // PARITYSYNC_CHANNELS_FILE
+	Token              string        // PARITYSYNC_TOKEN
+	TokenFile          string        // PARITYSYNC_TOKEN_FILE
+	KeyPrefix          string        // PARITYSYNC_KEY_PREFIX
+	HTTPTimeout        time.Duration // PARITYSYNC_HTTP_TIMEOUT
+	MetricsAddr        string        // PARITYSYNC_METRICS_ADDR
+	ChunkSize          int           // PARITYSYNC_CHUNK_SIZE
+	PropertyPattern    string        // PARITYSYNC_PROPERTY_PATTERN
+	MaxActivities      int           // PARITYSYNC_MAX_ACTIVITIES
+	ShutdownTimeout    time.Duration // PARITYSYNC_SHUTDOWN_TIMEOUT
+	// Zones decides each property's "today" for stay-date validation.
+	Zones PropertyZones // PARITYSYNC_TIME_ZONE, PARITYSYNC_PROPERTY_ZONES
 	// PausePoll is how often work held by an operator pause that no resume signal
 	// ended asks the limiter again (PARITYSYNC_PAUSE_POLL).
 	PausePoll time.Duration
+}
+
+// TemporalTLS names the files of a TLS connection to Temporal: a client certificate
+// and key for mutual TLS and a CA bundle for a private CA; all empty means plain TCP
+// (unless an API key turns TLS on).
+type TemporalTLS struct {
+	CertFile   string // TEMPORAL_TLS_CERT
+	KeyFile    string // TEMPORAL_TLS_KEY
+	CAFile     string // TEMPORAL_TLS_CA
+	ServerName string // TEMPORAL_TLS_SERVER_NAME
+}
+
+// Enabled reports whether any TLS setting is made.
+func (t TemporalTLS) Enabled() bool {
+	return t.CertFile != "" || t.KeyFile != "" || t.CAFile != "" || t.ServerName != ""
 }
 
 // DefaultSettings is a local set-up: everything on 127.0.0.1.
@@ -102,6 +122,19 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 	num("PARITYSYNC_MAX_ACTIVITIES", &s.MaxActivities)
 	dur("PARITYSYNC_SHUTDOWN_TIMEOUT", &s.ShutdownTimeout)
 	dur("PARITYSYNC_PAUSE_POLL", &s.PausePoll)
+	str("TEMPORAL_TLS_CERT", &s.TemporalTLS.CertFile)
+	str("TEMPORAL_TLS_KEY", &s.TemporalTLS.KeyFile)
+	str("TEMPORAL_TLS_CA", &s.TemporalTLS.CAFile)
+	str("TEMPORAL_TLS_SERVER_NAME", &s.TemporalTLS.ServerName)
+	str("TEMPORAL_API_KEY_FILE", &s.TemporalAPIKeyFile)
+	if (s.TemporalTLS.CertFile == "") != (s.TemporalTLS.KeyFile == "") {
+		errs = append(errs, "TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY: set both or neither")
+	}
+	zones, err := ParsePropertyZones(getenv("PARITYSYNC_TIME_ZONE"), getenv("PARITYSYNC_PROPERTY_ZONES"))
+	if err != nil {
+		errs = append(errs, err.Error())
+	}
+	s.Zones = zones
 	if _, err := url.Parse(s.ChannelURL); err != nil || !strings.HasPrefix(s.ChannelURL, "http") {
 		errs = append(errs, "PARITYSYNC_CHANNEL_URL: must be an http(s) URL")
 	}
@@ -119,10 +152,12 @@ func (s Settings) String() string {
 	}
 	return fmt.Sprintf("redis_url=%s database_url=%s temporal_address=%s namespace=%s task_queue=%s channel_url=%s "+
 		"channels_file=%q token=%s token_file=%q key_prefix=%s http_timeout=%s metrics_addr=%s chunk_size=%d "+
-		"max_activities=%d shutdown_timeout=%s",
+		"max_activities=%d shutdown_timeout=%s temporal_tls_cert=%q temporal_tls_key=%q temporal_tls_ca=%q "+
+		"temporal_api_key_file=%q time_zone=%s property_zones=%d",
 		MaskURL(s.RedisURL), MaskURL(s.DatabaseURL), s.TemporalAddress, s.TemporalNamespace, s.TaskQueue, s.ChannelURL,
 		s.ChannelsFile, token, s.TokenFile, s.KeyPrefix, s.HTTPTimeout, s.MetricsAddr, s.ChunkSize,
-		s.MaxActivities, s.ShutdownTimeout)
+		s.MaxActivities, s.ShutdownTimeout, s.TemporalTLS.CertFile, s.TemporalTLS.KeyFile, s.TemporalTLS.CAFile,
+		s.TemporalAPIKeyFile, s.Zones.Default(), len(s.Zones.byProperty))
 }
 
 // MaskURL hides the password of a URL such as redis://:secret@host:6379/0.

@@ -85,7 +85,7 @@ const (
 	RuleRoomTypeCode     = "must be 2-16 characters of [A-Z0-9_]"
 	RuleRatePlanCode     = "must be 2-24 characters of [A-Z0-9_]"
 	RuleChannelUnknown   = "must be a configured channel"
-	RuleNotPast          = "must not be before today (UTC)"
+	RuleNotPast          = "must not be before today at the property"
 	RuleWithinHorizon    = "must be within the channel's horizon"
 	RuleAmountPositive   = "must be > 0"
 	RuleAmountPlaces     = "must have at most 2 decimal places"
@@ -111,6 +111,8 @@ type Validator struct {
 	PropertyPattern *regexp.Regexp
 	Channels        map[string]ChannelConfig
 	Now             func() time.Time
+	// Zones gives each property its "today"; the zero value is UTC everywhere.
+	Zones PropertyZones
 }
 
 // NewValidator builds a Validator; an empty propertyPattern means
@@ -161,7 +163,7 @@ func (v *Validator) Validate(m Mutation) ValidationError {
 	if m.StayDate.IsZero() {
 		add("stay_date", RuleRequired)
 	} else {
-		today := DateOf(v.now())
+		today := v.Zones.Today(m.PropertyID, v.now())
 		switch {
 		case m.StayDate.Before(today):
 			add("stay_date", RuleNotPast)

@@ -3,6 +3,7 @@ package models
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -222,7 +223,7 @@ func TestValidateReportsEveryProblemAtOnce(t *testing.T) {
 	}
 }
 
-func TestValidateTodayIsUTC(t *testing.T) {
+func TestValidateTodayIsUTCWithoutZones(t *testing.T) {
 	// 00:30 on 11 March in UTC+2 is still 10 March in UTC.
 	east := time.FixedZone("EET", 2*3600)
 	v, err := NewValidator(DefaultChannels(), "", func() time.Time { return time.Date(2026, 3, 11, 0, 30, 0, 0, east) })
@@ -233,6 +234,53 @@ func TestValidateTodayIsUTC(t *testing.T) {
 	m.StayDate = day("2026-03-10")
 	if ve := v.Validate(m); ve != nil {
 		t.Fatalf("Validate = %v, want today accepted", ve)
+	}
+}
+
+func TestValidateTodayIsThePropertysDate(t *testing.T) {
+	// 05:00 UTC on 11 March is 21:00 on 10 March in Los Angeles and 06:00 on
+	// 11 March in Paris: tonight's stop-sell is still today in Los Angeles only.
+	now := time.Date(2026, 3, 11, 5, 0, 0, 0, time.UTC)
+	zones, err := ParsePropertyZones("Europe/Paris", "prop_0000aaaa=America/Los_Angeles")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := NewValidator(DefaultChannels(), "", func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Zones = zones
+	west := validMutation()
+	west.PropertyID = "prop_0000aaaa"
+	west.StayDate = day("2026-03-10")
+	if ve := v.Validate(west); ve != nil {
+		t.Fatalf("Los Angeles property, night of 10 March at 21:00 local: Validate = %v, want accepted", ve)
+	}
+	paris := west
+	paris.PropertyID = "prop_0000bbbb" // not listed: the default zone
+	if ve := v.Validate(paris); !ve.Has("stay_date", RuleNotPast) {
+		t.Fatalf("Paris property, 10 March when it is 11 March there: Validate = %v, want %s", ve, RuleNotPast)
+	}
+}
+
+func TestParsePropertyZonesNamesVariableAndEntry(t *testing.T) {
+	for _, tc := range []struct{ fallback, list, want string }{
+		{"Mars/Olympus", "", `PARITYSYNC_TIME_ZONE: "Mars/Olympus" is not an IANA time zone`},
+		{"", "prop_0000aaaa", `PARITYSYNC_PROPERTY_ZONES: entry "prop_0000aaaa": want property_id=Area/City`},
+		{"", "prop_0000aaaa=Europe/Nowhere", `entry "prop_0000aaaa=Europe/Nowhere": "Europe/Nowhere" is not an IANA time zone`},
+		{"", "prop_0000aaaa=UTC,prop_0000aaaa=Asia/Tokyo", "property prop_0000aaaa listed twice"},
+	} {
+		_, err := ParsePropertyZones(tc.fallback, tc.list)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParsePropertyZones(%q, %q) = %v, want an error containing %q", tc.fallback, tc.list, err, tc.want)
+		}
+	}
+	z, err := ParsePropertyZones("", " prop_0000aaaa = Asia/Tokyo ,")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if z.Of("prop_0000aaaa").String() != "Asia/Tokyo" || z.Of("other") != time.UTC {
+		t.Fatalf("zones = %v / %v, want Asia/Tokyo / UTC", z.Of("prop_0000aaaa"), z.Of("other"))
 	}
 }
 
@@ -318,4 +366,18 @@ func FuzzValidate(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestKeysOfWorkflowIDs(t *testing.T) {
+	for id, want := range map[string]WorkflowKeys{
+		BatchWorkflowID("20260310-ab12"):                            {Batch: "20260310-ab12"},
+		ChannelSyncWorkflowID("20260310-ab12", "booking_com", 2, 7): {Batch: "20260310-ab12", Channel: "booking_com", Priority: 2},
+		SmootherWorkflowID("expedia"):                               {Channel: "expedia"},
+		"reconcile/2026-03-10":                                      {},
+		"something-else":                                            {},
+	} {
+		if got := KeysOf(id); got != want {
+			t.Errorf("KeysOf(%q) = %+v, want %+v", id, got, want)
+		}
+	}
 }

@@ -3,6 +3,8 @@ package models
 import (
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -34,6 +36,33 @@ func BatchWorkflowID(batchID string) string { return "batch/" + batchID }
 // channel at one priority.
 func ChannelSyncWorkflowID(batchID, channel string, priority, n int) string {
 	return fmt.Sprintf("batch/%s/%s/p%d/%d", batchID, channel, priority, n)
+}
+
+// WorkflowKeys are what a paritysync workflow id says about the work: the batch, the
+// channel and the priority, each empty (0) where the id does not carry it.
+type WorkflowKeys struct {
+	Batch    string
+	Channel  string
+	Priority int
+}
+
+// KeysOf reads a workflow id built by BatchWorkflowID, ChannelSyncWorkflowID or
+// SmootherWorkflowID; logs carry its keys so a batch or a channel can be followed
+// across workflows and activities.
+func KeysOf(workflowID string) WorkflowKeys {
+	parts := strings.Split(workflowID, "/")
+	var k WorkflowKeys
+	switch {
+	case parts[0] == "batch" && len(parts) >= 2:
+		k.Batch = parts[1]
+		if len(parts) == 5 && strings.HasPrefix(parts[3], "p") {
+			k.Channel = parts[2]
+			k.Priority, _ = strconv.Atoi(parts[3][1:])
+		}
+	case parts[0] == "smoother" && len(parts) == 2:
+		k.Channel = parts[1]
+	}
+	return k
 }
 
 // RetryPolicy is how ChannelSync waits out failures with durable timers.
@@ -353,6 +382,10 @@ const (
 	DefaultDebounce   = 2 * time.Second
 	DefaultMaxPending = 5000
 )
+
+// ErrSmootherFull is the error type of a submit the smoother refused by admission
+// control: too many mutations wait already; the caller submits again later.
+const ErrSmootherFull = "SmootherFull"
 
 // SubmitResult is the smoother's answer to a submit.
 type SubmitResult struct {

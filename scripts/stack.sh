@@ -136,7 +136,7 @@ demo() {
   say "what the simulated channels saw"
   sim_stats
   say "dead-letter queue"
-  "$BIN/starter" dlq list --count 5 | tail -n 6
+  "$BIN/starter" dlq list --count 5 2>/dev/null | head -n 6
   say "done in $((SECONDS - t0))s; the UI was at $TEMPORAL_UI_URL (stopped with the stack; 'make up' keeps it running)"
 }
 

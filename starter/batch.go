@@ -6,16 +6,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/signal"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -27,6 +25,14 @@ import (
 // errors, so a typo in a field name never silently drops a value; the error names
 // the file, the line and the problem.
 func readMutations(path string) ([]models.Mutation, error) {
+	ms, err := parseMutations(path)
+	if err != nil {
+		return nil, dataError{err}
+	}
+	return ms, nil
+}
+
+func parseMutations(path string) ([]models.Mutation, error) {
 	body, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
@@ -103,35 +109,57 @@ func lineOf(body []byte, offset int64) int {
 	return bytes.Count(body[:offset], []byte("\n")) + 1
 }
 
-// readFileFlag parses a command's flags and reads the mutations its --file names.
-func readFileFlag(fs *flag.FlagSet, file *string, args []string) ([]models.Mutation, error) {
-	if err := parseFlags(fs, args); err != nil {
-		return nil, err
-	}
-	if *file == "" {
-		return nil, usageError{fs.Name() + ": --file is required"}
-	}
-	return readMutations(*file)
+func (c *cli) batchCmd() *cobra.Command {
+	return group("batch", "Start, submit and follow batches of mutations",
+		c.batchStartCmd(), c.batchSubmitCmd(), c.batchStatusCmd())
 }
 
-func batchStart(args []string, out io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("batch start", flag.ContinueOnError)
-	file := fs.String("file", "", "mutations: a JSON array or JSON lines")
-	id := fs.String("id", "", "batch id (default: generated)")
-	wait := fs.Bool("wait", false, "follow the batch until it ends and print the summary")
-	ms, err := readFileFlag(fs, file, args)
+func (c *cli) batchStartCmd() *cobra.Command {
+	var file, id string
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "start --file FILE [--id ID] [--wait]",
+		Short: "Start a batch (a JSON array or JSON lines of mutations)",
+		Long: `Start a BatchSync workflow for the mutations in FILE. The file is read and
+checked first, so a malformed file starts nothing. Big batches travel by reference
+(stored in Redis), small ones inline.
+
+With --wait, follow the batch (progress on stderr) and print its summary; the exit
+status is 3 when some mutations were rejected or dead-lettered. Ctrl-C stops
+following, not the batch.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.batchStart(cmd.Context(), file, id, wait)
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "mutations: a JSON array or JSON lines (required)")
+	cmd.Flags().StringVar(&id, "id", "", "batch id (default: generated from the time and a random suffix)")
+	cmd.Flags().BoolVarP(&wait, "wait", "w", false, "follow the batch until it ends and print the summary")
+	required(cmd, "file")
+	return cmd
+}
+
+// started is what batch start prints.
+type started struct {
+	BatchID    string              `json:"batch_id"`
+	WorkflowID string              `json:"workflow_id"`
+	Mutations  int                 `json:"mutations"`
+	UI         string              `json:"ui"`
+	Status     *models.BatchStatus `json:"status,omitempty"`
+}
+
+func (c *cli) batchStart(ctx context.Context, file, id string, wait bool) error {
+	ms, err := readMutations(file)
 	if err != nil {
 		return err
 	}
-	d, err := loadDeps(getenv)
+	d, err := c.deps()
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 
-	batchID := *id
+	batchID := id
 	if batchID == "" {
 		batchID = time.Now().UTC().Format("20060102-150405") + "-" + uuid.NewString()[:8]
 	}
@@ -161,20 +189,43 @@ func batchStart(args []string, out io.Writer, getenv func(string) string) error 
 	if err != nil {
 		return fmt.Errorf("start batch %s: %w", batchID, err)
 	}
-	fmt.Fprintf(out, "started %s (%d mutations)\n%s\n", wfID, len(ms), d.uiLink(wfID))
-	if !*wait {
+	out := started{BatchID: batchID, WorkflowID: wfID, Mutations: len(ms), UI: d.uiLink(wfID)}
+	if !wait {
+		if c.json() {
+			return c.writeJSON(out)
+		}
+		fmt.Fprintf(c.stdout, "started %s (%d mutations)\n%s\n", wfID, len(ms), out.UI)
 		return nil
 	}
-	st, err := follow(ctx, tc, run, out)
+	c.diag("started %s (%d mutations); following it (Ctrl-C stops following, not the batch)\n%s", wfID, len(ms), out.UI)
+	st, err := c.followBatch(ctx, tc, run, batchID, out.UI)
 	if err != nil {
 		return err
 	}
-	return summary(st, out)
+	if c.json() {
+		out.Status = &st
+		if err := c.writeJSON(out); err != nil {
+			return err
+		}
+		return verdict(st)
+	}
+	return c.summary(st)
 }
 
-// follow prints a progress line per channel whenever its counts change, until the
-// batch ends, and returns the final status.
-func follow(ctx context.Context, tc client.Client, run client.WorkflowRun, out io.Writer) (models.BatchStatus, error) {
+// followBatch follows a started batch; when the operator interrupts, it says that
+// the batch goes on and how to follow it again.
+func (c *cli) followBatch(ctx context.Context, tc client.Client, run client.WorkflowRun, batchID, ui string) (models.BatchStatus, error) {
+	st, err := c.follow(ctx, tc, run)
+	if err != nil && ctx.Err() != nil {
+		return st, interruptedError{fmt.Sprintf("interrupted: batch %s keeps running on the workers; "+
+			"follow it with 'starter batch status %s' or at %s", batchID, batchID, ui)}
+	}
+	return st, err
+}
+
+// follow prints a progress line per channel on stderr whenever its counts change,
+// until the batch ends, and returns the final status.
+func (c *cli) follow(ctx context.Context, tc client.Client, run client.WorkflowRun) (models.BatchStatus, error) {
 	done := make(chan error, 1)
 	var final models.BatchStatus
 	go func() { done <- run.Get(ctx, &final) }()
@@ -193,12 +244,12 @@ func follow(ctx context.Context, tc client.Client, run client.WorkflowRun, out i
 			if err != nil {
 				continue // the first workflow task may not have run yet
 			}
-			for _, c := range st.Channels {
-				if last[c.Channel] == c {
+			for _, ch := range st.Channels {
+				if last[ch.Channel] == ch {
 					continue
 				}
-				last[c.Channel] = c
-				fmt.Fprintf(out, "%s %-12s %s\n", time.Now().Format("15:04:05"), c.Channel, progress(c))
+				last[ch.Channel] = ch
+				c.diag("%s %-12s %s", time.Now().Format("15:04:05"), ch.Channel, progress(ch))
 			}
 		}
 	}
@@ -221,45 +272,57 @@ func queryStatus(ctx context.Context, tc client.Client, wfID string) (models.Bat
 	return st, nil
 }
 
-// summary prints the per-channel table and returns errReported unless every update
-// was committed or superseded.
-func summary(st models.BatchStatus, out io.Writer) error {
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "channel\ttotal\tcommitted\tsuperseded\trejected\tdead-lettered\tdeferred\trequests\t")
-	rows := append(st.Channels, st.Totals())
-	for _, c := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", c.Channel, c.Total, c.Committed, c.Superseded,
-			c.Rejected, c.DeadLettered, c.Deferred, c.Requests)
-	}
-	_ = tw.Flush()
-	for _, r := range st.Rejected {
-		fmt.Fprintf(out, "rejected %s (%s): %s\n", r.MutationID, r.Channel, models.ValidationError(r.Problems).Error())
-	}
+// verdict is errReported unless every update was committed or superseded.
+func verdict(st models.BatchStatus) error {
 	t := st.Totals()
-	if lost := t.Total - t.Done(); lost != 0 {
-		fmt.Fprintf(out, "WARNING: %d updates without an outcome\n", lost)
-	}
 	if t.Rejected > 0 || t.DeadLettered > 0 || t.Total != t.Done() {
 		return errReported
 	}
 	return nil
 }
 
-func batchStatus(args []string, out io.Writer, getenv func(string) string) error {
-	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
-		return usageError{"batch status: want exactly one batch id"}
+// summary prints the per-channel table and returns verdict(st).
+func (c *cli) summary(st models.BatchStatus) error {
+	t := newTable(c.stdout, "channel\ttotal\tcommitted\tsuperseded\trejected\tdead-lettered\tdeferred\trequests\t", tabwriter.AlignRight)
+	for _, ch := range append(st.Channels, st.Totals()) {
+		t.row("%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t", ch.Channel, ch.Total, ch.Committed, ch.Superseded,
+			ch.Rejected, ch.DeadLettered, ch.Deferred, ch.Requests)
 	}
-	d, err := loadDeps(getenv)
+	_ = t.flush()
+	for _, r := range st.Rejected {
+		fmt.Fprintf(c.stdout, "rejected %s (%s): %s\n", r.MutationID, r.Channel, models.ValidationError(r.Problems).Error())
+	}
+	tot := st.Totals()
+	if lost := tot.Total - tot.Done(); lost != 0 && st.Done {
+		c.diag("WARNING: %d updates without an outcome", lost)
+	}
+	return verdict(st)
+}
+
+func (c *cli) batchStatusCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status BATCH_ID",
+		Short: "Ask a batch for its counts (BATCH_ID or batch/BATCH_ID)",
+		Long: `Query a running or finished batch for its per-channel counts. The exit status is
+3 when some mutations were rejected or dead-lettered.`,
+		Args: exactArgs(1, "exactly one batch id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.batchStatus(cmd.Context(), args[0])
+		},
+	}
+}
+
+func (c *cli) batchStatus(ctx context.Context, id string) error {
+	d, err := c.deps()
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	ctx := context.Background()
 	tc, err := d.temporal(ctx)
 	if err != nil {
 		return err
 	}
-	wfID := args[0]
+	wfID := id
 	if !strings.HasPrefix(wfID, "batch/") {
 		wfID = models.BatchWorkflowID(wfID)
 	}
@@ -267,16 +330,29 @@ func batchStatus(args []string, out io.Writer, getenv func(string) string) error
 	if err != nil {
 		return err
 	}
+	if c.json() {
+		if err := c.writeJSON(struct {
+			WorkflowID string `json:"workflow_id"`
+			UI         string `json:"ui"`
+			models.BatchStatus
+		}{wfID, d.uiLink(wfID), st}); err != nil {
+			return err
+		}
+		return verdict(st)
+	}
 	state := "running"
 	if st.Done {
 		state = "done"
 	}
-	fmt.Fprintf(out, "%s: %s, %d mutations, chunks %d finished / %d running / %d total\n",
+	fmt.Fprintf(c.stdout, "%s: %s, %d mutations, chunks %d finished / %d running / %d total\n",
 		wfID, state, st.Mutations, st.Finished, st.Running, st.Chunks)
 	if len(st.Paused) > 0 {
-		fmt.Fprintf(out, "paused: %s\n", strings.Join(st.Paused, ", "))
+		fmt.Fprintf(c.stdout, "paused: %s\n", strings.Join(st.Paused, ", "))
 	}
-	_ = summary(st, out)
-	fmt.Fprintln(out, d.uiLink(wfID))
-	return nil
+	err = c.summary(st)
+	fmt.Fprintln(c.stdout, d.uiLink(wfID))
+	if !st.Done {
+		return nil // the counts are not final yet
+	}
+	return err
 }

@@ -2,16 +2,14 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"io"
 	"net/url"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
 
 	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
@@ -21,17 +19,17 @@ type deps struct {
 	settings models.Settings
 	channels []models.ChannelConfig
 	tc       client.Client
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
 }
 
-func loadDeps(getenv func(string) string) (*deps, error) {
-	s, err := models.LoadSettings(getenv)
+func (c *cli) deps() (*deps, error) {
+	s, err := models.LoadSettings(c.getenv)
 	if err != nil {
-		return nil, err
+		return nil, configError{err}
 	}
-	chs, err := models.LoadChannels(s.ChannelsFile, getenv)
+	chs, err := models.LoadChannels(s.ChannelsFile, c.getenv)
 	if err != nil {
-		return nil, err
+		return nil, configError{err}
 	}
 	return &deps{settings: s, channels: chs}, nil
 }
@@ -40,29 +38,27 @@ func (d *deps) temporal(ctx context.Context) (client.Client, error) {
 	if d.tc != nil {
 		return d.tc, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	c, err := client.DialContext(ctx, client.Options{HostPort: d.settings.TemporalAddress,
-		Namespace: d.settings.TemporalNamespace, Logger: quietLogger{}})
+	c, err := dial.Temporal(ctx, d.settings, client.Options{Logger: quietLogger{}})
 	if err != nil {
-		return nil, fmt.Errorf("temporal at %s unreachable: %w", d.settings.TemporalAddress, err)
+		if dial.IsUnreachable(err) {
+			return nil, err
+		}
+		return nil, configError{err}
 	}
 	d.tc = c
 	return c, nil
 }
 
-func (d *deps) redis(ctx context.Context) (*redis.Client, error) {
+func (d *deps) redis(ctx context.Context) (redis.UniversalClient, error) {
 	if d.rdb != nil {
 		return d.rdb, nil
 	}
-	opt, err := redis.ParseURL(d.settings.RedisURL)
+	rdb, err := dial.Redis(ctx, d.settings.RedisURL)
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL %s: %w", models.MaskURL(d.settings.RedisURL), err)
-	}
-	rdb := redis.NewClient(opt)
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		_ = rdb.Close()
-		return nil, fmt.Errorf("redis at %s unreachable: %w", models.MaskURL(d.settings.RedisURL), err)
+		if dial.IsUnreachable(err) {
+			return nil, err
+		}
+		return nil, configError{err}
 	}
 	d.rdb = rdb
 	return rdb, nil
@@ -108,27 +104,18 @@ func (d *deps) selectChannels(name string) ([]string, error) {
 		}
 	}
 	if len(slugs) == 0 {
-		return nil, fmt.Errorf("channel %q is not configured", name)
+		return nil, usageError{fmt.Sprintf("--channel %q: not a configured channel", name)}
 	}
 	return slugs, nil
 }
 
-func (d *deps) hasChannel(slug string) bool {
+func (d *deps) channel(slug string) (models.ChannelConfig, bool) {
 	for _, c := range d.channels {
 		if c.Slug == slug {
-			return true
+			return c, true
 		}
 	}
-	return false
-}
-
-// parseFlags parses fs and turns flag errors into usage errors.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		return usageError{fmt.Sprintf("%s: %v", fs.Name(), err)}
-	}
-	return nil
+	return models.ChannelConfig{}, false
 }
 
 // quietLogger keeps the SDK's connection chatter off an operator's terminal.

@@ -1,107 +1,168 @@
 // Command starter is the PMS and operator command line of paritysync: start a batch
-// and watch it, pause and resume a channel, read the dead-letter queue and the
-// quota, and write a sample batch.
-//
-//	starter batch start --file batch.json [--id ID] [--wait]
-//	starter batch submit --file F
-//	starter batch status ID
-//	starter channel pause NAME --reason R
-//	starter channel resume NAME
-//	starter dlq list [--channel C] [--count N]
-//	starter quota [--channel C]
-//	starter reconcile run [--channel C] [--horizon-days N] [--wait]
-//	starter reconcile schedule [--cron "0 3 * * *"] [--horizon-days N]
-//	starter sample --mutations N [--out F]
+// and follow it, pause and resume a channel, read the dead-letter queue and the
+// quota, plan a burst, parse a Retry-After value and write a sample batch. Run
+// `starter --help`, or `starter COMMAND --help`, for every command and flag.
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"runtime/debug"
 	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/paritysync/paritysync/dial"
 )
 
-// Exit statuses: 0 everything committed or superseded, 3 some mutations rejected or
-// dead-lettered, 1 an error, 2 a usage error.
-const (
-	exitOK       = 0
-	exitError    = 1
-	exitUsage    = 2
-	exitReported = 3
-)
+// version is stamped by the build (-ldflags "-X main.version=..."); otherwise the
+// module version or VCS revision from the build info is shown.
+var version = ""
 
-// errReported ends a batch whose mutations were not all committed or superseded.
-var errReported = errors.New("some mutations were rejected or dead-lettered")
-
-// usageError is a command line that makes no sense.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-const usage = `usage:
-  starter batch start --file F [--id ID] [--wait]   start a batch (JSON array or JSON lines)
-  starter batch submit --file F                     hand mutations to the channels' burst smoothers
-  starter batch status ID                           ask a batch for its counts
-  starter channel pause NAME --reason R             pause a channel everywhere
-  starter channel resume NAME                       resume it
-  starter dlq list [--channel C] [--count N]        read the dead-letter queue
-  starter quota [--channel C]                       limiter and daily quota state
-  starter reconcile run [--channel C] [--wait]      read channels back, re-send what drifted
-  starter reconcile schedule [--cron "0 3 * * *"]   run that nightly (a Temporal Schedule)
-  starter sample --mutations N [--out F]            write a realistic sample batch
-configuration comes from the environment (REDIS_URL, TEMPORAL_ADDRESS, ...; see README)`
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	v := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v = bi.Main.Version
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				v += " " + s.Value
+			}
+		}
+	}
+	return v
+}
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
 }
 
-func run(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	err := dispatch(args, stdout, getenv)
-	var ue usageError
-	switch {
-	case err == nil:
+// cli is what every command shares: where data and diagnostics go, the output
+// format and the environment the configuration is read from.
+type cli struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	output         string
+}
+
+// json reports whether --output json was asked for.
+func (c *cli) json() bool { return c.output == "json" }
+
+// diag writes a diagnostic line to stderr: progress, hints, warnings — never data.
+func (c *cli) diag(format string, args ...any) { fmt.Fprintf(c.stderr, format+"\n", args...) }
+
+// run executes one command line and returns its exit status (see exitHelp).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	// go-redis would print its pool's dial retries before the one error we report.
+	dial.QuietRedisLogs()
+	c := &cli{stdout: stdout, stderr: stderr, getenv: getenv}
+	root := c.rootCmd()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
 		return exitOK
-	case errors.Is(err, errReported):
-		return exitReported
-	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "starter: %s\n%s\n", ue.msg, usage)
-		return exitUsage
-	default:
-		fmt.Fprintln(stderr, "starter:", err)
-		return exitError
 	}
+	code := exitCode(err)
+	var te tierExit
+	switch {
+	case errors.As(err, &te), errors.Is(err, errReported):
+		// The command printed its result; the status says how it went.
+	case code == exitUsage:
+		fmt.Fprintf(stderr, "starter: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
+	default:
+		fmt.Fprintf(stderr, "starter: %v\n", err)
+	}
+	return code
 }
 
-func dispatch(args []string, out io.Writer, getenv func(string) string) error {
-	if len(args) == 0 {
-		return usageError{"no command"}
+func (c *cli) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "starter",
+		Short: "Operate paritysync: batches, channels, dead letters, quota and planning tools",
+		Long: `starter is paritysync's command line for a PMS integration and for operators.
+
+Configuration comes from the environment: REDIS_URL (one node, or a cluster as
+redis://host1:port1,host2:port2), TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, the Temporal
+TLS and API key files (TEMPORAL_TLS_CERT, TEMPORAL_TLS_KEY, TEMPORAL_TLS_CA,
+TEMPORAL_API_KEY_FILE), PARITYSYNC_CHANNELS_FILE and the rest listed in the README.
+
+Data goes to stdout (a table, or JSON with --output json); progress and errors go
+to stderr.` + "\n\n" + exitHelp,
+		Version:       versionString(),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageError{"a command is required"}
+		},
 	}
-	cmd, rest := args[0], args[1:]
-	sub := ""
-	if len(rest) > 0 {
-		sub = rest[0]
-	}
-	switch {
-	case cmd == "batch" && sub == "start":
-		return batchStart(rest[1:], out, getenv)
-	case cmd == "batch" && sub == "submit":
-		return batchSubmit(rest[1:], out, getenv)
-	case cmd == "batch" && sub == "status":
-		return batchStatus(rest[1:], out, getenv)
-	case cmd == "channel" && (sub == "pause" || sub == "resume"):
-		return channelPause(sub == "pause", rest[1:], out, getenv)
-	case cmd == "dlq" && sub == "list":
-		return dlqList(rest[1:], out, getenv)
-	case cmd == "reconcile" && (sub == "run" || sub == "schedule"):
-		return reconcile(sub == "schedule", rest[1:], out, getenv)
-	case cmd == "quota":
-		return quota(rest, out, getenv)
-	case cmd == "sample":
-		return sample(rest, out)
-	case cmd == "help" || cmd == "-h" || cmd == "--help":
-		fmt.Fprintln(out, usage)
+	root.PersistentFlags().StringVarP(&c.output, "output", "o", "table", "output format: table or json")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if c.output != "table" && c.output != "json" {
+			return usageError{fmt.Sprintf("--output %q: want table or json", c.output)}
+		}
 		return nil
 	}
-	return usageError{fmt.Sprintf("unknown command %q", strings.Join(args[:min(2, len(args))], " "))}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	root.AddCommand(c.batchCmd(), c.channelCmd(), c.dlqCmd(), c.quotaCmd(), c.reconcileCmd(),
+		c.sampleCmd(), c.retryAfterCmd(), c.smoothCmd())
+	return root
+}
+
+// group is a command that only holds subcommands.
+func group(use, short string, subs ...*cobra.Command) *cobra.Command {
+	g := &cobra.Command{Use: use, Short: short, Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageError{fmt.Sprintf("%s: a subcommand is required", cmd.CommandPath())}
+		}}
+	g.AddCommand(subs...)
+	return g
+}
+
+// noArgs refuses stray arguments, naming an unknown subcommand as such.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		if cmd.HasSubCommands() {
+			return usageError{fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())}
+		}
+		return usageError{fmt.Sprintf("%s takes no arguments, got %q", cmd.CommandPath(), strings.Join(args, " "))}
+	}
+	return nil
+}
+
+// exactArgs wants n arguments, described by what.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageError{fmt.Sprintf("%s: want %s", cmd.CommandPath(), what)}
+		}
+		return nil
+	}
+}
+
+// required marks flags required; cobra's error for a missing one becomes a usage error.
+func required(cmd *cobra.Command, names ...string) {
+	for _, n := range names {
+		if err := cmd.MarkFlagRequired(n); err != nil {
+			panic(err) // a flag name typo in this file
+		}
+	}
+}
+
+// flagSet reports whether the named flag was given on the command line.
+func flagSet(fs *pflag.FlagSet, name string) bool {
+	f := fs.Lookup(name)
+	return f != nil && f.Changed
 }

@@ -2,49 +2,64 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"io"
 	"strings"
-	"text/tabwriter"
+	"time"
 
+	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
 
+func (c *cli) channelCmd() *cobra.Command {
+	var reason string
+	pause := &cobra.Command{
+		Use:   "pause CHANNEL --reason REASON",
+		Short: "Pause a channel everywhere: in the limiter and in every running batch",
+		Long: `Pause CHANNEL in the shared limiter, so every worker and every new batch waits,
+and signal every running BatchSync, which forwards the pause to its children.`,
+		Args: exactArgs(1, "one channel name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(reason) == "" {
+				return usageError{"channel pause: --reason must say why"}
+			}
+			return c.channelPause(cmd.Context(), true, args[0], reason)
+		},
+	}
+	pause.Flags().StringVarP(&reason, "reason", "r", "", "why the channel is paused; shown by quota and in the workflows (required)")
+	required(pause, "reason")
+	resume := &cobra.Command{
+		Use:   "resume CHANNEL",
+		Short: "Resume a paused channel everywhere",
+		Args:  exactArgs(1, "one channel name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.channelPause(cmd.Context(), false, args[0], "")
+		},
+	}
+	return group("channel", "Pause and resume a channel", pause, resume)
+}
+
 // channelPause sets (or clears) the limiter pause, so new batches wait too, and
 // signals every running BatchSync, which forwards it to its children.
-func channelPause(pause bool, args []string, out io.Writer, getenv func(string) string) error {
+func (c *cli) channelPause(ctx context.Context, pause bool, name, reason string) error {
 	verb := map[bool]string{true: "pause", false: "resume"}[pause]
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return usageError{"channel " + verb + ": want a channel name"}
-	}
-	name := args[0]
-	fs := flag.NewFlagSet("channel "+verb, flag.ContinueOnError)
-	reason := fs.String("reason", "", "why (required to pause)")
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	if pause && strings.TrimSpace(*reason) == "" {
-		return usageError{"channel pause: --reason is required"}
-	}
-	d, err := loadDeps(getenv)
+	d, err := c.deps()
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	if !d.hasChannel(name) {
-		return fmt.Errorf("channel %q is not configured", name)
+	if _, ok := d.channel(name); !ok {
+		return usageError{fmt.Sprintf("channel %s: %q is not a configured channel", verb, name)}
 	}
-	ctx := context.Background()
 	lim, err := d.limiter(ctx)
 	if err != nil {
 		return err
 	}
 	if pause {
-		err = lim.Pause(ctx, name, *reason)
+		err = lim.Pause(ctx, name, reason)
 	} else {
 		err = lim.Resume(ctx, name)
 	}
@@ -74,8 +89,8 @@ func channelPause(pause bool, args []string, out io.Writer, getenv func(string) 
 				continue
 			}
 			id := e.Execution.WorkflowId
-			if err := tc.SignalWorkflow(ctx, id, "", signal, models.PauseSignal{Channel: name, Reason: *reason}); err != nil {
-				fmt.Fprintf(out, "signal %s: %v\n", id, err)
+			if err := tc.SignalWorkflow(ctx, id, "", signal, models.PauseSignal{Channel: name, Reason: reason}); err != nil {
+				c.diag("signal %s: %v", id, err)
 				continue
 			}
 			n++
@@ -84,79 +99,208 @@ func channelPause(pause bool, args []string, out io.Writer, getenv func(string) 
 			break
 		}
 	}
-	fmt.Fprintf(out, "%s %sd in the limiter; signalled %d running batches\n", name, verb, n)
+	if c.json() {
+		return c.writeJSON(struct {
+			Channel   string `json:"channel"`
+			Action    string `json:"action"`
+			Reason    string `json:"reason,omitempty"`
+			Signalled int    `json:"signalled_batches"`
+		}{name, verb, reason, n})
+	}
+	fmt.Fprintf(c.stdout, "%s %sd in the limiter; signalled %d running batches\n", name, verb, n)
 	return nil
 }
 
-func dlqList(args []string, out io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("dlq list", flag.ContinueOnError)
-	channel := fs.String("channel", "", "one channel (default: all)")
-	count := fs.Int64("count", 50, "most entries per channel")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+func (c *cli) dlqCmd() *cobra.Command {
+	var channel string
+	var count int64
+	list := &cobra.Command{
+		Use:   "list [--channel CHANNEL] [--count N]",
+		Short: "Read the dead-letter queue, oldest first",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if count < 1 {
+				return usageError{"dlq list: --count must be at least 1"}
+			}
+			return c.dlqList(cmd.Context(), channel, count)
+		},
 	}
-	d, err := loadDeps(getenv)
+	list.Flags().StringVarP(&channel, "channel", "c", "", "one channel (default: every configured channel)")
+	list.Flags().Int64VarP(&count, "count", "n", 50, "most entries per channel")
+	return group("dlq", "Read the dead-letter queue", list)
+}
+
+// deadLetterRow is one dead letter as dlq list prints it.
+type deadLetterRow struct {
+	Channel  string    `json:"channel"`
+	ID       string    `json:"id"`
+	At       time.Time `json:"at"`
+	BatchID  string    `json:"batch_id"`
+	Property string    `json:"property_id"`
+	Family   string    `json:"family"`
+	Lines    int       `json:"lines"`
+	Reason   string    `json:"reason"`
+	Status   int       `json:"status,omitempty"`
+	Message  string    `json:"message,omitempty"`
+}
+
+func (c *cli) dlqList(ctx context.Context, channel string, count int64) error {
+	d, err := c.deps()
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	ctx := context.Background()
+	slugs, err := d.selectChannels(channel)
+	if err != nil {
+		return err
+	}
 	st, err := d.store(ctx)
 	if err != nil {
 		return err
 	}
-	slugs, err := d.selectChannels(*channel)
-	if err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "channel\tid\tat\tbatch\tproperty\tfamily\tlines\treason\tstatus\tmessage")
-	total := 0
+	rows := []deadLetterRow{}
 	for _, slug := range slugs {
-		entries, err := st.DeadLetters(ctx, slug, *count)
+		entries, err := st.DeadLetters(ctx, slug, count)
 		if err != nil {
 			return err
 		}
 		for _, e := range entries {
-			total++
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", slug, e.ID, e.At.Format("2006-01-02 15:04:05"),
-				e.BatchID, e.Property, e.Request.Family, len(e.Request.Lines), e.Reason, e.Status, e.Message)
+			rows = append(rows, deadLetterRow{Channel: slug, ID: e.ID, At: e.At, BatchID: e.BatchID, Property: e.Property,
+				Family: string(e.Request.Family), Lines: len(e.Request.Lines), Reason: e.Reason, Status: e.Status, Message: e.Message})
 		}
 	}
-	_ = tw.Flush()
-	fmt.Fprintf(out, "%d entries\n", total)
+	if c.json() {
+		return c.writeJSON(rows)
+	}
+	t := newTable(c.stdout, "channel\tid\tat\tbatch\tproperty\tfamily\tlines\treason\tstatus\tmessage", 0)
+	for _, r := range rows {
+		t.row("%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s", r.Channel, r.ID, r.At.Format("2006-01-02 15:04:05"),
+			r.BatchID, r.Property, r.Family, r.Lines, r.Reason, r.Status, r.Message)
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	c.diag("%d entries", len(rows))
 	return nil
 }
 
-func quota(args []string, out io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("quota", flag.ContinueOnError)
-	channel := fs.String("channel", "", "one channel (default: all)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+func (c *cli) quotaCmd() *cobra.Command {
+	var channel string
+	cmd := &cobra.Command{
+		Use:   "quota [--channel CHANNEL]",
+		Short: "Daily quota, tier, pause and buckets per channel; the exit status is the tier",
+		Long: `Print each channel's limiter state: daily quota used, its tier, the time to the
+reset, an operator pause or a back-off after a 429, and the buckets.
+
+The exit status is the worst tier among the channels shown (or the one named with
+--channel), for cron jobs and alerting:
+  0 ok (< 70 %)   1 warn (≥ 70 %)   2 page (≥ 85 %)   3 throttle (≥ 95 %) or stop (100 %)
+A failure to read the state exits 64 or more (see starter --help), never 0–3.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return c.quota(cmd.Context(), channel) },
 	}
-	d, err := loadDeps(getenv)
+	cmd.Flags().StringVarP(&channel, "channel", "c", "", "one channel (default: every configured channel, exit status of the worst)")
+	return cmd
+}
+
+// quotaRow is one channel's limiter state as quota prints it.
+type quotaRow struct {
+	Channel         string       `json:"channel"`
+	DailyUsed       int          `json:"daily_used"`
+	DailyLimit      int          `json:"daily_limit"`
+	UsedPercent     float64      `json:"used_percent"`
+	Tier            limiter.Tier `json:"tier"`
+	ResetsInSeconds float64      `json:"resets_in_seconds"`
+	Paused          string       `json:"paused,omitempty"`
+	BackoffSeconds  float64      `json:"backoff_seconds"`
+	// WindowLimit is the limit in force (0 for a per-property channel); InWindow and
+	// Ahead the slots of the current 60 s window and the held future ones; Foreign
+	// what others use of the window, by the channel's rate-limit headers.
+	WindowLimit int `json:"window_limit"`
+	InWindow    int `json:"in_window"`
+	Ahead       int `json:"reserved_ahead"`
+	Foreign     int `json:"foreign,omitempty"`
+}
+
+// tierExitCode is the exit status of a quota tier.
+func tierExitCode(t limiter.Tier) int {
+	switch t {
+	case limiter.TierWarn:
+		return exitWarn
+	case limiter.TierPage:
+		return exitPage
+	case limiter.TierThrottle, limiter.TierStop:
+		return exitThrottle
+	}
+	return exitOK
+}
+
+func (c *cli) quota(ctx context.Context, channel string) error {
+	d, err := c.deps()
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	slugs, err := d.selectChannels(*channel)
+	slugs, err := d.selectChannels(channel)
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
 	lim, err := d.limiter(ctx)
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "channel\tdaily used\tlimit\ttier\tresets in\tpaused\tback-off\twindow limit\tin window\treserved ahead\tothers' use")
+	rows := make([]quotaRow, 0, len(slugs))
+	worst := exitOK
 	for _, slug := range slugs {
 		s, err := lim.Status(ctx, slug)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", slug, s.DailyUsed, s.DailyLimit, s.Tier,
-			s.QuotaResetsIn.Round(1e9), s.PausedReason, s.PausedFor.Round(1e6), s.Limit, s.InWindow, s.Ahead, s.Foreign)
+		r := quotaRow{Channel: slug, DailyUsed: s.DailyUsed, DailyLimit: s.DailyLimit, Tier: s.Tier,
+			ResetsInSeconds: s.QuotaResetsIn.Seconds(), Paused: s.PausedReason,
+			BackoffSeconds: s.PausedFor.Seconds(), WindowLimit: s.Limit, InWindow: s.InWindow, Ahead: s.Ahead,
+			Foreign: s.Foreign}
+		if s.DailyLimit > 0 {
+			r.UsedPercent = float64(s.DailyUsed) * 100 / float64(s.DailyLimit)
+		}
+		rows = append(rows, r)
+		worst = max(worst, tierExitCode(s.Tier))
 	}
-	return tw.Flush()
+	if c.json() {
+		if err := c.writeJSON(struct {
+			Channels []quotaRow   `json:"channels"`
+			Worst    limiter.Tier `json:"worst_tier"`
+			Exit     int          `json:"exit_status"`
+		}{rows, worstTier(rows), worst}); err != nil {
+			return err
+		}
+	} else {
+		t := newTable(c.stdout, "channel\tdaily used\tlimit\tused\ttier\tresets in\tpaused\tback-off\twindow limit\tin window\treserved ahead\tothers' use", 0)
+		for _, r := range rows {
+			t.row("%s\t%d\t%d\t%.1f%%\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d", r.Channel, r.DailyUsed, r.DailyLimit, r.UsedPercent, r.Tier,
+				seconds(r.ResetsInSeconds).Round(time.Second), r.Paused, seconds(r.BackoffSeconds).Round(time.Millisecond),
+				r.WindowLimit, r.InWindow, r.Ahead, r.Foreign)
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+	if worst != exitOK {
+		return tierExit{worst}
+	}
+	return nil
 }
+
+var tierRank = map[limiter.Tier]int{limiter.TierOK: 0, limiter.TierWarn: 1, limiter.TierPage: 2, limiter.TierThrottle: 3, limiter.TierStop: 4}
+
+func worstTier(rows []quotaRow) limiter.Tier {
+	w := limiter.TierOK
+	for _, r := range rows {
+		if tierRank[r.Tier] > tierRank[w] {
+			w = r.Tier
+		}
+	}
+	return w
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

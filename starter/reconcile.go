@@ -3,12 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -19,65 +18,93 @@ import (
 // reconcileScheduleID is the one nightly reconciliation schedule.
 const reconcileScheduleID = "reconcile-nightly"
 
-// reconcile runs reconciliation now or schedules it nightly.
-func reconcile(schedule bool, args []string, out io.Writer, getenv func(string) string) error {
-	name := map[bool]string{true: "reconcile schedule", false: "reconcile run"}[schedule]
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	channel := fs.String("channel", "", "one channel (default: all)")
-	horizon := fs.Int("horizon-days", models.DefaultReconcileHorizon, "nights ahead to compare")
-	cron := fs.String("cron", "0 3 * * *", "when to run, a cron expression in UTC (schedule only)")
-	wait := fs.Bool("wait", false, "wait for the run and print what it found (run only)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+func (c *cli) reconcileCmd() *cobra.Command {
+	var channel, cron string
+	var horizon int
+	var wait bool
+	runCmd := &cobra.Command{
+		Use:   "run [--channel CHANNEL] [--horizon-days N] [--wait]",
+		Short: "Read the channels back now and re-send what drifted",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.reconcile(cmd.Context(), false, channel, horizon, "", wait)
+		},
 	}
-	if *horizon < 1 {
-		return usageError{name + ": --horizon-days must be at least 1"}
+	runCmd.Flags().StringVarP(&channel, "channel", "c", "", "one channel (default: every configured channel)")
+	runCmd.Flags().IntVar(&horizon, "horizon-days", models.DefaultReconcileHorizon, "nights ahead to compare")
+	runCmd.Flags().BoolVarP(&wait, "wait", "w", false, "wait for the run and print what it found")
+	schedCmd := &cobra.Command{
+		Use:   "schedule [--cron EXPR] [--channel CHANNEL] [--horizon-days N]",
+		Short: "Run reconciliation on a schedule (a Temporal Schedule), nightly by default",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.reconcile(cmd.Context(), true, channel, horizon, cron, false)
+		},
 	}
-	d, err := loadDeps(getenv)
+	schedCmd.Flags().StringVarP(&channel, "channel", "c", "", "one channel (default: every configured channel)")
+	schedCmd.Flags().IntVar(&horizon, "horizon-days", models.DefaultReconcileHorizon, "nights ahead to compare")
+	schedCmd.Flags().StringVar(&cron, "cron", "0 3 * * *", "when to run, a cron expression in UTC")
+	return group("reconcile", "Compare the channels with the ledger and repair drift", runCmd, schedCmd)
+}
+
+// reconcile runs reconciliation now or schedules it.
+func (c *cli) reconcile(ctx context.Context, schedule bool, channel string, horizon int, cron string, wait bool) error {
+	if horizon < 1 {
+		return usageError{"--horizon-days must be at least 1"}
+	}
+	d, err := c.deps()
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	slugs, err := d.selectChannels(*channel)
+	slugs, err := d.selectChannels(channel)
 	if err != nil {
 		return err
 	}
-	in := models.ReconcileInput{Channels: slugs, HorizonDays: *horizon}
-	ctx := context.Background()
+	in := models.ReconcileInput{Channels: slugs, HorizonDays: horizon}
 	tc, err := d.temporal(ctx)
 	if err != nil {
 		return err
 	}
 	if schedule {
-		return scheduleReconcile(ctx, tc, d, in, *cron, out)
+		return c.scheduleReconcile(ctx, tc, d, in, cron)
 	}
 	id := models.ReconcileWorkflowID(models.DateOf(time.Now()))
 	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: d.settings.TaskQueue}, workflows.Reconcile, in)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
-	fmt.Fprintf(out, "started %s over %d channels, %d nights\n%s\n", id, len(slugs), *horizon, d.uiLink(id))
-	if !*wait {
+	if !wait {
+		if c.json() {
+			return c.writeJSON(map[string]any{"workflow_id": id, "channels": slugs, "horizon_days": horizon, "ui": d.uiLink(id)})
+		}
+		fmt.Fprintf(c.stdout, "started %s over %d channels, %d nights\n%s\n", id, len(slugs), horizon, d.uiLink(id))
 		return nil
 	}
+	c.diag("started %s over %d channels, %d nights; waiting (Ctrl-C stops waiting, not the run)\n%s", id, len(slugs), horizon, d.uiLink(id))
 	var res models.ReconcileResult
 	if err := run.Get(ctx, &res); err != nil {
+		if ctx.Err() != nil {
+			return interruptedError{fmt.Sprintf("interrupted: %s keeps running; follow it at %s", id, d.uiLink(id))}
+		}
 		return fmt.Errorf("%s: %w", id, err)
 	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "channel\tchecked\tdrifted\trepaired\trepair dead-lettered\t")
-	for _, c := range res.Channels {
-		var t models.ChannelCounts
-		if c.Repair != nil {
-			t = c.Repair.Totals()
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t\n", c.Channel, c.Checked, c.Drifted, t.Committed, t.DeadLettered)
+	if c.json() {
+		return c.writeJSON(res)
 	}
-	return tw.Flush()
+	t := newTable(c.stdout, "channel\tchecked\tdrifted\trepaired\trepair dead-lettered\t", tabwriter.AlignRight)
+	for _, ch := range res.Channels {
+		var tot models.ChannelCounts
+		if ch.Repair != nil {
+			tot = ch.Repair.Totals()
+		}
+		t.row("%s\t%d\t%d\t%d\t%d\t", ch.Channel, ch.Checked, ch.Drifted, tot.Committed, tot.DeadLettered)
+	}
+	return t.flush()
 }
 
 // scheduleReconcile creates the nightly schedule, or updates it when it exists.
-func scheduleReconcile(ctx context.Context, tc client.Client, d *deps, in models.ReconcileInput, cron string, out io.Writer) error {
+func (c *cli) scheduleReconcile(ctx context.Context, tc client.Client, d *deps, in models.ReconcileInput, cron string) error {
 	action := &client.ScheduleWorkflowAction{
 		// Scheduled runs are named reconcile/nightly-<time>.
 		ID: "reconcile/nightly", Workflow: workflows.Reconcile, Args: []any{in}, TaskQueue: d.settings.TaskQueue,
@@ -95,7 +122,11 @@ func scheduleReconcile(ctx context.Context, tc client.Client, d *deps, in models
 	if err != nil {
 		return fmt.Errorf("schedule %s: %w", reconcileScheduleID, err)
 	}
-	fmt.Fprintf(out, "schedule %s: %q (UTC) over %v, %d nights\n%s/namespaces/%s/schedules/%s\n", reconcileScheduleID, cron,
-		in.Channels, in.HorizonDays, d.settings.TemporalUI, d.settings.TemporalNamespace, reconcileScheduleID)
+	link := fmt.Sprintf("%s/namespaces/%s/schedules/%s", d.settings.TemporalUI, d.settings.TemporalNamespace, reconcileScheduleID)
+	if c.json() {
+		return c.writeJSON(map[string]any{"schedule_id": reconcileScheduleID, "cron": cron, "channels": in.Channels,
+			"horizon_days": in.HorizonDays, "ui": link})
+	}
+	fmt.Fprintf(c.stdout, "schedule %s: %q (UTC) over %v, %d nights\n%s\n", reconcileScheduleID, cron, in.Channels, in.HorizonDays, link)
 	return nil
 }

@@ -2,30 +2,42 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/paritysync/paritysync/models"
 )
 
-func sample(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("sample", flag.ContinueOnError)
-	n := fs.Int("mutations", 300, "how many mutations")
-	file := fs.String("out", "", "write here instead of stdout")
-	seed := fs.Uint64("seed", 1, "random seed")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+func (c *cli) sampleCmd() *cobra.Command {
+	var n int
+	var file string
+	var seed uint64
+	cmd := &cobra.Command{
+		Use:   "sample [--mutations N] [--out FILE] [--seed S]",
+		Short: "Write a realistic sample batch as JSON lines (with a few invalid rows on purpose)",
+		Args:  noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if n < 10 {
+				return usageError{"sample: --mutations must be at least 10"}
+			}
+			return c.sample(n, file, seed)
+		},
 	}
-	if *n < 10 {
-		return usageError{"sample: --mutations must be at least 10"}
-	}
-	ms := models.SampleBatch(*n, models.DateOf(time.Now()), time.Now().Unix(), *seed)
-	w := out
-	if *file != "" {
-		f, err := os.Create(*file)
+	cmd.Flags().IntVarP(&n, "mutations", "n", 300, "how many mutations")
+	cmd.Flags().StringVar(&file, "out", "", "write to this file instead of stdout")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "random seed: the same seed writes the same batch")
+	return cmd
+}
+
+func (c *cli) sample(n int, file string, seed uint64) error {
+	ms := models.SampleBatch(n, models.DateOf(time.Now()), time.Now().Unix(), seed)
+	var w io.Writer = c.stdout
+	if file != "" {
+		f, err := os.Create(file)
 		if err != nil {
 			return fmt.Errorf("sample: %w", err)
 		}
@@ -37,6 +49,9 @@ func sample(args []string, out io.Writer) error {
 		if err := enc.Encode(m); err != nil {
 			return fmt.Errorf("sample: %w", err)
 		}
+	}
+	if file != "" {
+		c.diag("wrote %d mutations to %s", len(ms), file)
 	}
 	return nil
 }

@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
-	"io"
 	"sort"
 
+	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -18,28 +18,49 @@ import (
 // submitSize is how many mutations one submit update carries.
 const submitSize = models.MaxInlineMutations
 
-// batchSubmit hands mutations to the channels' burst smoothers, for a PMS that sends
-// many small changes: the smoother gathers them into few batches and refuses them,
-// to be retried, when too many are already waiting.
-func batchSubmit(args []string, out io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("batch submit", flag.ContinueOnError)
-	file := fs.String("file", "", "mutations: a JSON array or JSON lines")
-	ms, err := readFileFlag(fs, file, args)
+func (c *cli) batchSubmitCmd() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "submit --file FILE",
+		Short: "Hand mutations to the channels' burst smoothers",
+		Long: `Hand the mutations in FILE to each channel's burst smoother (smoother/<channel>),
+for a PMS that sends many small changes: the smoother gathers them into few batches.
+
+When too many mutations already wait, the smoother refuses the submit (admission
+control): the exit status is then 75 and the message says what was not sent; submit
+those again later. Mutations for an unknown channel are reported and exit 3.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return c.batchSubmit(cmd.Context(), file) },
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "mutations: a JSON array or JSON lines (required)")
+	required(cmd, "file")
+	return cmd
+}
+
+// submitted is one accepted submit.
+type submitted struct {
+	Smoother string `json:"smoother"`
+	Accepted int    `json:"accepted"`
+	Pending  int    `json:"pending"`
+}
+
+func (c *cli) batchSubmit(ctx context.Context, file string) error {
+	ms, err := readMutations(file)
 	if err != nil {
 		return err
 	}
-	d, err := loadDeps(getenv)
+	d, err := c.deps()
 	if err != nil {
 		return err
 	}
 	defer d.close()
 	byChannel := map[string][]models.Mutation{}
 	var channels []string
-	unknown := 0
+	var unknown []models.Rejection
 	for _, m := range ms {
-		if !d.hasChannel(m.Channel) {
-			fmt.Fprintf(out, "rejected %s: channel: %q is not a configured channel\n", m.ID, m.Channel)
-			unknown++
+		if _, ok := d.channel(m.Channel); !ok {
+			unknown = append(unknown, models.Rejection{MutationID: m.ID, Channel: m.Channel,
+				Problems: []models.FieldError{{Field: "channel", Rule: models.RuleChannelUnknown}}})
 			continue
 		}
 		if _, ok := byChannel[m.Channel]; !ok {
@@ -48,27 +69,59 @@ func batchSubmit(args []string, out io.Writer, getenv func(string) string) error
 		byChannel[m.Channel] = append(byChannel[m.Channel], m)
 	}
 	sort.Strings(channels)
-	ctx := context.Background()
-	tc, err := d.temporal(ctx)
-	if err != nil {
-		return err
+	var done []submitted
+	report := func() error {
+		if c.json() {
+			return c.writeJSON(struct {
+				Submitted []submitted        `json:"submitted"`
+				Rejected  []models.Rejection `json:"rejected,omitempty"`
+			}{done, unknown})
+		}
+		for _, s := range done {
+			fmt.Fprintf(c.stdout, "%s: %d accepted, %d waiting\n", s.Smoother, s.Accepted, s.Pending)
+		}
+		for _, r := range unknown {
+			fmt.Fprintf(c.stdout, "rejected %s: %s\n", r.MutationID, models.ValidationError(r.Problems).Error())
+		}
+		return nil
 	}
-	for _, ch := range channels {
-		queued := byChannel[ch]
-		for len(queued) > 0 {
-			part := queued[:min(submitSize, len(queued))]
-			res, err := submit(ctx, tc, d.settings.TaskQueue, ch, part)
-			if err != nil {
-				return fmt.Errorf("submit %d mutations to %s (%d more not sent): %w", len(part), models.SmootherWorkflowID(ch), len(queued)-len(part), err)
+	if len(channels) > 0 {
+		tc, err := d.temporal(ctx)
+		if err != nil {
+			return err
+		}
+		for _, ch := range channels {
+			queued := byChannel[ch]
+			for len(queued) > 0 {
+				part := queued[:min(submitSize, len(queued))]
+				res, err := submit(ctx, tc, d.settings.TaskQueue, ch, part)
+				if err != nil {
+					_ = report()
+					return submitError(fmt.Errorf("submit %d mutations to %s (%d more of that channel not sent): %w",
+						len(part), models.SmootherWorkflowID(ch), len(queued)-len(part), err))
+				}
+				queued = queued[len(part):]
+				done = append(done, submitted{models.SmootherWorkflowID(ch), res.Accepted, res.Pending})
 			}
-			queued = queued[len(part):]
-			fmt.Fprintf(out, "%s: %d accepted, %d waiting\n", models.SmootherWorkflowID(ch), res.Accepted, res.Pending)
 		}
 	}
-	if unknown > 0 {
+	if err := report(); err != nil {
+		return err
+	}
+	if len(unknown) > 0 {
 		return errReported
 	}
 	return nil
+}
+
+// submitError makes a smoother's admission refusal a refusedError (exit 75): the
+// PMS submits again later; anything else stays an error.
+func submitError(err error) error {
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) && ae.Type() == models.ErrSmootherFull {
+		return refusedError{err}
+	}
+	return err
 }
 
 // submit sends one submit update, starting the channel's smoother if it is not running.

@@ -5,20 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.uber.org/fx"
 
 	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/workflows"
@@ -39,7 +37,7 @@ func newApp(getenv Getenv, extra ...fx.Option) *fx.App {
 		fx.NopLogger,
 		fx.Supply(getenv),
 		fx.Provide(loadConfig, newRedis, newTemporal, newLimiter, newTokens, newChannelClient, newActivities, newWorker, newMetrics),
-		fx.Invoke(func(worker.Worker, *http.Server) {}),
+		fx.Invoke(func(worker.Worker, *http.Server) {}, registerLimiterGauges),
 	}
 	return fx.New(append(opts, extra...)...)
 }
@@ -62,18 +60,12 @@ func loadConfig(getenv Getenv) (config, error) {
 	return config{Settings: s, Channels: chs}, nil
 }
 
-// newRedis connects and pings, so an unreachable Redis stops the worker at start.
-func newRedis(lc fx.Lifecycle, s models.Settings) (*redis.Client, error) {
-	opt, err := redis.ParseURL(s.RedisURL)
+// newRedis connects (a cluster when REDIS_URL names several addresses) and pings,
+// so an unreachable Redis stops the worker at start.
+func newRedis(lc fx.Lifecycle, s models.Settings) (redis.UniversalClient, error) {
+	rdb, err := dial.Redis(context.Background(), s.RedisURL)
 	if err != nil {
-		return nil, startupError{fmt.Errorf("REDIS_URL %s: %w", models.MaskURL(s.RedisURL), err)}
-	}
-	rdb := redis.NewClient(opt)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		_ = rdb.Close()
-		return nil, startupError{fmt.Errorf("redis at %s unreachable: %w", models.MaskURL(s.RedisURL), err)}
+		return nil, startupError{err}
 	}
 	lc.Append(fx.StopHook(rdb.Close))
 	return rdb, nil
@@ -81,21 +73,19 @@ func newRedis(lc fx.Lifecycle, s models.Settings) (*redis.Client, error) {
 
 // newTemporal dials the Temporal frontend, so an unreachable server stops the worker
 // at start.
-func newTemporal(lc fx.Lifecycle, s models.Settings) (client.Client, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := client.DialContext(ctx, client.Options{
-		HostPort: s.TemporalAddress, Namespace: s.TemporalNamespace,
-		Logger: tlog.NewStructuredLogger(slog.Default()),
+func newTemporal(lc fx.Lifecycle, s models.Settings, sdkMetrics client.MetricsHandler) (client.Client, error) {
+	c, err := dial.Temporal(context.Background(), s, client.Options{
+		Logger:         tlog.NewStructuredLogger(slog.Default()),
+		MetricsHandler: sdkMetrics,
 	})
 	if err != nil {
-		return nil, startupError{fmt.Errorf("temporal at %s unreachable: %w", s.TemporalAddress, err)}
+		return nil, startupError{err}
 	}
 	lc.Append(fx.StopHook(c.Close))
 	return c, nil
 }
 
-func newLimiter(rdb *redis.Client, s models.Settings, chs []models.ChannelConfig) *limiter.Limiter {
+func newLimiter(rdb redis.UniversalClient, s models.Settings, chs []models.ChannelConfig) *limiter.Limiter {
 	return limiter.New(rdb, chs, limiter.Options{Prefix: s.KeyPrefix, PausePoll: s.PausePoll,
 		Lease: s.HTTPTimeout + 5*time.Second})
 }
@@ -122,12 +112,14 @@ func newChannelClient(s models.Settings, tokens activities.TokenProvider, chs []
 	return activities.NewChannelClient(hc, s.ChannelURL, tokens, chs, s.HTTPTimeout)
 }
 
-func newActivities(s models.Settings, chs []models.ChannelConfig, rdb *redis.Client, lim *limiter.Limiter,
+func newActivities(s models.Settings, chs []models.ChannelConfig, rdb redis.UniversalClient, lim *limiter.Limiter,
 	cc *activities.ChannelClient, tokens activities.TokenProvider, m *activities.Metrics) (*activities.Activities, error) {
 	v, err := models.NewValidator(chs, s.PropertyPattern, time.Now)
 	if err != nil {
 		return nil, startupError{fmt.Errorf("PARITYSYNC_PROPERTY_PATTERN: %w", err)}
 	}
+	v.Zones = s.Zones
+	m.Zero(slugs(chs))
 	return &activities.Activities{
 		Limiter: lim, Client: cc, Tokens: tokens, Store: activities.NewStore(rdb, s.KeyPrefix),
 		Channels: models.ChannelMap(chs), Validator: v, ChunkSize: s.ChunkSize, Metrics: m,
@@ -140,6 +132,7 @@ func newWorker(lc fx.Lifecycle, c client.Client, s models.Settings, acts *activi
 	w := worker.New(c, s.TaskQueue, worker.Options{
 		MaxConcurrentActivityExecutionSize: s.MaxActivities,
 		WorkerStopTimeout:                  s.ShutdownTimeout,
+		Interceptors:                       []interceptor.WorkerInterceptor{&logKeys{}},
 	})
 	w.RegisterWorkflow(workflows.BatchSync)
 	w.RegisterWorkflow(workflows.ChannelSync)
@@ -163,36 +156,10 @@ func newWorker(lc fx.Lifecycle, c client.Client, s models.Settings, acts *activi
 	return w
 }
 
-type metricsOut struct {
-	fx.Out
-	Metrics *activities.Metrics
-	Server  *http.Server
-}
-
-// newMetrics serves /metrics and /healthz; the listener opens at start so a taken
-// port is reported at once.
-func newMetrics(lc fx.Lifecycle, s models.Settings) metricsOut {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := activities.NewMetrics(reg)
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	srv := &http.Server{Addr: s.MetricsAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
-			ln, err := net.Listen("tcp", s.MetricsAddr)
-			if err != nil {
-				return startupError{fmt.Errorf("metrics address %s: %w", s.MetricsAddr, err)}
-			}
-			go func() {
-				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-					slog.Error("metrics server", "error", err)
-				}
-			}()
-			return nil
-		},
-		OnStop: srv.Shutdown,
-	})
-	return metricsOut{Metrics: m, Server: srv}
+func slugs(chs []models.ChannelConfig) []string {
+	out := make([]string, len(chs))
+	for i, c := range chs {
+		out[i] = c.Slug
+	}
+	return out
 }

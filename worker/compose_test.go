@@ -493,3 +493,82 @@ func TestComposeDockerfileBuildsWorkerAndSimulator(t *testing.T) {
 		}
 	}
 }
+
+// Prometheus must scrape the worker where it listens and load the alert rules;
+// Grafana must get the dashboard and a data source pointing at Prometheus.
+func TestComposeObservability(t *testing.T) {
+	f := loadCompose(t)
+	prom := service(t, f, "prometheus")
+	if !strings.HasPrefix(prom.Image, "prom/prometheus:") || !publishes(prom, "9090", "9090") {
+		t.Errorf("prometheus: image %q ports %v, want prom/prometheus on 9090", prom.Image, prom.Ports)
+	}
+	mounts := map[string]string{}
+	for _, name := range []string{"prometheus", "grafana"} {
+		for _, v := range service(t, f, name).Volumes {
+			src, rest, _ := strings.Cut(v, ":")
+			dst, _, _ := strings.Cut(rest, ":")
+			mounts[dst] = src
+			if strings.HasPrefix(src, "./") {
+				if _, err := os.Stat(path.Join("..", src)); err != nil {
+					t.Errorf("%s: mounts %s, which does not exist: %v", name, src, err)
+				}
+			}
+		}
+	}
+	cfgPath := mounts["/etc/prometheus/prometheus.yml"]
+	if cfgPath == "" {
+		t.Fatal("prometheus: no config mounted at /etc/prometheus/prometheus.yml")
+	}
+	raw, err := os.ReadFile(path.Join("..", cfgPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		RuleFiles     []string `yaml:"rule_files"`
+		ScrapeConfigs []struct {
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(raw, &cfg); err != nil {
+		t.Fatalf("%s: %v", cfgPath, err)
+	}
+	_, metricsPort, _ := net.SplitHostPort(envOf(t, service(t, f, "worker"))["PARITYSYNC_METRICS_ADDR"])
+	scraped := false
+	for _, sc := range cfg.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			scraped = scraped || slices.Contains(st.Targets, "worker:"+metricsPort)
+		}
+	}
+	if !scraped {
+		t.Errorf("%s: no scrape target worker:%s", cfgPath, metricsPort)
+	}
+	for _, rf := range cfg.RuleFiles {
+		if mounts[rf] == "" {
+			t.Errorf("%s: rule file %s is not mounted into the prometheus service", cfgPath, rf)
+		}
+	}
+
+	graf := service(t, f, "grafana")
+	if !strings.HasPrefix(graf.Image, "grafana/grafana:") || !publishes(graf, "3000", "3000") {
+		t.Errorf("grafana: image %q ports %v, want grafana/grafana on 3000", graf.Image, graf.Ports)
+	}
+	if mounts["/etc/grafana/provisioning"] == "" || mounts["/var/lib/grafana/dashboards"] == "" {
+		t.Fatalf("grafana: provisioning and dashboards must be mounted, got %v", graf.Volumes)
+	}
+	raw, err = os.ReadFile(path.Join("..", mounts["/etc/grafana/provisioning"], "dashboards", "paritysync.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), "path: /var/lib/grafana/dashboards") {
+		t.Errorf("grafana dashboard provider does not read /var/lib/grafana/dashboards")
+	}
+	raw, err = os.ReadFile(path.Join("..", mounts["/etc/grafana/provisioning"], "datasources", "prometheus.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), "url: http://prometheus:9090") || !strings.Contains(string(raw), "uid: prometheus") {
+		t.Errorf("grafana data source must be uid prometheus at http://prometheus:9090, as the dashboard expects")
+	}
+}

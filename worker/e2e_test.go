@@ -6,11 +6,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
@@ -83,6 +86,8 @@ type e2eStack struct {
 	rdb    *redis.Client
 	prefix string
 	queue  string
+	// metrics is the worker's /metrics registry.
+	metrics *prometheus.Registry
 }
 
 func (s *e2eStack) getenv(k string) string { return s.env[k] }
@@ -151,7 +156,7 @@ func startStackWith(t *testing.T, srv *testsuite.DevServer, o stackOptions) *e2e
 	for i := range max(1, o.Workers) {
 		var extra []fx.Option
 		if i == 0 {
-			extra = append(extra, fx.Populate(&s.acts, &s.lim))
+			extra = append(extra, fx.Populate(&s.acts, &s.lim, &s.metrics))
 		}
 		app := newApp(s.getenv, extra...)
 		require.NoError(t, app.Err())
@@ -327,6 +332,50 @@ func TestEndToEnd(t *testing.T) {
 		if recording() {
 			writeHistory(t, s.tc, models.SmootherWorkflowID("expedia"), "smoother.json")
 		}
+	})
+
+	t.Run("burst smoother: a refused submit reaches the client as SmootherFull", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		submit := func(ms []models.Mutation) error {
+			start := s.tc.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+				ID: models.SmootherWorkflowID("booking_com"), TaskQueue: s.queue,
+				WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+			}, workflows.BurstSmoother, models.SmootherInput{Channel: "booking_com", MaxPending: 2, Debounce: time.Hour})
+			h, err := s.tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+				StartWorkflowOperation: start,
+				UpdateOptions: client.UpdateWorkflowOptions{UpdateName: models.UpdateSubmit,
+					Args: []any{ms}, WaitForStage: client.WorkflowUpdateStageCompleted},
+			})
+			if err != nil {
+				return err
+			}
+			return h.Get(ctx, nil)
+		}
+		prices := newPrices(ms, v, "booking_com", 3, 5)
+		require.Len(t, prices, 3)
+		require.NoError(t, submit(prices[:2]))
+		err := submit(prices[2:])
+		var ae *temporal.ApplicationError
+		require.ErrorAs(t, err, &ae, "the starter exits 75 (refused) on this type, not 70")
+		require.Equal(t, models.ErrSmootherFull, ae.Type())
+		require.NoError(t, s.tc.TerminateWorkflow(ctx, models.SmootherWorkflowID("booking_com"), "", "end of test"))
+	})
+
+	t.Run("metrics: after the batches, /metrics has every series the dashboard and alerts query", func(t *testing.T) {
+		srv := httptest.NewServer(promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
+		defer srv.Close()
+		scraped := scrapedNames(t, srv.URL+"/metrics")
+		var sdk []string
+		for n := range scraped {
+			if strings.HasPrefix(n, "temporal_") {
+				sdk = append(sdk, n)
+			}
+		}
+		slices.Sort(sdk)
+		t.Logf("scrape: %d series names, %d from the Temporal SDK: %s", len(scraped), len(sdk), strings.Join(sdk, " "))
+		require.NotEmpty(t, sdk, "the Temporal SDK's metrics share /metrics")
+		requireQueriedMetricsIn(t, scraped)
 	})
 }
 

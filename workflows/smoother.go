@@ -65,7 +65,8 @@ func (s *smoother) run(ctx workflow.Context) error {
 			}
 			// A validator must not change state: refused submits leave no history.
 			if len(s.pending)+len(ms) > s.in.MaxPending {
-				return fmt.Errorf("smoother %s is full (%d waiting, at most %d): retry later", s.in.Channel, len(s.pending), s.in.MaxPending)
+				return temporal.NewApplicationError(fmt.Sprintf("smoother %s is full (%d waiting, at most %d): retry later",
+					s.in.Channel, len(s.pending), s.in.MaxPending), models.ErrSmootherFull)
 			}
 			return nil
 		}},

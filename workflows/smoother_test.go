@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -97,6 +98,9 @@ func (s *unitSuite) TestSmootherRefusesSubmitsOverItsAdmissionLimit() {
 	s.NoError(second, "the first four were flushed into the running batch")
 	s.Require().Error(third)
 	s.Contains(third.Error(), "full")
+	var ae *temporal.ApplicationError
+	s.Require().ErrorAs(third, &ae, "a refusal is typed, so the CLI tells it from an error")
+	s.Equal(models.ErrSmootherFull, ae.Type())
 }
 
 func (s *unitSuite) TestSmootherContinuesAsNewWithWhatIsWaiting() {

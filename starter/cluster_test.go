@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/dial"
+	"github.com/paritysync/paritysync/limiter"
+	"github.com/paritysync/paritysync/models"
+)
+
+// startCluster starts three redis-server masters with cluster mode on free loopback
+// ports, joins them with redis-cli --cluster create, and returns the cluster form of
+// REDIS_URL. Everything stops and is removed when the test ends.
+func startCluster(t *testing.T) (redisURL string, ports []int) {
+	t.Helper()
+	server, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server is not installed: the Redis Cluster test needs it (apt-get install redis-server)")
+	}
+	cli, err := exec.LookPath("redis-cli")
+	require.NoError(t, err, "redis-server is installed but redis-cli is not")
+	dir := t.TempDir()
+	ports = freeClusterPorts(t, 3)
+	var addrs []string
+	for _, p := range ports {
+		cmd := exec.Command(server, "--port", strconv.Itoa(p), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", p)), "--dir", dir,
+			"--save", "", "--appendonly", "no", "--protected-mode", "no")
+		log, err := os.Create(filepath.Join(dir, fmt.Sprintf("redis-%d.log", p)))
+		require.NoError(t, err)
+		cmd.Stdout, cmd.Stderr = log, log
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			_ = log.Close()
+		})
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(p))
+	}
+	for _, a := range addrs {
+		waitFor(t, 10*time.Second, "redis-server at "+a, func() bool {
+			out, err := exec.Command(cli, "-h", "127.0.0.1", "-p", strings.TrimPrefix(a, "127.0.0.1:"), "ping").Output()
+			return err == nil && strings.TrimSpace(string(out)) == "PONG"
+		})
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	out, err := exec.Command(cli, append(args, "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	require.NoError(t, err, "redis-cli --cluster create: %s", out)
+	for _, p := range ports {
+		waitFor(t, 20*time.Second, fmt.Sprintf("cluster_state:ok on %d", p), func() bool {
+			out, err := exec.Command(cli, "-p", strconv.Itoa(p), "cluster", "info").Output()
+			return err == nil && strings.Contains(string(out), "cluster_state:ok")
+		})
+	}
+	return "redis://" + strings.Join(addrs, ","), ports
+}
+
+// freeClusterPorts finds n ports whose cluster bus port (port+10000) is free too.
+func freeClusterPorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	for tries := 0; len(ports) < n && tries < 200; tries++ {
+		p := 30000 + rand.IntN(15000)
+		if free(p) && free(p+10000) {
+			ports = append(ports, p)
+		}
+	}
+	require.Len(t, ports, n, "no free loopback ports for the cluster")
+	return ports
+}
+
+func free(port int) bool {
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return false
+	}
+	_ = ln.Close()
+	return true
+}
+
+func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not ready after %s", what, limit)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// noMoved fails the test on any error that is a Redis Cluster redirection.
+func noMoved(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil && (strings.Contains(err.Error(), "MOVED") || strings.Contains(err.Error(), "ASK ")) {
+		t.Fatalf("%s: cluster redirection leaked: %v", what, err)
+	}
+	require.NoError(t, err, what)
+}
+
+// TestRedisCluster runs paritysync's Redis traffic through a real three-master Redis
+// Cluster: a batch prepared and committed to the ledger, limiter decisions, the
+// quota and dead-letter commands, and the ledger scan across masters. A MOVED error
+// anywhere fails it.
+func TestRedisCluster(t *testing.T) {
+	redisURL, ports := startCluster(t)
+	ctx := context.Background()
+	rdb, err := dial.Redis(ctx, redisURL)
+	require.NoError(t, err)
+	defer rdb.Close()
+	require.IsType(t, &redis.ClusterClient{}, rdb, "several addresses build a cluster client")
+
+	prefix := "paritysync-test:cluster:"
+	channels := models.DefaultChannels()
+	// Add a channel on each master the default channels leave empty, so every
+	// master holds a channel's limiter, ledger and dead-letter keys.
+	cc := rdb.(*redis.ClusterClient)
+	used := map[string]bool{}
+	for _, c := range channels {
+		node, err := cc.MasterForKey(ctx, prefix+"{"+c.Slug+"}:daily")
+		noMoved(t, "master for key", err)
+		used[node.Options().Addr] = true
+	}
+	for i := 0; len(used) < len(ports) && i < 1000; i++ {
+		slug := "ota" + strconv.Itoa(i)
+		node, err := cc.MasterForKey(ctx, prefix+"{"+slug+"}:daily")
+		noMoved(t, "master for key", err)
+		if !used[node.Options().Addr] {
+			used[node.Options().Addr] = true
+			channels = append(channels, models.NewChannelConfig(slug, 60))
+		}
+	}
+	require.Len(t, used, len(ports), "a channel on every master")
+	var extra strings.Builder
+	extra.WriteString("channels:\n")
+	for _, c := range channels[len(models.DefaultChannels()):] {
+		extra.WriteString("  - slug: " + c.Slug + "\n    rate_per_minute: 60\n")
+	}
+	channelsFile := filepath.Join(t.TempDir(), "channels.yaml")
+	require.NoError(t, os.WriteFile(channelsFile, []byte(extra.String()), 0o600))
+	masters := map[string]string{}
+	for _, c := range channels {
+		slot, err := rdb.ClusterKeySlot(ctx, prefix+"{"+c.Slug+"}:daily").Result()
+		noMoved(t, "CLUSTER KEYSLOT", err)
+		node, err := rdb.(*redis.ClusterClient).MasterForKey(ctx, prefix+"{"+c.Slug+"}:daily")
+		noMoved(t, "master for key", err)
+		masters[c.Slug] = node.Options().Addr
+		t.Logf("channel %-12s slot %5d on %s", c.Slug, slot, node.Options().Addr)
+	}
+
+	// The negative control: a single-node client on one master is redirected for a
+	// channel that lives on another, which is what the cluster client must avoid.
+	single := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(ports[0])})
+	defer single.Close()
+	movedSeen := false
+	for _, c := range channels {
+		if err := single.Get(ctx, prefix+"{"+c.Slug+"}:daily").Err(); err != nil && strings.Contains(err.Error(), "MOVED") {
+			movedSeen = true
+		}
+	}
+	require.True(t, movedSeen || len(uniq(masters)) == 1, "a single-node client sees MOVED on another master's channel")
+
+	// A batch: validated, coalesced and stored in chunks by PrepareBatch, then every
+	// request committed to the ledger, as the worker does after a 2xx.
+	now := time.Now()
+	v, err := models.NewValidator(channels, "", func() time.Time { return now })
+	require.NoError(t, err)
+	store := activities.NewStore(rdb, prefix)
+	acts := &activities.Activities{Store: store, Channels: models.ChannelMap(channels), Validator: v, ChunkSize: 25}
+	var env testsuite.WorkflowTestSuite
+	aenv := env.NewTestActivityEnvironment()
+	aenv.RegisterActivity(acts)
+	batch := models.SampleBatch(600, models.DateOf(now), now.Unix(), 7)
+	for i, m := range batch[:len(batch)/2] {
+		// Half of the batch again, for the added channels.
+		m.ID += "-x"
+		m.Channel = channels[len(models.DefaultChannels())+i%(len(channels)-len(models.DefaultChannels()))].Slug
+		batch = append(batch, m)
+	}
+	val, err := aenv.ExecuteActivity(acts.PrepareBatch, models.BatchSyncInput{BatchID: "cluster-" + strconv.FormatInt(now.UnixNano(), 36), Mutations: batch})
+	noMoved(t, "PrepareBatch", err)
+	var plan models.BatchPlan
+	require.NoError(t, val.Get(&plan))
+	require.NotEmpty(t, plan.Chunks)
+	committed := map[string]int{}
+	requests := 0
+	for _, ch := range plan.Chunks {
+		for i := range ch.Requests {
+			r, err := store.Request(ctx, ch.Key, i)
+			noMoved(t, "read stored request", err)
+			n, _, err := store.Commit(ctx, r, "conf-"+strconv.Itoa(requests), nil, now)
+			noMoved(t, "commit to the ledger", err)
+			committed[r.Channel] += n
+			requests++
+		}
+	}
+	t.Logf("batch: %d mutations -> %d chunks, %d requests, committed per channel %v", len(batch), len(plan.Chunks), requests, committed)
+	for slug, n := range committed {
+		cells, err := store.LedgerCells(ctx, slug, models.DateOf(now), models.DateOf(now).AddDays(800))
+		noMoved(t, "ledger scan of "+slug, err)
+		require.Len(t, cells, n, "the ledger scan of %s (on %s) finds every committed cell", slug, masters[slug])
+	}
+
+	// Limiter decisions on every channel: a full burst goes now, the rest hold slots,
+	// and the ordering gate and its lease run on the channel's master too.
+	lim := limiter.New(rdb, channels, limiter.Options{Prefix: prefix})
+	granted := map[string]int{}
+	for _, c := range channels {
+		for i := range 3 * c.Burst {
+			r := limiter.Request{Channel: c.Slug, Family: models.FamilyRates, Priority: 3, Cost: 1,
+				Property: "prop_0000aaaa", ID: fmt.Sprintf("cluster/%s/%d", c.Slug, i),
+				Lines: []models.ARILine{{RoomTypeCode: "DBL", RatePlanCode: "BAR", From: models.DateOf(now).AddDays(i),
+					To: models.DateOf(now).AddDays(i), Version: 1}}}
+			d, err := lim.Reserve(ctx, r)
+			noMoved(t, "limiter decision on "+c.Slug, err)
+			if d.State == limiter.Send {
+				granted[c.Slug]++
+				noMoved(t, "lease release on "+c.Slug, lim.Release(ctx, r))
+			}
+		}
+		require.Positive(t, granted[c.Slug], c.Slug)
+		require.LessOrEqual(t, granted[c.Slug], c.Burst, "%s: at most the burst back to back", c.Slug)
+	}
+	t.Logf("limiter: sent now of 3×burst asks per channel %v", granted)
+
+	// Dead letters on every channel, read back through the CLI.
+	for _, c := range channels {
+		_, err := store.Park(ctx, activities.DeadLetter{BatchID: "cluster", Reason: "rejected", Status: 422,
+			Message: "test", At: now, Channel: c.Slug, Property: "prop_0000aaaa",
+			Request: models.ChannelRequest{Channel: c.Slug, Family: models.FamilyRates}}, "digest-"+c.Slug)
+		noMoved(t, "park on "+c.Slug, err)
+	}
+	cliEnv := map[string]string{"REDIS_URL": redisURL, "PARITYSYNC_KEY_PREFIX": prefix, "PARITYSYNC_CHANNELS_FILE": channelsFile}
+	code, out, errOut := runCLI(t, cliEnv, "dlq", "list", "--output", "json")
+	require.NotContains(t, errOut, "MOVED")
+	require.Equal(t, exitOK, code, errOut)
+	var dead []deadLetterRow
+	require.NoError(t, json.Unmarshal([]byte(out), &dead))
+	require.Len(t, dead, len(channels), "one dead letter per channel, from every master")
+	for _, c := range channels {
+		require.True(t, slices.ContainsFunc(dead, func(d deadLetterRow) bool { return d.Channel == c.Slug }), c.Slug)
+	}
+
+	// quota through the CLI, with a tier per channel.
+	cliEnv["PARITYSYNC_CHANNEL_EXPEDIA_DAILY_QUOTA"] = "100"
+	require.NoError(t, rdb.Set(ctx, prefix+"{expedia}:daily", 90, time.Hour).Err())
+	code, out, errOut = runCLI(t, cliEnv, "quota", "--output", "json")
+	require.NotContains(t, errOut, "MOVED")
+	require.Equal(t, exitPage, code, "expedia at 90 %% pages: %s", errOut)
+	var q struct {
+		Channels []quotaRow `json:"channels"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &q))
+	require.Len(t, q.Channels, len(channels))
+	for _, r := range q.Channels {
+		if r.Channel != "expedia" {
+			require.Equal(t, granted[r.Channel], r.DailyUsed, "%s: the quota counts the granted decisions", r.Channel)
+		}
+	}
+	t.Logf("quota: %s", strings.Join(quotaSummary(q.Channels), ", "))
+}
+
+func uniq(m map[string]string) map[string]bool {
+	u := map[string]bool{}
+	for _, v := range m {
+		u[v] = true
+	}
+	return u
+}
+
+func quotaSummary(rows []quotaRow) []string {
+	var s []string
+	for _, r := range rows {
+		s = append(s, fmt.Sprintf("%s %d/%d %s", r.Channel, r.DailyUsed, r.DailyLimit, r.Tier))
+	}
+	return s
+}

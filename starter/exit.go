@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/paritysync/paritysync/dial"
+)
+
+// Exit statuses. 0–3 are results a script acts on; failures use the sysexits.h
+// numbers, so a result is never mistaken for a failure.
+const (
+	exitOK = 0
+	// quota: the worst (or the named channel's) daily-quota tier.
+	exitWarn     = 1 // ≥ 70 %
+	exitPage     = 2 // ≥ 85 %
+	exitThrottle = 3 // ≥ 95 %: throttled, or stopped at 100 %
+	// batch start --wait, batch status, batch submit: the batch ended, but some
+	// mutations were rejected or dead-lettered (or refused as unknown).
+	exitReported    = 3
+	exitUsage       = 64  // a command line that makes no sense
+	exitData        = 65  // an input file that cannot be read as mutations or changes
+	exitUnavailable = 69  // Redis or Temporal did not answer
+	exitError       = 70  // anything else that went wrong
+	exitRefused     = 75  // admission refused: a channel's smoother is full, retry later
+	exitConfig      = 78  // the configuration (environment, channels file) is wrong
+	exitInterrupted = 130 // Ctrl-C; a started batch goes on without the CLI
+)
+
+const exitHelp = `Exit status:
+  0   done; quota: every channel below 70 %
+  1   quota: warn (≥ 70 % of the daily quota)
+  2   quota: page (≥ 85 %)
+  3   quota: throttle or stop (≥ 95 %); batch: some mutations rejected or dead-lettered
+  64  usage error
+  65  input file unreadable (names the file, line and field)
+  69  Redis or Temporal unreachable
+  70  other error
+  75  admission refused: the channel's smoother is full, submit again later
+  78  configuration error
+  130 interrupted (a batch already started keeps running)`
+
+// usageError is a command line that makes no sense.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// dataError is an input file that cannot be used.
+type dataError struct{ err error }
+
+func (e dataError) Error() string { return e.err.Error() }
+func (e dataError) Unwrap() error { return e.err }
+
+// configError is a configuration that cannot be used.
+type configError struct{ err error }
+
+func (e configError) Error() string { return e.err.Error() }
+func (e configError) Unwrap() error { return e.err }
+
+// refusedError is work a channel's smoother refused by admission control.
+type refusedError struct{ err error }
+
+func (e refusedError) Error() string { return e.err.Error() }
+func (e refusedError) Unwrap() error { return e.err }
+
+// interruptedError is Ctrl-C; the message says what goes on without the CLI.
+type interruptedError struct{ msg string }
+
+func (e interruptedError) Error() string { return e.msg }
+
+// tierExit carries quota's result status.
+type tierExit struct{ code int }
+
+func (e tierExit) Error() string { return "quota tier" }
+
+// errReported ends a batch whose mutations were not all committed or superseded.
+var errReported = errors.New("some mutations were rejected or dead-lettered")
+
+func exitCode(err error) int {
+	var (
+		ue usageError
+		de dataError
+		ce configError
+		re refusedError
+		ie interruptedError
+		te tierExit
+	)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &te):
+		return te.code
+	case errors.Is(err, errReported):
+		return exitReported
+	case errors.As(err, &ue), isCobraUsage(err):
+		return exitUsage
+	case errors.As(err, &de):
+		return exitData
+	case errors.As(err, &ce):
+		return exitConfig
+	case errors.As(err, &re):
+		return exitRefused
+	case errors.As(err, &ie), errors.Is(err, context.Canceled):
+		return exitInterrupted
+	case dial.IsUnreachable(err):
+		return exitUnavailable
+	}
+	return exitError
+}
+
+// isCobraUsage recognises the argument errors cobra returns as plain errors.
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"required flag(s)", "unknown command", "unknown flag", "unknown shorthand flag",
+		"flag needs an argument", "invalid argument", "accepts ", "requires at least"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/paritysync/paritysync/dial"
+	"github.com/paritysync/paritysync/limiter"
+)
+
+func testRedisURL() string {
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/0"
+}
+
+// quotaEnv is an environment with its own key prefix and a daily quota of 100 on
+// expedia and agoda, so usage maps to percent.
+func quotaEnv(t *testing.T, redisURL string) (map[string]string, string) {
+	prefix := "paritysync-test:" + t.Name() + ":" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	return map[string]string{
+		"REDIS_URL": redisURL, "PARITYSYNC_KEY_PREFIX": prefix,
+		"PARITYSYNC_CHANNEL_EXPEDIA_DAILY_QUOTA": "100", "PARITYSYNC_CHANNEL_AGODA_DAILY_QUOTA": "100",
+	}, prefix
+}
+
+// setDailyUsed writes a channel's daily counter where the limiter keeps it
+// (limiter/doc.go: <prefix>{<channel>}:daily).
+func setDailyUsed(t *testing.T, rdb redis.UniversalClient, prefix, channel string, used int) {
+	t.Helper()
+	require.NoError(t, rdb.Set(context.Background(), prefix+"{"+channel+"}:daily", used, time.Hour).Err())
+}
+
+// cleanPrefix deletes the test's keys when it ends, then closes rdb.
+func cleanPrefix(t *testing.T, rdb redis.UniversalClient, prefix string) {
+	t.Cleanup(func() {
+		ctx := context.Background()
+		keys, _ := dial.ScanKeys(ctx, rdb, prefix+"*")
+		for _, k := range keys {
+			rdb.Del(ctx, k)
+		}
+		_ = rdb.Close()
+	})
+}
+
+func TestQuotaExitStatusIsTheTier(t *testing.T) {
+	ctx := context.Background()
+	rdb, err := dial.Redis(ctx, testRedisURL())
+	if err != nil {
+		t.Skipf("no Redis: %v", err)
+	}
+	env, prefix := quotaEnv(t, testRedisURL())
+	cleanPrefix(t, rdb, prefix)
+
+	for _, tc := range []struct {
+		used int
+		tier limiter.Tier
+		code int
+	}{
+		{0, limiter.TierOK, 0}, {69, limiter.TierOK, 0}, {70, limiter.TierWarn, 1}, {85, limiter.TierPage, 2},
+		{95, limiter.TierThrottle, 3}, {100, limiter.TierStop, 3},
+	} {
+		setDailyUsed(t, rdb, prefix, "expedia", tc.used)
+		code, out, errOut := runCLI(t, env, "quota", "--channel", "expedia", "--output", "json")
+		require.Equal(t, tc.code, code, "%d %% used: %s", tc.used, errOut)
+		var res struct {
+			Channels []quotaRow   `json:"channels"`
+			Worst    limiter.Tier `json:"worst_tier"`
+			Exit     int          `json:"exit_status"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+		require.Len(t, res.Channels, 1)
+		require.Equal(t, tc.tier, res.Channels[0].Tier)
+		require.Equal(t, tc.used, res.Channels[0].DailyUsed)
+		require.Equal(t, tc.code, res.Exit)
+
+		code, out, _ = runCLI(t, env, "quota", "--channel", "expedia")
+		require.Equal(t, tc.code, code, "table output exits alike")
+		require.Contains(t, out, string(tc.tier))
+	}
+
+	// Without --channel the status is the worst channel's.
+	setDailyUsed(t, rdb, prefix, "expedia", 72)
+	setDailyUsed(t, rdb, prefix, "agoda", 90)
+	code, _, _ := runCLI(t, env, "quota")
+	require.Equal(t, exitPage, code, "agoda pages, expedia only warns")
+	code, _, _ = runCLI(t, env, "quota", "--channel", "expedia")
+	require.Equal(t, exitWarn, code)
+
+	// A failure is never mistaken for a tier.
+	env["REDIS_URL"] = "redis://127.0.0.1:1/0?dial_timeout=200ms"
+	code, _, _ = runCLI(t, env, "quota")
+	require.Greater(t, code, exitThrottle)
+	code, _, _ = runCLI(t, map[string]string{"REDIS_URL": testRedisURL()}, "quota", "--channel", "nosuch")
+	require.Equal(t, exitUsage, code)
+}
