@@ -162,6 +162,8 @@ func (e channelEntry) applyTo(c *ChannelConfig) error {
 	}
 	if e.BaseURL != nil {
 		c.BaseURL = *e.BaseURL
+		// A channel at its own URL has its endpoints at the root, not under /{slug}.
+		c.BasePath = ""
 	}
 	if e.CredentialsFile != nil {
 		c.CredentialsFile = *e.CredentialsFile

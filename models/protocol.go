@@ -93,10 +93,10 @@ func (m ChannexMapping) Problems(mu Mutation) []FieldError {
 			out = append(out, FieldError{Field: "room_type_code", Rule: RuleChannexUnmapped})
 		}
 	}
-	if slices.Contains(fams, FamilyRates) || slices.Contains(fams, FamilyRestrictions) {
-		if _, ok := p.RatePlans[RatePlanKey(mu.RoomTypeCode, mu.RatePlanCode)]; !ok {
-			out = append(out, FieldError{Field: "rate_plan_code", Rule: RuleChannexUnmapped})
-		}
+	// Availability is per room type on Channex, but the cell is per rate plan: an
+	// unmapped plan could never be read back, so every family needs it.
+	if _, ok := p.RatePlans[RatePlanKey(mu.RoomTypeCode, mu.RatePlanCode)]; !ok {
+		out = append(out, FieldError{Field: "rate_plan_code", Rule: RuleChannexUnmapped})
 	}
 	if mu.Amount != nil && mu.Currency != "" && mu.Currency != p.Currency {
 		out = append(out, FieldError{Field: "currency", Rule: RuleChannexCurrency})
