@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
@@ -66,8 +67,8 @@ func FailureError(errType string, f Failure) error {
 // Activities are paritysync's Temporal activities; the struct holds their dependencies.
 type Activities struct {
 	Limiter   *limiter.Limiter
-	Client    *ChannelClient
-	Tokens    TokenProvider
+	Client    *channels.Client
+	Tokens    channels.Credentials
 	Store     *Store
 	Channels  map[string]models.ChannelConfig
 	Validator *models.Validator
@@ -275,7 +276,7 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 		return models.PushResult{}, FailureError(ErrRateLimited, f)
 	}
 	if in.RefreshCredential {
-		if err := a.Tokens.Refresh(ctx); err != nil {
+		if err := a.Tokens.Refresh(ctx, req.Channel); err != nil {
 			return models.PushResult{}, fmt.Errorf("refresh credential for %s: %w", req.Channel, err)
 		}
 	}
@@ -295,16 +296,16 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 
 	f := Failure{Status: resp.Status, Message: resp.Message}
 	switch resp.Class {
-	case ClassCommitted:
+	case channels.ClassCommitted:
 		committed, superseded, err := a.Store.Commit(ctx, req, resp.ConfirmationID, nil, a.now())
 		if err != nil {
 			return models.PushResult{}, err
 		}
 		a.Metrics.commit(req.Channel, committed)
 		return models.PushResult{ConfirmationID: resp.ConfirmationID, Committed: committed, Superseded: superseded}, nil
-	case ClassPartial:
+	case channels.ClassPartial:
 		return a.commitPartial(ctx, req, resp)
-	case ClassThrottled:
+	case channels.ClassThrottled:
 		f.Wait, f.ServerWait = resp.RetryAfter, resp.ServerWait
 		if f.ServerWait && f.Wait > 0 {
 			// Every worker holds back, not just this activity.
@@ -313,11 +314,11 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 			}
 		}
 		return models.PushResult{}, FailureError(ErrThrottled, f)
-	case ClassTransient:
+	case channels.ClassTransient:
 		return models.PushResult{}, FailureError(ErrTransient, f)
-	case ClassAuthExpired:
+	case channels.ClassAuthExpired:
 		return models.PushResult{}, FailureError(ErrAuthExpired, f)
-	case ClassQuotaExhausted:
+	case channels.ClassQuotaExhausted:
 		return models.PushResult{}, FailureError(ErrQuotaExhausted, f)
 	default:
 		return models.PushResult{}, FailureError(ErrRejected, f)
@@ -325,7 +326,7 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 }
 
 // commitPartial commits the lines a channel accepted and hands back the failed ones.
-func (a *Activities) commitPartial(ctx context.Context, req models.ChannelRequest, resp PushResponse) (models.PushResult, error) {
+func (a *Activities) commitPartial(ctx context.Context, req models.ChannelRequest, resp channels.PushResponse) (models.PushResult, error) {
 	failed := map[int]bool{}
 	res := models.PushResult{ConfirmationID: resp.ConfirmationID}
 	for _, lf := range resp.Failed {

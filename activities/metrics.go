@@ -1,6 +1,10 @@
 package activities
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paritysync/paritysync/channels"
+)
 
 // Metrics are the counters the activities keep for the worker's /metrics endpoint.
 // A nil *Metrics counts nothing.
@@ -31,7 +35,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) push(channel, family string, class Class) {
+func (m *Metrics) push(channel, family string, class channels.Class) {
 	if m != nil {
 		m.pushes.WithLabelValues(channel, family, string(class)).Inc()
 	}

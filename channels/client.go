@@ -1,59 +1,52 @@
-package activities
+// Package channels speaks each channel's wire protocol — the generic paritysync JSON
+// contract, the Channex JSON API and the OpenTravel 2003/05 XML notifications —
+// behind one Client: a models.ChannelRequest goes in, a classified PushResponse comes
+// out. Encoding, authentication, classification (including errors inside a 200
+// body), read-back, Retry-After and rate-limit headers live here; activities/ is the
+// Temporal glue around it.
+package channels
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/paritysync/paritysync/models"
 )
 
-// TokenProvider hands out the channel bearer token. The client asks for it on every
-// call, so a rotated or refreshed token is used at once and never sits in a request.
-type TokenProvider interface {
-	// Token is the current bearer token.
-	Token(ctx context.Context) (string, error)
-	// Refresh obtains a new token, after a 401.
-	Refresh(ctx context.Context) error
-}
-
-// StaticToken is a TokenProvider that always returns token; Refresh does nothing.
-func StaticToken(token string) TokenProvider { return staticToken(token) }
-
-type staticToken string
-
-func (t staticToken) Token(context.Context) (string, error) { return string(t), nil }
-func (t staticToken) Refresh(context.Context) error         { return nil }
-
 // Class is what a channel's answer means for the request: exactly one per push.
 type Class string
 
 // The classes of a push outcome.
 const (
-	// ClassCommitted: 2xx, every line applied; ConfirmationID is set.
+	// ClassCommitted: every line applied; ConfirmationID is set.
 	ClassCommitted Class = "committed"
-	// ClassPartial: 207; Accepted lines applied, Failed lines not.
+	// ClassPartial: Accepted lines applied, Failed lines not (207, Channex
+	// meta.warnings, OpenTravel <Warnings>).
 	ClassPartial Class = "partial"
 	// ClassThrottled: 429, or 503 with a usable Retry-After; wait RetryAfter.
 	ClassThrottled Class = "throttled"
-	// ClassTransient: 408/425/5xx, network errors and timeouts; back off and retry.
+	// ClassTransient: 408/425/5xx, network errors, timeouts, unreadable answers and
+	// OpenTravel processing errors; back off and retry.
 	ClassTransient Class = "transient"
-	// ClassAuthExpired: 401; refresh the credential once, then give up.
+	// ClassAuthExpired: 401 or an OpenTravel authentication error; refresh the
+	// credential once, then give up.
 	ClassAuthExpired Class = "auth_expired"
 	// ClassQuotaExhausted: 400 quota_exhausted; nothing more today.
 	ClassQuotaExhausted Class = "quota_exhausted"
-	// ClassRejected: any other answer; retrying cannot help.
+	// ClassRejected: any other answer, or a request the protocol cannot carry;
+	// retrying cannot help.
 	ClassRejected Class = "rejected"
 )
 
-// LineFailure is one line a channel refused in a 207 answer.
+// LineFailure is one request line a channel refused in a partial answer.
 type LineFailure struct {
 	Line    int
 	Code    string
@@ -68,7 +61,7 @@ type PushResponse struct {
 	ConfirmationID string
 	// Accepted is the number of lines the channel applied.
 	Accepted int
-	// Failed are the lines a 207 refused.
+	// Failed are the lines a partial answer refused.
 	Failed []LineFailure
 	// RetryAfter is the capped Retry-After wait when ServerWait is true.
 	RetryAfter time.Duration
@@ -78,7 +71,7 @@ type PushResponse struct {
 	RateLimit    RateLimit
 	HasRateLimit bool
 	// Message explains a non-committed answer: the channel's message or the
-	// network error. It never contains the token.
+	// network error. It never contains the credential.
 	Message string
 }
 
@@ -96,8 +89,13 @@ func (e *ChannelError) Error() string {
 	return fmt.Sprintf("%s: HTTP %d %s: %s", e.Op, e.Response.Status, e.Response.Class, e.Response.Message)
 }
 
-// maxResponseBytes bounds what is read of an answer; a channel's answers are small.
-const maxResponseBytes = 4 << 20
+// ErrNoReadBack is returned by ReadBack for a channel whose protocol cannot read its
+// state back; reconciliation re-sends such a channel's state instead.
+var ErrNoReadBack = errors.New("protocol has no read-back")
+
+// maxResponseBytes bounds what is read of an answer; a channel's answers are small
+// except read-backs, which stay well under this.
+const maxResponseBytes = 8 << 20
 
 // maxMessageLen bounds a channel message copied into a PushResponse or an error.
 const maxMessageLen = 300
@@ -105,43 +103,140 @@ const maxMessageLen = 300
 // defaultMaxRetryAfter caps Retry-After for a channel configured without a cap.
 const defaultMaxRetryAfter = 5 * time.Minute
 
-// ChannelClient speaks the channel wire contract over a shared *http.Client.
-type ChannelClient struct {
+// Client speaks every configured channel's protocol over a shared *http.Client.
+type Client struct {
 	hc       *http.Client
-	baseURL  string
-	tokens   TokenProvider
-	channels map[string]models.ChannelConfig
+	creds    Credentials
+	channels map[string]channel
 	timeout  time.Duration
 	now      func() time.Time
 }
 
-// NewChannelClient builds a client for the given channels under baseURL; timeout
-// bounds each call (0 leaves it to ctx and hc).
-func NewChannelClient(hc *http.Client, baseURL string, tokens TokenProvider, channels []models.ChannelConfig, timeout time.Duration) *ChannelClient {
+// channel is a configured channel with its protocol and the URL its paths hang off.
+type channel struct {
+	cfg   models.ChannelConfig
+	proto protocol
+	base  string
+}
+
+// call is one HTTP request a protocol built for a push.
+type call struct {
+	method      string
+	path        string // under the channel's base
+	contentType string
+	body        []byte
+	// units maps each unit of the body the channel reports on (change object, OTA
+	// message) to the request line it carries; nil when units are lines.
+	units []int
+	// versions is the version of each unit, for HeaderUnitVersions.
+	versions []int64
+	lines    int
+}
+
+// line is the request line that unit i carries.
+func (c call) line(i int) int {
+	if c.units == nil {
+		return i
+	}
+	return c.units[i]
+}
+
+// nUnits is the number of units in the body.
+func (c call) nUnits() int {
+	if c.units == nil {
+		return c.lines
+	}
+	return len(c.units)
+}
+
+// protocol is one wire protocol.
+type protocol interface {
+	// encode builds the call that carries req; an error means the request cannot
+	// be carried (an unmapped code), which no retry can change.
+	encode(cfg models.ChannelConfig, req models.ChannelRequest, now time.Time) (call, error)
+	// authorize puts the secret where the protocol wants it.
+	authorize(h http.Header, secret string)
+	// interpret sets out's Class and what the answer's body says. Status,
+	// Retry-After and rate-limit headers are already in out.
+	interpret(out *PushResponse, c call, h http.Header, raw []byte)
+	// readBack reads a property's cells from..to, or returns ErrNoReadBack.
+	readBack(ctx context.Context, r reader, property string, from, to models.Date) (models.ARIState, error)
+}
+
+// reader is what readBack uses to GET from its channel.
+type reader struct {
+	c  *Client
+	ch channel
+}
+
+// get fetches path?q and hands a 2xx body to decode; any other answer is a
+// *ChannelError.
+func (r reader) get(ctx context.Context, op, path string, q url.Values, decode func([]byte) error) error {
+	u := r.ch.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	a, failed, err := r.c.roundTrip(ctx, r.ch, http.MethodGet, u, http.Header{}, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if failed != nil {
+		return &ChannelError{Op: op, Response: *failed}
+	}
+	if a.status < 200 || a.status > 299 {
+		return &ChannelError{Op: op, Response: r.c.classify(r.ch, call{}, a)}
+	}
+	if err := decode(a.body); err != nil {
+		return &ChannelError{Op: op, Response: PushResponse{Class: ClassRejected, Status: a.status,
+			Message: "undecodable answer: " + truncate(err.Error())}}
+	}
+	return nil
+}
+
+// New builds a client for channels. A channel's requests go to its BaseURL, or to
+// baseURL, followed by its BasePath; timeout bounds each call (0 leaves it to ctx
+// and hc). creds must hold a credential for every channel.
+func New(hc *http.Client, baseURL string, creds Credentials, channels []models.ChannelConfig, timeout time.Duration) *Client {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	byslug := make(map[string]models.ChannelConfig, len(channels))
-	for _, c := range channels {
-		byslug[c.Slug] = c
+	byslug := make(map[string]channel, len(channels))
+	for _, cfg := range channels {
+		base := cfg.BaseURL
+		if base == "" {
+			base = baseURL
+		}
+		byslug[cfg.Slug] = channel{cfg: cfg, proto: protocolOf(cfg.Protocol),
+			base: strings.TrimSuffix(base, "/") + strings.TrimSuffix(cfg.BasePath, "/")}
 	}
-	return &ChannelClient{hc: hc, baseURL: strings.TrimSuffix(baseURL, "/"), tokens: tokens,
-		channels: byslug, timeout: timeout, now: time.Now}
+	return &Client{hc: hc, creds: creds, channels: byslug, timeout: timeout, now: time.Now}
 }
 
-// Push sends req and classifies the answer. It makes exactly one HTTP call, so one
-// limiter token pays for it; on ClassAuthExpired the caller refreshes the token and
-// pushes again. The error is only for what is not a channel answer: an unknown
-// channel, an unencodable request, no token, or ctx itself ending.
-func (c *ChannelClient) Push(ctx context.Context, req models.ChannelRequest) (PushResponse, error) {
-	cfg, ok := c.channels[req.Channel]
+func protocolOf(p models.Protocol) protocol {
+	switch p {
+	case models.ProtocolChannex:
+		return channex{}
+	case models.ProtocolOpenTravel:
+		return openTravel{}
+	}
+	return paritySync{}
+}
+
+// Push sends req in its channel's protocol and classifies the answer. It makes
+// exactly one HTTP call (none when the protocol cannot carry req: ClassRejected), so
+// one limiter token pays for it; on ClassAuthExpired the caller refreshes the
+// credential and pushes again. The error is only for what is not a channel answer:
+// an unknown channel, no credential, or ctx itself ending.
+func (c *Client) Push(ctx context.Context, req models.ChannelRequest) (PushResponse, error) {
+	ch, ok := c.channels[req.Channel]
 	if !ok {
 		return PushResponse{}, fmt.Errorf("push: unknown channel %q", req.Channel)
 	}
-	body, err := json.Marshal(req.Body())
+	cl, err := ch.proto.encode(ch.cfg, req, c.now())
 	if err != nil {
-		return PushResponse{}, fmt.Errorf("encode %s request: %w", req.Channel, err)
+		return PushResponse{Class: ClassRejected, Message: truncate(err.Error())}, nil
 	}
+	cl.lines = len(req.Lines)
 	key := req.IdempotencyKey()
 	corr := key
 	for _, r := range req.Refs {
@@ -151,53 +246,56 @@ func (c *ChannelClient) Push(ctx context.Context, req models.ChannelRequest) (Pu
 		}
 	}
 	hdr := http.Header{}
-	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Content-Type", cl.contentType)
 	hdr.Set(models.HeaderIdempotencyKey, key)
 	hdr.Set(models.HeaderCorrelationID, corr)
-	return c.do(ctx, cfg, http.MethodPost, c.endpoint(cfg, nil), hdr, body)
+	if len(cl.versions) > 0 {
+		vs := make([]string, len(cl.versions))
+		for i, v := range cl.versions {
+			vs[i] = strconv.FormatInt(v, 10)
+		}
+		hdr.Set(models.HeaderUnitVersions, strings.Join(vs, ","))
+	}
+	a, failed, err := c.roundTrip(ctx, ch, cl.method, ch.base+cl.path, hdr, cl.body)
+	if err != nil {
+		return PushResponse{}, err
+	}
+	if failed != nil {
+		return *failed, nil
+	}
+	return c.classify(ch, cl, a), nil
 }
 
-// Fetch reads the cells a channel holds for a property from from to to, inclusive.
-// A non-200 answer is a *ChannelError carrying the classified response.
-func (c *ChannelClient) Fetch(ctx context.Context, channel, propertyID string, from, to models.Date) (models.ARIState, error) {
-	cfg, ok := c.channels[channel]
+// ReadBack reads the cells a channel holds for a property from from to to,
+// inclusive, in paritysync's codes. A channel whose protocol has no read-back gives
+// ErrNoReadBack; a non-2xx answer is a *ChannelError carrying the classified
+// response.
+func (c *Client) ReadBack(ctx context.Context, channelSlug, propertyID string, from, to models.Date) (models.ARIState, error) {
+	ch, ok := c.channels[channelSlug]
 	if !ok {
-		return models.ARIState{}, fmt.Errorf("fetch: unknown channel %q", channel)
+		return models.ARIState{}, fmt.Errorf("read back: unknown channel %q", channelSlug)
 	}
-	q := url.Values{"property_id": {propertyID}, "from": {from.String()}, "to": {to.String()}}
-	var st models.ARIState
-	resp, err := c.doDecode(ctx, cfg, http.MethodGet, c.endpoint(cfg, q), http.Header{}, nil, &st)
+	st, err := ch.proto.readBack(ctx, reader{c: c, ch: ch}, propertyID, from, to)
 	if err != nil {
-		return models.ARIState{}, fmt.Errorf("fetch %s state: %w", channel, err)
-	}
-	if resp.Status != http.StatusOK {
-		return models.ARIState{}, &ChannelError{Op: "fetch " + channel + " state", Response: resp}
+		return models.ARIState{}, fmt.Errorf("read back %s state: %w", channelSlug, err)
 	}
 	return st, nil
 }
 
-func (c *ChannelClient) endpoint(cfg models.ChannelConfig, q url.Values) string {
-	base := cfg.BasePath
-	if base == "" {
-		base = "/" + cfg.Slug
-	}
-	u := c.baseURL + strings.TrimSuffix(base, "/") + "/ari"
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	return u
+// answer is one HTTP response, read whole.
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+	at     time.Time
 }
 
-func (c *ChannelClient) do(ctx context.Context, cfg models.ChannelConfig, method, u string, hdr http.Header, body []byte) (PushResponse, error) {
-	return c.doDecode(ctx, cfg, method, u, hdr, body, nil)
-}
-
-// doDecode makes one call and classifies it; a 200 body is decoded into into when
-// into is not nil (an undecodable 200 then becomes ClassRejected).
-func (c *ChannelClient) doDecode(ctx context.Context, cfg models.ChannelConfig, method, u string, hdr http.Header, body []byte, into any) (PushResponse, error) {
-	token, err := c.tokens.Token(ctx)
+// roundTrip makes one authorized call. A call that got no complete answer comes
+// back as a classified failure; err is only for no credential or ctx ending.
+func (c *Client) roundTrip(ctx context.Context, ch channel, method, u string, hdr http.Header, body []byte) (answer, *PushResponse, error) {
+	secret, err := c.creds.Secret(ctx, ch.cfg.Slug)
 	if err != nil {
-		return PushResponse{}, fmt.Errorf("bearer token: %w", err)
+		return answer{}, nil, fmt.Errorf("credential: %w", err)
 	}
 	callCtx, cancel := ctx, context.CancelFunc(func() {})
 	if c.timeout > 0 {
@@ -210,37 +308,31 @@ func (c *ChannelClient) doDecode(ctx context.Context, cfg models.ChannelConfig, 
 	}
 	hreq, err := http.NewRequestWithContext(callCtx, method, u, rd)
 	if err != nil {
-		return PushResponse{}, fmt.Errorf("build request: %w", err)
+		return answer{}, nil, fmt.Errorf("build request: %w", err)
 	}
 	hreq.Header = hdr
-	hreq.Header.Set("Authorization", "Bearer "+token)
-	hreq.Header.Set("Accept", "application/json")
+	ch.proto.authorize(hreq.Header, secret)
 
 	hresp, err := c.hc.Do(hreq)
 	if err != nil {
-		return c.networkFailure(ctx, err)
+		f, err := c.networkFailure(ctx, err)
+		return answer{}, f, err
 	}
 	defer hresp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(hresp.Body, maxResponseBytes))
 	if err != nil {
 		// The status arrived but the body did not: as lost as a dropped connection.
-		return c.networkFailure(ctx, err)
+		f, err := c.networkFailure(ctx, err)
+		return answer{}, f, err
 	}
-	now := c.now()
-	out := classify(hresp.StatusCode, hresp.Header, raw, now, maxRetryAfter(cfg))
-	if into != nil && out.Class == ClassCommitted {
-		if err := json.Unmarshal(raw, into); err != nil {
-			out.Class, out.Message = ClassRejected, "undecodable answer: "+truncate(err.Error())
-		}
-	}
-	return out, nil
+	return answer{status: hresp.StatusCode, header: hresp.Header, body: raw, at: c.now()}, nil, nil
 }
 
 // networkFailure is a call that got no complete answer. If the caller's own ctx
 // ended, that is the caller's business, not the channel's.
-func (c *ChannelClient) networkFailure(ctx context.Context, err error) (PushResponse, error) {
+func (c *Client) networkFailure(ctx context.Context, err error) (*PushResponse, error) {
 	if ctx.Err() != nil {
-		return PushResponse{}, fmt.Errorf("channel call: %w", context.Cause(ctx))
+		return nil, fmt.Errorf("channel call: %w", context.Cause(ctx))
 	}
 	msg := err.Error()
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -252,8 +344,43 @@ func (c *ChannelClient) networkFailure(ctx context.Context, err error) (PushResp
 			msg = uerr.Err.Error()
 		}
 	}
-	return PushResponse{Class: ClassTransient, Message: truncate(msg)}, nil
+	return &PushResponse{Class: ClassTransient, Message: truncate(msg)}, nil
 }
+
+// classify reads the headers every protocol shares, lets the protocol read the
+// body, and drops a wait from an answer that will not be retried.
+func (c *Client) classify(ch channel, cl call, a answer) PushResponse {
+	out := PushResponse{Status: a.status}
+	out.RateLimit, out.HasRateLimit = ParseRateLimit(a.header, a.at)
+	if v := a.header.Get(models.HeaderRetryAfter); v != "" {
+		out.RetryAfter, out.ServerWait = ParseRetryAfter(v, a.at, maxRetryAfter(ch.cfg))
+	}
+	ch.proto.interpret(&out, cl, a.header, a.body)
+	if out.Class != ClassThrottled && out.Class != ClassTransient {
+		out.RetryAfter, out.ServerWait = 0, false
+	}
+	if out.Class == ClassCommitted || out.Class == ClassPartial {
+		out.Message = ""
+	}
+	return out
+}
+
+// byStatus is the class of a non-2xx answer that no protocol-specific body changes.
+func byStatus(status int, serverWait bool) Class {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return ClassThrottled
+	case status == http.StatusServiceUnavailable && serverWait:
+		return ClassThrottled
+	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status >= 500:
+		return ClassTransient
+	case status == http.StatusUnauthorized:
+		return ClassAuthExpired
+	}
+	return ClassRejected
+}
+
+func is2xx(status int) bool { return status >= 200 && status <= 299 }
 
 func maxRetryAfter(cfg models.ChannelConfig) time.Duration {
 	if cfg.MaxRetryAfter > 0 {
@@ -262,75 +389,10 @@ func maxRetryAfter(cfg models.ChannelConfig) time.Duration {
 	return defaultMaxRetryAfter
 }
 
-// classify maps one HTTP answer to its outcome class.
-func classify(status int, h http.Header, raw []byte, now time.Time, maxWait time.Duration) PushResponse {
-	out := PushResponse{Status: status}
-	out.RateLimit, out.HasRateLimit = ParseRateLimit(h, now)
-	if v := h.Get(models.HeaderRetryAfter); v != "" {
-		out.RetryAfter, out.ServerWait = ParseRetryAfter(v, now, maxWait)
-	}
-	var apiErr models.ARIError
-	_ = json.Unmarshal(raw, &apiErr) // absent or foreign bodies just leave it empty
-	out.Message = channelMessage(status, apiErr, raw)
-
-	switch {
-	case status == http.StatusMultiStatus:
-		var p models.ARIPartial
-		if err := json.Unmarshal(raw, &p); err != nil || len(p.Results) == 0 {
-			// Which lines applied is unknown; a retry under the same idempotency
-			// key is safe and may get a readable answer.
-			out.Class, out.Message = ClassTransient, "unreadable 207 answer"
-			return out
-		}
-		out.Class, out.ConfirmationID, out.Message = ClassPartial, p.ConfirmationID, ""
-		if out.ConfirmationID == "" {
-			out.ConfirmationID = h.Get(models.HeaderConfirmationID)
-		}
-		for _, r := range p.Results {
-			if r.Status == models.LineOK {
-				out.Accepted++
-			} else {
-				out.Failed = append(out.Failed, LineFailure{Line: r.Line, Code: r.Code, Message: truncate(r.Message)})
-			}
-		}
-	case status >= 200 && status < 300:
-		var a models.ARIAccepted
-		_ = json.Unmarshal(raw, &a) // the header alone is enough to confirm
-		out.Class, out.ConfirmationID, out.Accepted, out.Message = ClassCommitted, a.ConfirmationID, a.Accepted, ""
-		if out.ConfirmationID == "" {
-			out.ConfirmationID = h.Get(models.HeaderConfirmationID)
-		}
-	case status == http.StatusTooManyRequests:
-		out.Class = ClassThrottled
-	case status == http.StatusServiceUnavailable && out.ServerWait:
-		out.Class = ClassThrottled
-	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status >= 500:
-		out.Class = ClassTransient
-	case status == http.StatusUnauthorized:
-		out.Class = ClassAuthExpired
-	case status == http.StatusBadRequest && apiErr.Error == models.ErrorQuotaExhausted:
-		out.Class = ClassQuotaExhausted
-	default:
-		out.Class = ClassRejected
-	}
-	if out.Class != ClassThrottled && out.Class != ClassTransient {
-		// A wait only means something on an answer the caller will retry.
-		out.RetryAfter, out.ServerWait = 0, false
-	}
-	return out
-}
-
-// channelMessage is the channel's own explanation, or the start of its body.
-func channelMessage(status int, e models.ARIError, raw []byte) string {
-	switch {
-	case e.Message != "" && e.Error != "":
-		return truncate(e.Error + ": " + e.Message)
-	case e.Message != "":
-		return truncate(e.Message)
-	case e.Error != "":
-		return e.Error
-	case len(bytes.TrimSpace(raw)) > 0:
-		return truncate(strings.TrimSpace(string(raw)))
+// bodyText is the start of a body the protocol could not read, or the status text.
+func bodyText(status int, raw []byte) string {
+	if t := bytes.TrimSpace(raw); len(t) > 0 {
+		return truncate(string(t))
 	}
 	return http.StatusText(status)
 }
@@ -340,4 +402,12 @@ func truncate(s string) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:maxMessageLen], "") + "…"
+}
+
+// dateRange is a line's dates as a protocol with a single-day form wants them.
+func dateRange(l models.ARILine) (date, from, to models.Date) {
+	if l.From == l.To {
+		return l.From, models.Date{}, models.Date{}
+	}
+	return models.Date{}, l.From, l.To
 }

@@ -65,13 +65,13 @@ func reconcile(schedule bool, args []string, out io.Writer, getenv func(string) 
 		return fmt.Errorf("%s: %w", id, err)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "channel\tchecked\tdrifted\trepaired\trepair dead-lettered\t")
+	fmt.Fprintln(tw, "channel\tchecked\tdrifted\tresent (no read-back)\trepaired\trepair dead-lettered\t")
 	for _, c := range res.Channels {
 		var t models.ChannelCounts
 		if c.Repair != nil {
 			t = c.Repair.Totals()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t\n", c.Channel, c.Checked, c.Drifted, t.Committed, t.DeadLettered)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t\n", c.Channel, c.Checked, c.Drifted, c.Resent, t.Committed, t.DeadLettered)
 	}
 	return tw.Flush()
 }
