@@ -220,9 +220,12 @@ func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveFaults(w, r)
 		return
 	}
+	if s.serveProtocol(w, r) {
+		return
+	}
 	base, ok := strings.CutSuffix(path, "/ari")
 	ch := s.byPath[base] // immutable after New
-	if !ok || ch == nil {
+	if !ok || ch == nil || !ch.generic() {
 		writeJSON(w, http.StatusNotFound, models.ARIError{Error: models.ErrorInvalid, Message: "path: no such endpoint"})
 		return
 	}
@@ -465,11 +468,19 @@ func (s *Simulator) roll(ratio float64) bool {
 	return ratio > 0 && s.rng.Float64() < ratio
 }
 
-// authorized accepts a static token, or a simtoken-<unix> issued no later than a
-// minute from now and no longer than TokenMaxAge ago.
+// authorized accepts a bearer token that tokenValid accepts.
 func (s *Simulator) authorized(h string, now time.Time) bool {
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		return false
+	}
+	return s.tokenValid(tok, now)
+}
+
+// tokenValid accepts a static token, or a simtoken-<unix> issued no later than a
+// minute from now and no longer than TokenMaxAge ago.
+func (s *Simulator) tokenValid(tok string, now time.Time) bool {
+	if tok == "" {
 		return false
 	}
 	if s.static[tok] {
