@@ -61,6 +61,9 @@ func (channex) encode(cfg models.ChannelConfig, req models.ChannelRequest, _ tim
 			if l.Currency != prop.Currency {
 				return call{}, fmt.Errorf("lines[%d]: currency %s, the Channex property prices in %s", i, l.Currency, prop.Currency)
 			}
+			if !models.FitsMinorUnits(*l.Amount, l.Currency) {
+				return call{}, fmt.Errorf("lines[%d]: amount %s has more places than %s allows", i, l.Amount, l.Currency)
+			}
 			v.Rate = models.FormatAmount(*l.Amount, l.Currency)
 		}
 		v.Date, v.DateFrom, v.DateTo = dateRange(l)

@@ -47,6 +47,9 @@ func (openTravel) encode(_ models.ChannelConfig, req models.ChannelRequest, now 
 			if l.Amount == nil {
 				return call{}, fmt.Errorf("lines[%d]: rates line without amount", i)
 			}
+			if !models.FitsMinorUnits(*l.Amount, l.Currency) {
+				return call{}, fmt.Errorf("lines[%d]: amount %s has more places than %s allows", i, l.Amount, l.Currency)
+			}
 			rq.RateAmountMessages.Messages = append(rq.RateAmountMessages.Messages, models.OTARateAmountMessage{
 				StatusApplicationControl: control(l),
 				Rates: []models.OTARate{{BaseByGuestAmts: []models.OTABaseByGuestAmt{{

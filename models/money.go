@@ -23,7 +23,9 @@ func MinorUnits(code string) (places int, ok bool) {
 
 // FormatAmount writes amount with exactly the minor units of its currency, as
 // channels that take a decimal string want it ("12000" JPY, "120.50" EUR, "45.125"
-// KWD). A currency the data does not know keeps two places.
+// KWD). A currency the data does not know keeps two places. It rounds an amount
+// with more places: check FitsMinorUnits first, a price must never change on the
+// way.
 func FormatAmount(amount decimal.Decimal, code string) string {
 	places, ok := MinorUnits(code)
 	if !ok {
