@@ -50,8 +50,8 @@ func TestOpenTravelWarningsArePartial(t *testing.T) {
 	h := otaHarness(t, nil, "hotel-user:sim-secret")
 	resp := h.push(t, restrictions(propA,
 		restrictionLine(3, "2030-04-10", "2030-04-10", func(l *models.ARILine) { l.StopSell, l.CTA = bp(true), bp(true) }), // messages 1, 2
-		restrictionLine(3, "2030-04-11", "2030-04-11", func(l *models.ARILine) { l.MinLOS = ip(0) }),                    // message 3, refused
-		restrictionLine(3, "2030-04-12", "2030-04-12", func(l *models.ARILine) { l.CTD = bp(true) }),                    // message 4
+		restrictionLine(3, "2030-04-11", "2030-04-11", func(l *models.ARILine) { l.MinLOS = ip(0) }),                       // message 3, refused
+		restrictionLine(3, "2030-04-12", "2030-04-12", func(l *models.ARILine) { l.CTD = bp(true) }),                       // message 4
 	))
 	want(t, resp, channels.ClassPartial, 200)
 	if got := failedLines(resp); !slices.Equal(got, []int{1}) || resp.Accepted != 2 {

@@ -114,8 +114,8 @@ func d(s string) models.Date {
 	return v
 }
 
-func ip(v int) *int    { return &v }
-func bp(v bool) *bool  { return &v }
+func ip(v int) *int   { return &v }
+func bp(v bool) *bool { return &v }
 func money(s string) *decimal.Decimal {
 	v := decimal.RequireFromString(s)
 	return &v
