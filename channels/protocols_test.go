@@ -150,3 +150,10 @@ func failedLines(resp channels.PushResponse) []int {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func newServer(t *testing.T, s *sim.Simulator) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(s)
+	t.Cleanup(func() { s.Close(); srv.Close() })
+	return srv
+}

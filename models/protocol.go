@@ -192,10 +192,13 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // NewChannexChannel is a Channex channel with house defaults that fit Channex's
-// published limits exactly: per property, 5 rates and 5 restrictions requests (10 on
-// the shared /restrictions endpoint) and 10 availability requests in any minute.
+// published limits: per property, at most 5 rates and 5 restrictions requests (10
+// on the shared /restrictions endpoint) and 10 availability requests in any 60 s.
+// The refill (4.75 and 9.5 a minute) leaves the 11th request of a window at least
+// 3 s outside it, because Channex counts arrivals and a request's network delay
+// varies.
 func NewChannexChannel(slug string, mapping ChannexMapping) ChannelConfig {
-	c := NewChannelConfig(slug, 21)
+	c := NewChannelConfig(slug, 20)
 	c.Protocol, c.Scope, c.Burst = ProtocolChannex, ScopeProperty, 1
 	c.Shares = FamilyShares{Rates: 25, Availability: 50, Restrictions: 25}
 	c.Channex = mapping
