@@ -137,3 +137,35 @@ func TestValidateRejectsWhatChannexCannotTake(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoChannelsCoverTheSample: make demo spreads a sample batch over
+// deploy/channels.demo.yaml's Channex channel, so its mapping must cover every
+// code of the sample.
+func TestDemoChannelsCoverTheSample(t *testing.T) {
+	chs, err := LoadChannels("../deploy/channels.demo.yaml", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ChannelMap(chs)
+	if m["channex_demo"].Protocol != ProtocolChannex || m["ota_demo"].Protocol != ProtocolOpenTravel {
+		t.Fatalf("demo channels: %+v", m)
+	}
+	v, err := NewValidator(chs, "", testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := NewValidator(DefaultChannels(), "", testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mu := range SampleBatchFor(300, DateOf(testNow()), 1, 1, []string{"channex_demo"}) {
+		generic := mu
+		generic.Channel = "expedia"
+		if len(plain.Validate(generic)) > 0 {
+			continue // one of the sample's deliberately invalid rows
+		}
+		if ve := v.Validate(mu); ve != nil {
+			t.Errorf("sample mutation %s refused on channex_demo: %v", mu.ID, ve)
+		}
+	}
+}

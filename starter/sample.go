@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/paritysync/paritysync/models"
@@ -16,13 +17,14 @@ func sample(args []string, out io.Writer) error {
 	n := fs.Int("mutations", 300, "how many mutations")
 	file := fs.String("out", "", "write here instead of stdout")
 	seed := fs.Uint64("seed", 1, "random seed")
+	chans := fs.String("channels", strings.Join(models.SampleChannels, ","), "comma-separated channels to spread the sample over")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *n < 10 {
 		return usageError{"sample: --mutations must be at least 10"}
 	}
-	ms := models.SampleBatch(*n, models.DateOf(time.Now()), time.Now().Unix(), *seed)
+	ms := models.SampleBatchFor(*n, models.DateOf(time.Now()), time.Now().Unix(), *seed, strings.Split(*chans, ","))
 	w := out
 	if *file != "" {
 		f, err := os.Create(*file)
