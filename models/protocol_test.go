@@ -42,7 +42,7 @@ func TestLoadChannelsProtocols(t *testing.T) {
 	m := ChannelMap(got)
 	cx := m["channex_eu"]
 	if cx.Protocol != ProtocolChannex || cx.Scope != ScopeProperty || !cx.ReadBack ||
-		cx.BaseURL != "https://staging.channex.io" || cx.CredentialsFile != "/run/secrets/channex_eu" {
+		cx.BaseURL != "https://staging.channex.io" || cx.BasePath != "" || cx.CredentialsFile != "/run/secrets/channex_eu" {
 		t.Errorf("channex channel = %+v", cx)
 	}
 	if id, ok := cx.Channex.RatePlanID("prop_0a1b2c3d", "DLXKING", "BAR_FLEX"); !ok || id != "bab451e7-9ab1-4cc4-aa16-107bf7bbabb2" {
