@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -160,6 +161,9 @@ func loadConfig(args []string) (fileConfig, error) {
 	for _, c := range fc.Channels {
 		if c.Slug == "" {
 			return fc, errors.New("channels: every channel needs a slug")
+		}
+		if c.Protocol != "" && !slices.Contains(models.Protocols, c.Protocol) {
+			return fc, fmt.Errorf("channel %s: protocol: must be paritysync, channex or opentravel, got %q", c.Slug, c.Protocol)
 		}
 	}
 	return fc, nil
