@@ -24,13 +24,10 @@ import (
 // no read-back.
 type openTravel struct{}
 
-// OTAPathPrefix is where OpenTravel messages are posted, under the channel's base.
-const OTAPathPrefix = "/ota/"
-
 func (openTravel) encode(_ models.ChannelConfig, req models.ChannelRequest, now time.Time) (call, error) {
 	hdr := models.OTAHeader{EchoToken: req.IdempotencyKey(), TimeStamp: now.UTC().Format(time.RFC3339),
 		Version: models.OTAVersion}
-	c := call{method: http.MethodPost, path: OTAPathPrefix + models.OTAMessage(req.Family),
+	c := call{method: http.MethodPost, path: models.OTAPathPrefix + models.OTAMessage(req.Family),
 		contentType: "application/xml; charset=utf-8"}
 	control := func(l models.ARILine) models.OTAStatusApplicationControl {
 		return models.OTAStatusApplicationControl{Start: l.From, End: l.To, InvTypeCode: l.RoomTypeCode, RatePlanCode: l.RatePlanCode}

@@ -11,7 +11,11 @@ const OTANamespace = "http://www.opentravel.org/OTA/2003/05"
 // OTAVersion is the message version paritysync writes.
 const OTAVersion = "1.000"
 
-// OpenTravel message names, one per family; the HTTP path is {base}/ota/{name}.
+// OTAPathPrefix is where OpenTravel messages are posted, under the channel's base:
+// {base}/ota/{message name}.
+const OTAPathPrefix = "/ota/"
+
+// OpenTravel message names, one per family.
 const (
 	OTARateAmountNotif = "OTA_HotelRateAmountNotif"
 	OTAAvailNotif      = "OTA_HotelAvailNotif"

@@ -33,7 +33,7 @@ func (s *Simulator) serveProtocol(w http.ResponseWriter, r *http.Request) bool {
 				return true
 			}
 		case models.ProtocolOpenTravel:
-			if msg, ok := strings.CutPrefix(rest, "/ota/"); ok {
+			if msg, ok := strings.CutPrefix(rest, models.OTAPathPrefix); ok {
 				s.serveOpenTravel(w, r, ch, msg)
 				return true
 			}
