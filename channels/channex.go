@@ -46,7 +46,7 @@ func (channex) encode(cfg models.ChannelConfig, req models.ChannelRequest, _ tim
 			body.Values[i] = v
 		}
 		c.body, err = json.Marshal(body)
-		return c, err
+		return c, checkChannexSize(c, err)
 	}
 	c.path = models.ChannexRestrictionsPath
 	body := models.ChannexValues[models.ChannexRestriction]{Values: make([]models.ChannexRestriction, len(req.Lines))}
@@ -70,7 +70,19 @@ func (channex) encode(cfg models.ChannelConfig, req models.ChannelRequest, _ tim
 		body.Values[i] = v
 	}
 	c.body, err = json.Marshal(body)
-	return c, err
+	return c, checkChannexSize(c, err)
+}
+
+// checkChannexSize refuses a body Channex would refuse; max_lines_per_request keeps
+// real requests far below it.
+func checkChannexSize(c call, err error) error {
+	if err != nil {
+		return err
+	}
+	if len(c.body) > models.ChannexMaxBodyBytes {
+		return fmt.Errorf("body of %d bytes, Channex takes at most %d: lower max_lines_per_request", len(c.body), models.ChannexMaxBodyBytes)
+	}
+	return nil
 }
 
 func (channex) authorize(h http.Header, secret string) {

@@ -322,3 +322,16 @@ func TestEchoTokenIsTheIdempotencyKey(t *testing.T) {
 		t.Errorf("units %s", got)
 	}
 }
+
+func TestChannexRefusesABodyOverTenMegabytes(t *testing.T) {
+	req := goldenRequests()[models.FamilyAvailability]
+	line := req.Lines[0]
+	req.Lines = nil
+	for range 80_000 {
+		req.Lines = append(req.Lines, line)
+	}
+	_, err := channex{}.encode(goldenConfig(models.ProtocolChannex), req, goldenNow)
+	if err == nil || !strings.Contains(err.Error(), "Channex takes at most") {
+		t.Errorf("a %d-line request: %v, want it refused for its size", len(req.Lines), err)
+	}
+}

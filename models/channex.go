@@ -13,6 +13,8 @@ const (
 	ChannexAPIKeyHeader = "user-api-key"
 	// ChannexTooManyRequests is the error code of Channex's 429 body.
 	ChannexTooManyRequests = "http_too_many_requests"
+	// ChannexMaxBodyBytes is the largest update Channex takes in one call.
+	ChannexMaxBodyBytes = 10 << 20
 )
 
 // ChannexValues is the body of both ARI updates: change objects, applied in order.
