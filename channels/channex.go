@@ -227,7 +227,7 @@ func (channex) readBack(ctx context.Context, r reader, property string, from, to
 	cfg := r.ch.cfg
 	prop, ok := cfg.Channex.Properties[property]
 	if !ok {
-		return models.ARIState{}, fmt.Errorf("property %s: no Channex id in channel %s", property, cfg.Slug)
+		return models.ARIState{}, fmt.Errorf("read %s state: property %s has no Channex id", cfg.Slug, property)
 	}
 	q := url.Values{
 		"filter[property_id]": {prop.PropertyID},

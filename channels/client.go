@@ -275,11 +275,8 @@ func (c *Client) ReadBack(ctx context.Context, channelSlug, propertyID string, f
 	if !ok {
 		return models.ARIState{}, fmt.Errorf("read back: unknown channel %q", channelSlug)
 	}
-	st, err := ch.proto.readBack(ctx, reader{c: c, ch: ch}, propertyID, from, to)
-	if err != nil {
-		return models.ARIState{}, fmt.Errorf("read back %s state: %w", channelSlug, err)
-	}
-	return st, nil
+	// The protocol's errors already name the channel and what was read.
+	return ch.proto.readBack(ctx, reader{c: c, ch: ch}, propertyID, from, to)
 }
 
 // answer is one HTTP response, read whole.

@@ -254,6 +254,6 @@ func decodeOTAResponse(raw []byte) (models.OTAResponse, error) {
 	}
 }
 
-func (openTravel) readBack(context.Context, reader, string, models.Date, models.Date) (models.ARIState, error) {
-	return models.ARIState{}, ErrNoReadBack
+func (openTravel) readBack(_ context.Context, r reader, _ string, _, _ models.Date) (models.ARIState, error) {
+	return models.ARIState{}, fmt.Errorf("read %s state: %w", r.ch.cfg.Slug, ErrNoReadBack)
 }
