@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
@@ -67,8 +68,8 @@ func FailureError(errType string, f Failure) error {
 // Activities are paritysync's Temporal activities; the struct holds their dependencies.
 type Activities struct {
 	Limiter   *limiter.Limiter
-	Client    *ChannelClient
-	Tokens    TokenProvider
+	Client    *channels.Client
+	Tokens    channels.Credentials
 	Store     *Store
 	Channels  map[string]models.ChannelConfig
 	Validator *models.Validator
@@ -291,7 +292,7 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 		return models.PushResult{}, FailureError(ErrQuotaExhausted, Failure{Wait: d.Wait, Tier: string(d.Tier),
 			Message: fmt.Sprintf("daily quota %d/%d", d.DailyUsed, d.DailyLimit)})
 	default:
-		a.Metrics.deny(req.Channel, string(d.State))
+		a.Metrics.deny(req.Channel, string(d.Tier))
 		return models.PushResult{}, FailureError(ErrRateLimited, Failure{Wait: d.Wait, Tier: string(d.Tier),
 			Paused: d.PausedReason, Held: d.State == limiter.Wait})
 	}
@@ -304,7 +305,7 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 	}()
 	send, dropped := req.WithoutNights(d.Dropped)
 	if in.RefreshCredential {
-		if err := a.Tokens.Refresh(ctx); err != nil {
+		if err := a.Tokens.Refresh(ctx, req.Channel); err != nil {
 			return models.PushResult{}, fmt.Errorf("refresh credential for %s: %w", req.Channel, err)
 		}
 	}
@@ -325,7 +326,7 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 
 	f := Failure{Status: resp.Status, Message: resp.Message}
 	switch resp.Class {
-	case ClassCommitted:
+	case channels.ClassCommitted:
 		committed, superseded, err := a.Store.Commit(ctx, send, resp.ConfirmationID, nil, a.now())
 		if err != nil {
 			return models.PushResult{}, err
@@ -335,7 +336,7 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 			Superseded: superseded + len(dropped)}
 		res.Next = a.reserveNext(ctx, in)
 		return res, nil
-	case ClassPartial:
+	case channels.ClassPartial:
 		res, err := a.commitPartial(ctx, req, send, resp)
 		if err != nil {
 			return models.PushResult{}, err
@@ -343,7 +344,7 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 		res.Superseded += len(dropped)
 		res.Next = a.reserveNext(ctx, in)
 		return res, nil
-	case ClassThrottled:
+	case channels.ClassThrottled:
 		f.Wait, f.ServerWait = resp.RetryAfter, resp.ServerWait
 		if f.ServerWait && f.Wait > 0 {
 			// Every worker holds back, not just this activity.
@@ -352,11 +353,11 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 			}
 		}
 		return models.PushResult{}, FailureError(ErrThrottled, f)
-	case ClassTransient:
+	case channels.ClassTransient:
 		return models.PushResult{}, FailureError(ErrTransient, f)
-	case ClassAuthExpired:
+	case channels.ClassAuthExpired:
 		return models.PushResult{}, FailureError(ErrAuthExpired, f)
-	case ClassQuotaExhausted:
+	case channels.ClassQuotaExhausted:
 		return models.PushResult{}, FailureError(ErrQuotaExhausted, f)
 	default:
 		return models.PushResult{}, FailureError(ErrRejected, f)
@@ -427,7 +428,7 @@ func (a *Activities) reserveNext(ctx context.Context, in models.PushInput) *mode
 
 // commitPartial commits the lines a channel accepted and hands back the failed ones,
 // numbered as in the stored request (orig) so they can be parked from it.
-func (a *Activities) commitPartial(ctx context.Context, orig, req models.ChannelRequest, resp PushResponse) (models.PushResult, error) {
+func (a *Activities) commitPartial(ctx context.Context, orig, req models.ChannelRequest, resp channels.PushResponse) (models.PushResult, error) {
 	failed := map[int]bool{}
 	res := models.PushResult{ConfirmationID: resp.ConfirmationID}
 	for _, lf := range resp.Failed {

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
@@ -58,7 +58,7 @@ type envOptions struct {
 	// simChannel adjusts the simulator's copy of the channel only.
 	simChannel func(*models.ChannelConfig)
 	sim        func(*sim.Config)
-	tokens     TokenProvider
+	tokens     channels.Credential
 	// limiterRDB replaces the limiter's Redis client.
 	limiterRDB redis.Scripter
 	chunkSize  int
@@ -134,7 +134,7 @@ func newActivityEnv(t *testing.T, o envOptions) *activityEnv {
 	}
 	tokens := o.tokens
 	if tokens == nil {
-		tokens = StaticToken(testToken)
+		tokens = channels.StaticCredential(testToken)
 	}
 	var limRDB redis.Scripter = rdb
 	if o.limiterRDB != nil {
@@ -142,8 +142,12 @@ func newActivityEnv(t *testing.T, o envOptions) *activityEnv {
 	}
 	store := NewStore(rdb, prefix)
 	lim := limiter.New(limRDB, chs, limiter.Options{Prefix: prefix})
-	client := NewChannelClient(srv.Client(), srv.URL, tokens, chs, 5*time.Second)
-	acts := &Activities{Limiter: lim, Client: client, Tokens: tokens, Store: store,
+	creds := channels.Credentials{}
+	for _, c := range chs {
+		creds[c.Slug] = tokens
+	}
+	client := channels.New(srv.Client(), srv.URL, creds, chs, 5*time.Second)
+	acts := &Activities{Limiter: lim, Client: client, Tokens: creds, Store: store,
 		Channels: models.ChannelMap(chs), Validator: validator, ChunkSize: o.chunkSize,
 		Now: func() time.Time { return now }}
 	return &activityEnv{t: t, rdb: rdb, store: store, lim: lim, sim: s, srv: srv, acts: acts,
@@ -585,7 +589,7 @@ func TestPushRequestCommittedWritesLedgerAndChannel(t *testing.T) {
 		}
 	}
 
-	st, err := e.acts.Client.Fetch(ctx, testChannel, testProperty, e.today.AddDays(4), e.today.AddDays(6))
+	st, err := e.acts.Client.ReadBack(ctx, testChannel, testProperty, e.today.AddDays(4), e.today.AddDays(6))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -721,7 +725,7 @@ func TestPushRequestServerErrorIsTransient(t *testing.T) {
 }
 
 func TestPushRequestWrongTokenIsAuthExpired(t *testing.T) {
-	e := newActivityEnv(t, envOptions{tokens: StaticToken("not-the-token")})
+	e := newActivityEnv(t, envOptions{tokens: channels.StaticCredential("not-the-token")})
 	chunk := e.preparedChunk("b-401", e.mutation("a-1", 3, 1, withRate("80.00")))
 	_, err := e.push(models.PushInput{BatchID: "b-401", ChunkKey: chunk.Key})
 	f := failureOf(t, err, ErrAuthExpired)
@@ -740,7 +744,7 @@ type rotatingToken struct {
 	refreshed int
 }
 
-func (r *rotatingToken) Token(context.Context) (string, error) {
+func (r *rotatingToken) Secret(context.Context) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.token, nil
@@ -1027,89 +1031,5 @@ func TestRecordDeadLetterWholeChunk(t *testing.T) {
 	}
 	if !slices.Equal(got, props) {
 		t.Errorf("parked properties %v, want %v", got, props)
-	}
-}
-
-func writeTokenFile(t *testing.T, path, content string, mod time.Time) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chtimes(path, mod, mod); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestFileTokenRereadsChangedFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "token")
-	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
-	writeTokenFile(t, path, "token-one\n", t0)
-	ft, err := NewFileToken(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if tok, err := ft.Token(ctx); err != nil || tok != "token-one" {
-		t.Fatalf("token %q, %v; want token-one", tok, err)
-	}
-	// Same size, newer modification time.
-	writeTokenFile(t, path, "token-two\n", t0.Add(time.Minute))
-	if tok, err := ft.Token(ctx); err != nil || tok != "token-two" {
-		t.Errorf("after rotation token %q, %v; want token-two", tok, err)
-	}
-	// Different size, same modification time.
-	writeTokenFile(t, path, "token-three\n", t0.Add(time.Minute))
-	if tok, err := ft.Token(ctx); err != nil || tok != "token-three" {
-		t.Errorf("after rotation token %q, %v; want token-three", tok, err)
-	}
-}
-
-func TestFileTokenRefreshForcesReread(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "token")
-	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
-	writeTokenFile(t, path, "aaaa", t0)
-	ft, err := NewFileToken(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	// Same size and modification time: Token cannot see the change, Refresh must.
-	writeTokenFile(t, path, "bbbb", t0)
-	if tok, _ := ft.Token(ctx); tok != "aaaa" {
-		t.Fatalf("token %q before refresh; the file looked unchanged, want the cached aaaa", tok)
-	}
-	if err := ft.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if tok, err := ft.Token(ctx); err != nil || tok != "bbbb" {
-		t.Errorf("after refresh token %q, %v; want bbbb", tok, err)
-	}
-}
-
-func TestFileTokenEmptyFileIsAnError(t *testing.T) {
-	dir := t.TempDir()
-	empty := filepath.Join(dir, "empty")
-	writeTokenFile(t, empty, " \n\t\n", time.Now())
-	if _, err := NewFileToken(empty); err == nil {
-		t.Error("NewFileToken accepted a blank file")
-	}
-
-	path := filepath.Join(dir, "token")
-	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
-	writeTokenFile(t, path, "secret-bearer-value", t0)
-	ft, err := NewFileToken(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeTokenFile(t, path, "   \n", t0.Add(time.Minute))
-	tok, err := ft.Token(context.Background())
-	if err == nil {
-		t.Fatalf("blanked file gave token %q, want an error", tok)
-	}
-	if strings.Contains(err.Error(), "secret-bearer-value") || strings.Contains(err.Error(), "   \n") {
-		t.Errorf("error %q contains file content", err)
-	}
-	if err := ft.Refresh(context.Background()); err == nil || strings.Contains(err.Error(), "secret-bearer-value") {
-		t.Errorf("refresh of a blank file: err %v, want an error without the old token", err)
 	}
 }

@@ -3,6 +3,7 @@ package activities
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
@@ -23,7 +24,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "paritysync_channel_requests_total", Help: "Channel requests sent, by channel, family and outcome class.",
 		}, []string{"channel", "family", "class"}),
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "paritysync_limiter_denied_total", Help: "Tokens the limiter denied, by channel and quota tier.",
+			Name: "paritysync_limiter_denied_total", Help: "Pushes the limiter told to wait (a held slot, pause, back-off or the quota), by channel and quota tier.",
 		}, []string{"channel", "tier"}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "paritysync_dead_lettered_updates_total", Help: "Updates parked in the dead-letter queue, by channel and reason.",
@@ -36,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) push(channel, family string, class Class) {
+func (m *Metrics) push(channel, family string, class channels.Class) {
 	if m != nil {
 		m.pushes.WithLabelValues(channel, family, string(class)).Inc()
 	}
@@ -62,15 +63,15 @@ func (m *Metrics) commit(channel string, n int) {
 
 // Zero creates every channel's series at 0, so dashboards show 0 rather than "no
 // data" and rate()/increase() count the first event (a series born at 1 loses it).
-func (m *Metrics) Zero(channels []string) {
+func (m *Metrics) Zero(slugs []string) {
 	if m == nil {
 		return
 	}
-	classes := []Class{ClassCommitted, ClassPartial, ClassThrottled, ClassTransient, ClassAuthExpired, ClassQuotaExhausted, ClassRejected}
+	classes := []channels.Class{channels.ClassCommitted, channels.ClassPartial, channels.ClassThrottled, channels.ClassTransient, channels.ClassAuthExpired, channels.ClassQuotaExhausted, channels.ClassRejected}
 	reasons := []string{models.ReasonRejected, models.ReasonAuth, models.ReasonQuotaExhausted, models.ReasonRetryExhausted,
 		models.ReasonLineFailed, models.ReasonChildFailed}
 	tiers := []limiter.Tier{limiter.TierOK, limiter.TierWarn, limiter.TierPage, limiter.TierThrottle, limiter.TierStop}
-	for _, ch := range channels {
+	for _, ch := range slugs {
 		m.updates.WithLabelValues(ch)
 		for _, f := range models.Families {
 			for _, c := range classes {

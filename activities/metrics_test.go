@@ -5,13 +5,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/paritysync/paritysync/channels"
 )
 
 func TestMetricsCountWhatHappened(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
-	m.push("expedia", "rates", ClassCommitted)
-	m.push("expedia", "rates", ClassCommitted)
-	m.push("expedia", "rates", ClassThrottled)
+	m.push("expedia", "rates", channels.ClassCommitted)
+	m.push("expedia", "rates", channels.ClassCommitted)
+	m.push("expedia", "rates", channels.ClassThrottled)
 	m.deny("expedia", "ok")
 	m.park("agoda", "rejected", 4)
 	m.commit("expedia", 7)
@@ -31,5 +33,5 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	}
 
 	var none *Metrics
-	none.push("expedia", "rates", ClassCommitted) // a nil *Metrics counts nothing and does not panic
+	none.push("expedia", "rates", channels.ClassCommitted) // a nil *Metrics counts nothing and does not panic
 }

@@ -13,7 +13,8 @@ import (
 // compares it, cell by cell and family by family, with what the ledger says was
 // committed. Cells that drifted (the channel lost, never applied or changed a
 // value) become repair mutations at the committed version and bulk priority,
-// stored for a BatchSync to load.
+// stored for a BatchSync to load. A channel configured without read-back cannot be
+// compared: every committed cell is re-sent instead, and counted as Resent.
 func (a *Activities) DiffChannel(ctx context.Context, in models.DiffInput) (models.ChannelDrift, error) {
 	res := models.ChannelDrift{Channel: in.Channel}
 	cells, err := a.Store.LedgerCells(ctx, in.Channel, in.From, in.To)
@@ -21,13 +22,21 @@ func (a *Activities) DiffChannel(ctx context.Context, in models.DiffInput) (mode
 		return res, err
 	}
 	var repairs []models.Mutation
+	if cfg, ok := a.Channels[in.Channel]; ok && !cfg.ReadBack {
+		for _, lc := range cells {
+			res.Checked++
+			res.Resent++
+			repairs = append(repairs, repair(lc, fmt.Sprintf("%s-%d", in.BatchID, len(repairs)+1)))
+		}
+		cells = nil
+	}
 	for start := 0; start < len(cells); {
 		property := cells[start].Cell.PropertyID
 		end := start
 		for end < len(cells) && cells[end].Cell.PropertyID == property {
 			end++
 		}
-		st, err := a.Client.Fetch(ctx, in.Channel, property, in.From, in.To)
+		st, err := a.Client.ReadBack(ctx, in.Channel, property, in.From, in.To)
 		if err != nil {
 			return res, fmt.Errorf("read back %s/%s: %w", in.Channel, property, err)
 		}
@@ -52,7 +61,7 @@ func (a *Activities) DiffChannel(ctx context.Context, in models.DiffInput) (mode
 			return res, err
 		}
 	}
-	activity.GetLogger(ctx).Info("reconciled", "channel", in.Channel, "checked", res.Checked, "drifted", res.Drifted)
+	activity.GetLogger(ctx).Info("reconciled", "channel", in.Channel, "checked", res.Checked, "drifted", res.Drifted, "resent", res.Resent)
 	return res, nil
 }
 

@@ -226,10 +226,11 @@ func (l *Limiter) channel(slug string) (channelKeys, error) {
 }
 
 // scope names the window a request counts in: the whole channel, or one property's
-// family on a channel that limits per property.
+// family (or the endpoint it shares, see ChannelConfig.WindowOf) on a channel that
+// limits per property.
 func (ck channelKeys) scope(property string, f models.Family) string {
 	if ck.cfg.Scope == models.ScopeProperty {
-		return property + ":" + string(f)
+		return property + ":" + ck.cfg.WindowOf(f)
 	}
 	return "all"
 }

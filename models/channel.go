@@ -44,9 +44,25 @@ func (s FamilyShares) Of(f Family) int {
 	return 0
 }
 
-// ChannelConfig is everything paritysync knows about one OTA channel's limits.
+// ChannelConfig is everything paritysync knows about one OTA channel: how to reach
+// it, the protocol it speaks and its limits.
 type ChannelConfig struct {
 	Slug string `yaml:"slug" json:"slug"`
+	// Protocol is the wire protocol; paritysync (the generic JSON one) by default.
+	Protocol Protocol `yaml:"protocol" json:"protocol"`
+	// BaseURL is where the channel lives, PARITYSYNC_CHANNEL_URL when empty.
+	BaseURL string `yaml:"base_url" json:"base_url,omitempty"`
+	// CredentialsFile holds the channel's secret (bearer token, API key, or
+	// user:password for OpenTravel), re-read when it changes. Only the path is
+	// configuration; the secret never leaves the worker's memory.
+	CredentialsFile string `yaml:"credentials_file" json:"credentials_file,omitempty"`
+	// ReadBack is true when reconciliation reads the channel's state back and diffs
+	// it; false re-sends the acknowledged state on the schedule instead. A protocol
+	// without a read-back (OpenTravel) must set it false.
+	ReadBack bool `yaml:"read_back" json:"read_back"`
+	// Channex maps room type and rate plan codes to Channex ids, per property;
+	// required for protocol channex, refused otherwise.
+	Channex ChannexMapping `yaml:"channex" json:"channex,omitzero"`
 	// BasePath is the path prefix of the channel's endpoints, "/{slug}" by default.
 	BasePath string `yaml:"base_path" json:"base_path"`
 	// RatePerMinute is the channel's published ceiling: at most this many requests
@@ -81,6 +97,16 @@ func (c ChannelConfig) FamilyBudget(f Family) (perMinute float64, burst int) {
 	return refill * share, burst
 }
 
+// WindowOf names the rate-limit window family f counts in on a channel that limits
+// per property: the family, or the endpoint it shares with others (Channex takes
+// prices and restrictions at one endpoint, under one limit).
+func (c ChannelConfig) WindowOf(f Family) string {
+	if c.Protocol == ProtocolChannex {
+		return ChannexEndpoint(f)
+	}
+	return string(f)
+}
+
 // Reserve is the effective priority reserve of a bucket of depth burst.
 func (c ChannelConfig) Reserve(burst int) int {
 	if c.PriorityReserve > 0 {
@@ -97,8 +123,15 @@ func (c ChannelConfig) Cost(r ChannelRequest) int {
 	return 1
 }
 
-// Validate reports the first inconsistency in c.
+// Validate reports the first inconsistency in c, naming the field and the rule.
 func (c ChannelConfig) Validate() error {
+	if err := c.validateLimits(); err != nil {
+		return err
+	}
+	return c.validateProtocol()
+}
+
+func (c ChannelConfig) validateLimits() error {
 	switch {
 	case c.Slug == "":
 		return fmt.Errorf("channel: slug is required")
@@ -132,7 +165,8 @@ const DefaultRatePerMinute = 60
 // and ceiling; the burst is a tenth of the ceiling so a burst never dominates it.
 func NewChannelConfig(slug string, perMinute int) ChannelConfig {
 	return ChannelConfig{
-		Slug: slug, BasePath: "/" + slug, RatePerMinute: perMinute, Burst: max(2, perMinute/10),
+		Slug: slug, Protocol: ProtocolParitySync, ReadBack: true,
+		BasePath: "/" + slug, RatePerMinute: perMinute, Burst: max(2, perMinute/10),
 		Shares: FamilyShares{Rates: 50, Availability: 30, Restrictions: 20},
 		Scope:  ScopeChannel, DailyQuota: 50000, QuotaUnit: QuotaRequests,
 		HorizonDays: 730, MaxLinesPerRequest: 100, MaxRetryAfter: 5 * time.Minute,

@@ -24,18 +24,23 @@ type channelsFile struct {
 }
 
 type channelEntry struct {
-	Slug               string      `yaml:"slug"`
-	BasePath           *string     `yaml:"base_path"`
-	RatePerMinute      *int        `yaml:"rate_per_minute"`
-	Burst              *int        `yaml:"burst"`
-	Shares             *shareEntry `yaml:"shares"`
-	Scope              *LimitScope `yaml:"scope"`
-	DailyQuota         *int        `yaml:"daily_quota"`
-	QuotaUnit          *QuotaUnit  `yaml:"quota_unit"`
-	HorizonDays        *int        `yaml:"horizon_days"`
-	MaxLinesPerRequest *int        `yaml:"max_lines_per_request"`
-	MaxRetryAfter      *string     `yaml:"max_retry_after"`
-	PriorityReserve    *int        `yaml:"priority_reserve"`
+	Slug               string          `yaml:"slug"`
+	Protocol           *Protocol       `yaml:"protocol"`
+	BaseURL            *string         `yaml:"base_url"`
+	CredentialsFile    *string         `yaml:"credentials_file"`
+	ReadBack           *bool           `yaml:"read_back"`
+	Channex            *ChannexMapping `yaml:"channex"`
+	BasePath           *string         `yaml:"base_path"`
+	RatePerMinute      *int            `yaml:"rate_per_minute"`
+	Burst              *int            `yaml:"burst"`
+	Shares             *shareEntry     `yaml:"shares"`
+	Scope              *LimitScope     `yaml:"scope"`
+	DailyQuota         *int            `yaml:"daily_quota"`
+	QuotaUnit          *QuotaUnit      `yaml:"quota_unit"`
+	HorizonDays        *int            `yaml:"horizon_days"`
+	MaxLinesPerRequest *int            `yaml:"max_lines_per_request"`
+	MaxRetryAfter      *string         `yaml:"max_retry_after"`
+	PriorityReserve    *int            `yaml:"priority_reserve"`
 }
 
 type shareEntry struct {
@@ -146,6 +151,29 @@ func (e channelEntry) applyTo(c *ChannelConfig) error {
 			*dst = *src
 		}
 	}
+	if e.Protocol != nil {
+		c.Protocol = *e.Protocol
+		// A protocol brings its own defaults; fields set below still win.
+		c.ReadBack = c.Protocol.HasReadBack()
+		if c.Protocol == ProtocolChannex {
+			def := NewChannexChannel(c.Slug, ChannexMapping{})
+			c.RatePerMinute, c.Burst, c.Shares, c.Scope = def.RatePerMinute, def.Burst, def.Shares, def.Scope
+		}
+	}
+	if e.BaseURL != nil {
+		c.BaseURL = *e.BaseURL
+		// A channel at its own URL has its endpoints at the root, not under /{slug}.
+		c.BasePath = ""
+	}
+	if e.CredentialsFile != nil {
+		c.CredentialsFile = *e.CredentialsFile
+	}
+	if e.ReadBack != nil {
+		c.ReadBack = *e.ReadBack
+	}
+	if e.Channex != nil {
+		c.Channex = *e.Channex
+	}
 	if e.BasePath != nil {
 		c.BasePath = *e.BasePath
 	}
@@ -203,6 +231,10 @@ func applyChannelEnv(c *ChannelConfig, getenv func(string) string) (used []strin
 		}
 		*f.dst = n
 		used = append(used, name)
+	}
+	if val := strings.TrimSpace(getenv(prefix + "CREDENTIALS_FILE")); val != "" {
+		c.CredentialsFile = val
+		used = append(used, prefix+"CREDENTIALS_FILE")
 	}
 	if val := strings.TrimSpace(getenv(prefix + "SCOPE")); val != "" {
 		c.Scope = LimitScope(val)

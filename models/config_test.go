@@ -3,6 +3,7 @@ package models
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -58,10 +59,10 @@ channels:
 	want := NewChannelConfig("expedia", 60)
 	want.RatePerMinute, want.MaxRetryAfter = 40, 90*time.Second
 	want.Shares = FamilyShares{Rates: 40, Availability: 40, Restrictions: 20}
-	if exp != want {
+	if !reflect.DeepEqual(exp, want) {
 		t.Errorf("expedia = %+v\nwant      %+v", exp, want)
 	}
-	if m["booking_com"] != NewChannelConfig("booking_com", 90) {
+	if !reflect.DeepEqual(m["booking_com"], NewChannelConfig("booking_com", 90)) {
 		t.Errorf("booking_com changed: %+v", m["booking_com"])
 	}
 	hb, ok := m["hotelbeds"]
@@ -70,7 +71,7 @@ channels:
 	}
 	wantHB := NewChannelConfig("hotelbeds", DefaultRatePerMinute)
 	wantHB.Burst, wantHB.Scope, wantHB.QuotaUnit = 3, ScopeProperty, QuotaLines
-	if hb != wantHB {
+	if !reflect.DeepEqual(hb, wantHB) {
 		t.Errorf("hotelbeds = %+v\nwant        %+v", hb, wantHB)
 	}
 }

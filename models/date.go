@@ -77,3 +77,26 @@ func (d *Date) UnmarshalJSON(b []byte) error {
 	*d = v
 	return nil
 }
+
+// MarshalText writes YYYY-MM-DD (XML attributes, query parameters), or nothing for
+// the zero Date.
+func (d Date) MarshalText() ([]byte, error) {
+	if d.IsZero() {
+		return nil, nil
+	}
+	return []byte(d.String()), nil
+}
+
+// UnmarshalText reads YYYY-MM-DD; empty is the zero Date.
+func (d *Date) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*d = Date{}
+		return nil
+	}
+	v, err := ParseDate(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}

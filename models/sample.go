@@ -13,11 +13,24 @@ import (
 // for a few nights at a time (so they coalesce), availability, a few urgent
 // stop-sells, and about 1 % invalid rows that must come back rejected.
 func SampleBatch(n int, today Date, version int64, seed uint64) []Mutation {
+	return SampleBatchFor(n, today, version, seed, SampleChannels)
+}
+
+// SampleChannels are the channels SampleBatch spreads its mutations over.
+var SampleChannels = []string{"booking_com", "expedia", "agoda"}
+
+// SampleProperties, SampleRooms and SamplePlans are the codes a sample batch uses,
+// so a channel configuration (a Channex mapping) can cover them.
+var (
+	SampleProperties = []string{"prop_1a2b3c4d", "prop_5e6f7a8b", "prop_9c0d1e2f"}
+	SampleRooms      = []string{"DLXKING", "STDQUEEN", "SUITE"}
+	SamplePlans      = []string{"BAR_FLEX", "BAR_NR"}
+)
+
+// SampleBatchFor is SampleBatch spread over the given channels.
+func SampleBatchFor(n int, today Date, version int64, seed uint64, channels []string) []Mutation {
 	rnd := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	properties := []string{"prop_1a2b3c4d", "prop_5e6f7a8b", "prop_9c0d1e2f"}
-	rooms := []string{"DLXKING", "STDQUEEN", "SUITE"}
-	plans := []string{"BAR_FLEX", "BAR_NR"}
-	channels := []string{"booking_com", "expedia", "agoda"}
+	properties, rooms, plans := SampleProperties, SampleRooms, SamplePlans
 	base := map[string]int64{"DLXKING": 18900, "STDQUEEN": 12900, "SUITE": 32900}
 	invalid := max(1, n/100)
 	stops := max(1, n/50)

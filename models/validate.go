@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/shopspring/decimal"
 )
 
 // DefaultPropertyPattern is the property id format the PMS emits unless configured
@@ -19,10 +21,9 @@ const (
 	// MaxStayNights bounds min/max length of stay: no channel takes a restriction of
 	// more than a year, so anything larger is a PMS bug, not a policy.
 	MaxStayNights = 365
-	// MaxAmountDigits and MaxAmountPlaces bound an amount the way channels store it:
-	// a DECIMAL(10,2), so at most 8 digits before the point.
-	MaxAmountDigits = 10
-	MaxAmountPlaces = 2
+	// MaxAmountWholeDigits bounds an amount the way channels store it: at most 8
+	// digits before the point. Places after it follow the currency (MinorUnits).
+	MaxAmountWholeDigits = 8
 )
 
 // FieldError is one problem with one field of a mutation; Field is the json name so
@@ -88,8 +89,8 @@ const (
 	RuleNotPast          = "must not be before today at the property"
 	RuleWithinHorizon    = "must be within the channel's horizon"
 	RuleAmountPositive   = "must be > 0"
-	RuleAmountPlaces     = "must have at most 2 decimal places"
-	RuleAmountDigits     = "must have at most 10 digits (8 before the decimal point)"
+	RuleAmountPlaces     = "must have no more decimal places than the currency's minor units (JPY 0, EUR 2, KWD 3)"
+	RuleAmountDigits     = "must have at most 8 digits before the decimal point"
 	RuleCurrencyWithAmt  = "required with amount"
 	RuleCurrencyISO      = "must be an active ISO 4217 code"
 	RuleCurrencyNoAmount = "must not be set without amount"
@@ -99,6 +100,8 @@ const (
 	RuleVersion          = "must be >= 1"
 	RulePriority         = "must be 1..5 or absent"
 	RuleNothingToChange  = "must change at least one of amount, inventory, stop_sell, min_los, max_los, cta, ctd"
+	RuleChannexUnmapped  = "must be mapped to a Channex id in the channel's channex configuration"
+	RuleChannexCurrency  = "must be the currency of the Channex property's rate plans"
 )
 
 // FieldMutation names the mutation as a whole in a FieldError whose problem is not
@@ -175,11 +178,13 @@ func (v *Validator) Validate(m Mutation) ValidationError {
 		if !m.Amount.IsPositive() {
 			add("amount", RuleAmountPositive)
 		}
-		places, whole := amountDigits(m)
-		if places > MaxAmountPlaces {
+		places, whole := decimalDigits(*m.Amount)
+		// Without a known currency the places cannot be judged; the currency's own
+		// problem is reported below.
+		if minor, ok := MinorUnits(m.Currency); ok && places > minor {
 			add("amount", RuleAmountPlaces)
 		}
-		if whole > MaxAmountDigits-MaxAmountPlaces {
+		if whole > MaxAmountWholeDigits {
 			add("amount", RuleAmountDigits)
 		}
 	}
@@ -210,6 +215,11 @@ func (v *Validator) Validate(m Mutation) ValidationError {
 	}
 	if m.Priority < 0 || m.Priority > PriorityBulk {
 		add("priority", RulePriority)
+	}
+	if known && ch.Protocol == ProtocolChannex {
+		for _, p := range ch.Channex.Problems(m) {
+			add(p.Field, p.Rule)
+		}
 	}
 	// Currency alone changes nothing, so it does not count as a value here.
 	if m.Amount == nil && m.Inventory == nil && m.StopSell == nil && m.MinLOS == nil &&
@@ -252,17 +262,17 @@ func isCode(s string, minLen, maxLen int) bool {
 	return true
 }
 
-// amountDigits counts the significant decimal places and the digits before the
-// point of m.Amount, ignoring trailing zeros ("120.50" has 1 place, 3 whole digits).
+// decimalDigits counts the significant decimal places and the digits before the
+// point of d, ignoring trailing zeros ("120.50" has 1 place, 3 whole digits).
 // It works on the coefficient and exponent instead of String so a huge exponent
 // costs nothing.
-func amountDigits(m Mutation) (places, whole int) {
-	coef := m.Amount.Coefficient()
+func decimalDigits(d decimal.Decimal) (places, whole int) {
+	coef := d.Coefficient()
 	if coef.Sign() == 0 {
 		return 0, 0
 	}
 	s := strings.TrimPrefix(coef.String(), "-")
-	exp := int64(m.Amount.Exponent())
+	exp := int64(d.Exponent())
 	trimmed := strings.TrimRight(s, "0")
 	exp += int64(len(s) - len(trimmed))
 	n := int64(len(trimmed))

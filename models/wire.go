@@ -11,6 +11,11 @@ const (
 	HeaderRateLimitRemaining = "X-RateLimit-Remaining"
 	HeaderRateLimitReset     = "X-RateLimit-Reset"
 	HeaderRetryAfter         = "Retry-After"
+	// HeaderUnitVersions lists, comma-separated, the version of each change object
+	// or message of a Channex or OpenTravel request, whose bodies have no place for
+	// it. Channels ignore it; otasim uses it to keep its per-night version check on
+	// every protocol.
+	HeaderUnitVersions = "X-Paritysync-Versions"
 )
 
 // Error codes a channel puts in ARIError.Error.

@@ -341,7 +341,10 @@ type ChannelDrift struct {
 	Checked int `json:"checked"`
 	// Drifted counts cells whose channel values differ from the ledger's.
 	Drifted int `json:"drifted"`
-	// PayloadKey holds the repair mutations when Drifted > 0.
+	// Resent counts cells re-sent without a comparison, on a channel configured
+	// without read-back (read_back: false, as OpenTravel must be).
+	Resent int `json:"resent,omitempty"`
+	// PayloadKey holds the repair mutations when Drifted or Resent > 0.
 	PayloadKey string `json:"payload_key,omitempty"`
 	// Repair is the repair batch's outcome.
 	Repair *BatchStatus `json:"repair,omitempty"`

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -161,6 +162,9 @@ func loadConfig(args []string) (fileConfig, error) {
 		if c.Slug == "" {
 			return fc, errors.New("channels: every channel needs a slug")
 		}
+		if c.Protocol != "" && !slices.Contains(models.Protocols, c.Protocol) {
+			return fc, fmt.Errorf("channel %s: protocol: must be paritysync, channex or opentravel, got %q", c.Slug, c.Protocol)
+		}
 	}
 	return fc, nil
 }
@@ -200,7 +204,7 @@ func logEffective(fc fileConfig) {
 	slog.Info("otasim config", "addr", fc.Addr, "token_max_age", durOr(fc.TokenMaxAge, sim.DefaultTokenMaxAge),
 		"static_tokens", strings.Join(masked, ","), "seed", fc.Seed)
 	for _, c := range fc.Channels {
-		slog.Info("otasim channel", "slug", c.Slug, "base_path", c.BasePath, "rate_per_minute", c.RatePerMinute,
+		slog.Info("otasim channel", "slug", c.Slug, "protocol", c.Protocol, "base_path", c.BasePath, "rate_per_minute", c.RatePerMinute,
 			"scope", c.Scope, "daily_quota", c.DailyQuota, "quota_unit", c.QuotaUnit,
 			"max_lines_per_request", c.MaxLinesPerRequest)
 	}

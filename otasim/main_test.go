@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,7 +91,15 @@ func TestExampleConfigLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fc.Channels) != 3 || fc.Channels[1].Scope != models.ScopeProperty || fc.Faults.StormStatus != 429 {
+	if len(fc.Channels) != 5 || fc.Channels[1].Scope != models.ScopeProperty || fc.Faults.StormStatus != 429 ||
+		fc.Channels[3].Protocol != models.ProtocolChannex || fc.Channels[4].Protocol != models.ProtocolOpenTravel {
 		t.Errorf("config %+v", fc)
+	}
+}
+
+func TestConfigRefusesAnUnknownProtocol(t *testing.T) {
+	path := writeFile(t, "channels:\n  - {slug: cx, protocol: chanex}\n")
+	if _, err := loadConfig([]string{"-config", path}); err == nil || !strings.Contains(err.Error(), "protocol") {
+		t.Errorf("misspelt protocol: %v, want an error naming protocol", err)
 	}
 }

@@ -23,8 +23,19 @@ DEMO_MUTATIONS=${DEMO_MUTATIONS:-2000}
 # The simulator and the worker share a demo credential through a file the worker
 # re-reads when it changes; it never appears on a command line or in a log.
 TOKEN_FILE=$RUN/token
-[ -s "$TOKEN_FILE" ] || { umask 077; echo "demo-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" > "$TOKEN_FILE"; }
+secret() { echo "demo-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"; }
+[ -s "$TOKEN_FILE" ] || { umask 077; secret > "$TOKEN_FILE"; }
 export PARITYSYNC_TOKEN_FILE=$TOKEN_FILE
+# The demo's Channex and OpenTravel channels (deploy/channels.demo.yaml) each have
+# their own secret: a Channex API key, and user:password for OpenTravel's Basic auth.
+CHANNEX_KEY_FILE=$RUN/channex.key
+OTA_SECRET_FILE=$RUN/ota.secret
+[ -s "$CHANNEX_KEY_FILE" ] || { umask 077; secret > "$CHANNEX_KEY_FILE"; }
+[ -s "$OTA_SECRET_FILE" ] || { umask 077; echo "demo-hotel:$(secret)" > "$OTA_SECRET_FILE"; }
+export PARITYSYNC_CHANNELS_FILE=${PARITYSYNC_CHANNELS_FILE:-deploy/channels.demo.yaml}
+export PARITYSYNC_CHANNEL_CHANNEX_DEMO_CREDENTIALS_FILE=$CHANNEX_KEY_FILE
+export PARITYSYNC_CHANNEL_OTA_DEMO_CREDENTIALS_FILE=$OTA_SECRET_FILE
+DEMO_CHANNELS=booking_com,expedia,agoda,channex_demo,ota_demo
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -84,7 +95,8 @@ up() {
   fi
 
   say "starting the channel simulator at $PARITYSYNC_CHANNEL_URL"
-  OTASIM_STATIC_TOKENS=$(cat "$TOKEN_FILE") start otasim "$BIN/otasim" -addr "$SIM_ADDR"
+  OTASIM_STATIC_TOKENS="$(cat "$TOKEN_FILE"),$(cat "$CHANNEX_KEY_FILE"),$(cut -d: -f2- "$OTA_SECRET_FILE")" \
+    start otasim "$BIN/otasim" -addr "$SIM_ADDR" -config deploy/otasim.demo.yaml
   wait_for simulator 10 curl -fsS "$PARITYSYNC_CHANNEL_URL/stats"
 
   say "starting the worker (metrics at http://$PARITYSYNC_METRICS_ADDR/metrics)"
@@ -126,7 +138,7 @@ demo() {
   trap down EXIT
   up
   say "writing a sample batch of $DEMO_MUTATIONS mutations"
-  "$BIN/starter" sample --mutations "$DEMO_MUTATIONS" --out "$RUN/sample.jsonl"
+  "$BIN/starter" sample --mutations "$DEMO_MUTATIONS" --channels "$DEMO_CHANNELS" --out "$RUN/sample.jsonl"
   say "starting the batch and following it"
   local rc=0
   "$BIN/starter" batch start --file "$RUN/sample.jsonl" --wait || rc=$?

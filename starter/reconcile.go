@@ -92,13 +92,13 @@ func (c *cli) reconcile(ctx context.Context, schedule bool, channel string, hori
 	if c.json() {
 		return c.writeJSON(res)
 	}
-	t := newTable(c.stdout, "channel\tchecked\tdrifted\trepaired\trepair dead-lettered\t", tabwriter.AlignRight)
+	t := newTable(c.stdout, "channel\tchecked\tdrifted\tresent (no read-back)\trepaired\trepair dead-lettered\t", tabwriter.AlignRight)
 	for _, ch := range res.Channels {
 		var tot models.ChannelCounts
 		if ch.Repair != nil {
 			tot = ch.Repair.Totals()
 		}
-		t.row("%s\t%d\t%d\t%d\t%d\t", ch.Channel, ch.Checked, ch.Drifted, tot.Committed, tot.DeadLettered)
+		t.row("%s\t%d\t%d\t%d\t%d\t%d\t", ch.Channel, ch.Checked, ch.Drifted, ch.Resent, tot.Committed, tot.DeadLettered)
 	}
 	return t.flush()
 }

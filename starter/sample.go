@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,25 +17,27 @@ func (c *cli) sampleCmd() *cobra.Command {
 	var n int
 	var file string
 	var seed uint64
+	var chans string
 	cmd := &cobra.Command{
-		Use:   "sample [--mutations N] [--out FILE] [--seed S]",
+		Use:   "sample [--mutations N] [--out FILE] [--seed S] [--channels a,b]",
 		Short: "Write a realistic sample batch as JSON lines (with a few invalid rows on purpose)",
 		Args:  noArgs,
 		RunE: func(*cobra.Command, []string) error {
 			if n < 10 {
 				return usageError{"sample: --mutations must be at least 10"}
 			}
-			return c.sample(n, file, seed)
+			return c.sample(n, file, seed, strings.Split(chans, ","))
 		},
 	}
 	cmd.Flags().IntVarP(&n, "mutations", "n", 300, "how many mutations")
 	cmd.Flags().StringVar(&file, "out", "", "write to this file instead of stdout")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "random seed: the same seed writes the same batch")
+	cmd.Flags().StringVar(&chans, "channels", strings.Join(models.SampleChannels, ","), "comma-separated channels to spread the sample over")
 	return cmd
 }
 
-func (c *cli) sample(n int, file string, seed uint64) error {
-	ms := models.SampleBatch(n, models.DateOf(time.Now()), time.Now().Unix(), seed)
+func (c *cli) sample(n int, file string, seed uint64, chans []string) error {
+	ms := models.SampleBatchFor(n, models.DateOf(time.Now()), time.Now().Unix(), seed, chans)
 	var w io.Writer = c.stdout
 	if file != "" {
 		f, err := os.Create(file)

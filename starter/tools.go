@@ -16,7 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
-	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -77,8 +77,8 @@ type retryAfterResult struct {
 }
 
 func (c *cli) retryAfter(value string, now time.Time, maxWait time.Duration) error {
-	wait, ok := activities.ParseRetryAfter(value, now, maxWait)
-	uncapped, _ := activities.ParseRetryAfter(value, now, 0)
+	wait, ok := channels.ParseRetryAfter(value, now, maxWait)
+	uncapped, _ := channels.ParseRetryAfter(value, now, 0)
 	r := retryAfterResult{Value: value, Usable: ok, MaxSeconds: maxWait.Seconds()}
 	if ok {
 		r.WaitSeconds = wait.Seconds()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
@@ -36,7 +38,7 @@ func newApp(getenv Getenv, extra ...fx.Option) *fx.App {
 	opts := []fx.Option{
 		fx.NopLogger,
 		fx.Supply(getenv),
-		fx.Provide(loadConfig, newRedis, newTemporal, newLimiter, newTokens, newChannelClient, newActivities, newWorker, newMetrics),
+		fx.Provide(loadConfig, newRedis, newTemporal, newLimiter, newCredentials, newChannelClient, newActivities, newWorker, newMetrics),
 		fx.Invoke(func(worker.Worker, *http.Server) {}, registerLimiterGauges),
 	}
 	return fx.New(append(opts, extra...)...)
@@ -53,7 +55,7 @@ func loadConfig(getenv Getenv) (config, error) {
 	}
 	slog.Info("effective config", "settings", s.String())
 	for _, c := range chs {
-		slog.Info("channel", "slug", c.Slug, "rate_per_minute", c.RatePerMinute, "burst", c.Burst,
+		slog.Info("channel", "slug", c.Slug, "protocol", c.Protocol, "read_back", c.ReadBack, "rate_per_minute", c.RatePerMinute, "burst", c.Burst,
 			"scope", c.Scope, "daily_quota", c.DailyQuota, "quota_unit", c.QuotaUnit,
 			"max_lines_per_request", c.MaxLinesPerRequest, "horizon_days", c.HorizonDays)
 	}
@@ -90,30 +92,58 @@ func newLimiter(rdb redis.UniversalClient, s models.Settings, chs []models.Chann
 		Lease: s.HTTPTimeout + 5*time.Second})
 }
 
-// newTokens prefers the token file, which is re-read when it changes.
-func newTokens(s models.Settings) (activities.TokenProvider, error) {
+// newCredentials gives every channel its own credential: its credentials_file, or
+// else the shared PARITYSYNC_TOKEN_FILE or PARITYSYNC_TOKEN. A channel with none,
+// or whose file cannot be read, stops the worker at start, naming the channel.
+func newCredentials(s models.Settings, chs []models.ChannelConfig) (channels.Credentials, error) {
+	var shared channels.Credential
+	sharedFrom := ""
 	switch {
 	case s.TokenFile != "":
-		t, err := activities.NewFileToken(s.TokenFile)
+		fc, err := channels.NewFileCredential(s.TokenFile)
 		if err != nil {
-			return nil, startupError{err}
+			return nil, startupError{fmt.Errorf("PARITYSYNC_TOKEN_FILE: %w", err)}
 		}
-		return t, nil
+		shared, sharedFrom = fc, "PARITYSYNC_TOKEN_FILE"
 	case s.Token != "":
-		return activities.StaticToken(s.Token), nil
+		shared, sharedFrom = channels.StaticCredential(s.Token), "PARITYSYNC_TOKEN"
 	}
-	return nil, startupError{errors.New("no channel credential: set PARITYSYNC_TOKEN_FILE or PARITYSYNC_TOKEN")}
+	creds := channels.Credentials{}
+	var errs []error
+	for _, c := range chs {
+		from := sharedFrom
+		switch {
+		case c.CredentialsFile != "":
+			fc, err := channels.NewFileCredential(c.CredentialsFile)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("channel %s: credentials_file: %w", c.Slug, err))
+				continue
+			}
+			creds[c.Slug], from = fc, c.CredentialsFile
+		case shared != nil:
+			creds[c.Slug] = shared
+		default:
+			errs = append(errs, fmt.Errorf("channel %s: no credential: set its credentials_file (or %s%s_CREDENTIALS_FILE), "+
+				"or the shared PARITYSYNC_TOKEN_FILE or PARITYSYNC_TOKEN", c.Slug, models.EnvChannelPrefix, strings.ToUpper(c.Slug)))
+			continue
+		}
+		slog.Info("channel credential", "slug", c.Slug, "protocol", c.Protocol, "from", from)
+	}
+	if len(errs) > 0 {
+		return nil, startupError{errors.Join(errs...)}
+	}
+	return creds, nil
 }
 
-func newChannelClient(s models.Settings, tokens activities.TokenProvider, chs []models.ChannelConfig) *activities.ChannelClient {
+func newChannelClient(s models.Settings, creds channels.Credentials, chs []models.ChannelConfig) *channels.Client {
 	hc := &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
 	}}
-	return activities.NewChannelClient(hc, s.ChannelURL, tokens, chs, s.HTTPTimeout)
+	return channels.New(hc, s.ChannelURL, creds, chs, s.HTTPTimeout)
 }
 
 func newActivities(s models.Settings, chs []models.ChannelConfig, rdb redis.UniversalClient, lim *limiter.Limiter,
-	cc *activities.ChannelClient, tokens activities.TokenProvider, m *activities.Metrics) (*activities.Activities, error) {
+	cc *channels.Client, creds channels.Credentials, m *activities.Metrics) (*activities.Activities, error) {
 	v, err := models.NewValidator(chs, s.PropertyPattern, time.Now)
 	if err != nil {
 		return nil, startupError{fmt.Errorf("PARITYSYNC_PROPERTY_PATTERN: %w", err)}
@@ -121,7 +151,7 @@ func newActivities(s models.Settings, chs []models.ChannelConfig, rdb redis.Univ
 	v.Zones = s.Zones
 	m.Zero(slugs(chs))
 	return &activities.Activities{
-		Limiter: lim, Client: cc, Tokens: tokens, Store: activities.NewStore(rdb, s.KeyPrefix),
+		Limiter: lim, Client: cc, Tokens: creds, Store: activities.NewStore(rdb, s.KeyPrefix),
 		Channels: models.ChannelMap(chs), Validator: v, ChunkSize: s.ChunkSize, Metrics: m,
 	}, nil
 }

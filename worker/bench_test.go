@@ -26,6 +26,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
 	"github.com/paritysync/paritysync/workflows"
@@ -569,7 +570,7 @@ func (b *bench) versus() {
 			if err != nil {
 				return err
 			}
-			if resp.Class != activities.ClassCommitted {
+			if resp.Class != channels.ClassCommitted {
 				return fmt.Errorf("push %d: %s %d", i, resp.Class, resp.Status)
 			}
 			return nil

@@ -59,7 +59,7 @@ func TestRacingBatchesNeverSendAnOlderVersion(t *testing.T) {
 	require.Zero(t, stats.StaleReceived, "the channel received an older version after a newer one")
 	require.Zero(t, stats.StaleOverwrites)
 	for _, prop := range []string{"prop_00000001", "prop_00000002", "prop_00000003"} {
-		st, err := s.acts.Client.Fetch(context.Background(), "agoda", prop, day, day.AddDays(cells/3))
+		st, err := s.acts.Client.ReadBack(context.Background(), "agoda", prop, day, day.AddDays(cells/3))
 		require.NoError(t, err)
 		for _, c := range st.Cells {
 			w := want[prop+"/"+c.Date.String()]

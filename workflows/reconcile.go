@@ -49,7 +49,8 @@ func Reconcile(ctx workflow.Context, in models.ReconcileInput) (models.Reconcile
 			errs = append(errs, fmt.Errorf("diff %s: %w", ch, err))
 			continue
 		}
-		if res.Channels[i].Drifted == 0 {
+		if res.Channels[i].PayloadKey == "" {
+			// Nothing drifted, and nothing to re-send.
 			continue
 		}
 		batchID := repairBatchID(day, ch)

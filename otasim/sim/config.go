@@ -32,9 +32,12 @@ const TokenPrefix = "simtoken-"
 // models.DefaultChannels with no faults.
 type Config struct {
 	// Channels are the channels served, each at its BasePath ("/{slug}" when empty).
-	// The fields used are Slug, BasePath, RatePerMinute, Scope, DailyQuota, QuotaUnit,
-	// HorizonDays and MaxLinesPerRequest; a zero DailyQuota or MaxLinesPerRequest
-	// means unlimited.
+	// The fields used are Slug, Protocol, BasePath, RatePerMinute, Scope, DailyQuota,
+	// QuotaUnit, HorizonDays, MaxLinesPerRequest and Channex; a zero DailyQuota or
+	// MaxLinesPerRequest means unlimited. A channex channel's RatePerMinute is per
+	// property and endpoint (10 by default, as Channex publishes), whatever its
+	// Scope; the daily quota applies to the paritysync protocol only, as neither
+	// Channex nor OpenTravel defines a quota answer.
 	Channels []models.ChannelConfig `yaml:"channels" json:"channels"`
 	// TokenMaxAge is how long after its issue time a simtoken-<unix> token is
 	// accepted.
@@ -138,8 +141,15 @@ func (c Config) withDefaults() Config {
 		if ch.BasePath == "" {
 			ch.BasePath = "/" + ch.Slug
 		}
+		if ch.Protocol == "" {
+			ch.Protocol = models.ProtocolParitySync
+		}
 		if ch.RatePerMinute <= 0 {
 			ch.RatePerMinute = DefaultRatePerMinute
+			if ch.Protocol == models.ProtocolChannex {
+				// Per property and endpoint, as Channex publishes it.
+				ch.RatePerMinute = models.ChannexRequestsPerMinute
+			}
 		}
 		if ch.Scope == "" {
 			ch.Scope = models.ScopeChannel

@@ -241,9 +241,12 @@ func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveRequests(w, r)
 		return
 	}
+	if s.serveProtocol(w, r) {
+		return
+	}
 	base, ok := strings.CutSuffix(path, "/ari")
 	ch := s.byPath[base] // immutable after New
-	if !ok || ch == nil {
+	if !ok || ch == nil || !ch.generic() {
 		writeJSON(w, http.StatusNotFound, models.ARIError{Error: models.ErrorInvalid, Message: "path: no such endpoint"})
 		return
 	}
@@ -494,11 +497,19 @@ func (s *Simulator) roll(ratio float64) bool {
 	return ratio > 0 && s.rng.Float64() < ratio
 }
 
-// authorized accepts a static token, or a simtoken-<unix> issued no later than a
-// minute from now and no longer than TokenMaxAge ago.
+// authorized accepts a bearer token that tokenValid accepts.
 func (s *Simulator) authorized(h string, now time.Time) bool {
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		return false
+	}
+	return s.tokenValid(tok, now)
+}
+
+// tokenValid accepts a static token, or a simtoken-<unix> issued no later than a
+// minute from now and no longer than TokenMaxAge ago.
+func (s *Simulator) tokenValid(tok string, now time.Time) bool {
+	if tok == "" {
 		return false
 	}
 	if s.static[tok] {
@@ -649,19 +660,29 @@ func (ch *channel) pruneIdem(now time.Time, ttl time.Duration) {
 func (ch *channel) receive(req models.ARIRequest) {
 	stale := false
 	for _, l := range req.Lines {
-		for d := l.From; !d.After(l.To); d = d.AddDays(1) {
-			k := receivedKey{property: req.PropertyID, family: req.Family,
-				cell: cellKey{room: l.RoomTypeCode, rate: l.RatePlanCode, date: d}}
-			if v, ok := ch.received[k]; ok && l.Version < v {
-				stale = true
-				continue
-			}
-			ch.received[k] = l.Version
+		if ch.receiveLine(req.PropertyID, req.Family, l) {
+			stale = true
 		}
 	}
 	if stale {
 		ch.stats.StaleReceived++
 	}
+}
+
+// receiveLine notes the newest version received for each night of l and reports
+// whether l carries an older version than one already received for any of them.
+func (ch *channel) receiveLine(property string, fam models.Family, l models.ARILine) bool {
+	stale := false
+	for d := l.From; !d.After(l.To); d = d.AddDays(1) {
+		k := receivedKey{property: property, family: fam,
+			cell: cellKey{room: l.RoomTypeCode, rate: l.RatePlanCode, date: d}}
+		if v, ok := ch.received[k]; ok && l.Version < v {
+			stale = true
+			continue
+		}
+		ch.received[k] = l.Version
+	}
+	return stale
 }
 
 // apply writes every night of l whose stored version for the family is not newer.

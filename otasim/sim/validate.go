@@ -173,11 +173,11 @@ func validateLine(name string, fam models.Family, l models.ARILine, cfg models.C
 		if l.Amount == nil {
 			return invalid(name+".amount", "required")
 		}
-		if err := validAmount(*l.Amount); err != nil {
-			return invalid(name+".amount", "%s", err)
-		}
 		if !currencyRE.MatchString(l.Currency) {
 			return invalid(name+".currency", "want a 3-letter ISO 4217 code")
+		}
+		if err := validAmount(*l.Amount, l.Currency); err != nil {
+			return invalid(name+".amount", "%s", err)
 		}
 	case models.FamilyAvailability:
 		if rates || restr {
@@ -209,9 +209,8 @@ func validateLine(name string, fam models.Family, l models.ARILine, cfg models.C
 	return nil
 }
 
-func validAmount(a decimal.Decimal) error {
-	// Bound the exponent before rounding: a value like 1e-999999999 would otherwise
-	// make Round allocate a huge coefficient.
+// validAmountAnyPlaces checks range and sign, leaving places to the caller.
+func validAmountAnyPlaces(a decimal.Decimal) error {
 	if exp := a.Exponent(); exp < -20 || exp > 20 {
 		return errors.New("out of range")
 	}
@@ -220,8 +219,24 @@ func validAmount(a decimal.Decimal) error {
 		return errors.New("must be > 0")
 	case !a.LessThan(maxAmount):
 		return errors.New("must be < 100000000")
-	case !a.Equal(a.Round(2)):
-		return errors.New("at most 2 decimal places")
+	}
+	return nil
+}
+
+// validAmount checks an amount in currency: range, sign and no more places than the
+// currency's minor units (JPY 0, EUR 2, KWD 3).
+func validAmount(a decimal.Decimal, currency string) error {
+	// Bound the exponent before rounding: a value like 1e-999999999 would otherwise
+	// make Round allocate a huge coefficient.
+	if err := validAmountAnyPlaces(a); err != nil {
+		return err
+	}
+	places, ok := models.MinorUnits(currency)
+	if !ok {
+		return fmt.Errorf("currency %s: unknown", currency)
+	}
+	if !a.Equal(a.Round(int32(places))) {
+		return fmt.Errorf("at most %d decimal places in %s", places, currency)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package activities_test
+package channels_test
 
 import (
 	"net/http"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/channels"
 )
 
 func TestParseRateLimit(t *testing.T) {
@@ -14,39 +14,39 @@ func TestParseRateLimit(t *testing.T) {
 	cases := []struct {
 		name string
 		h    map[string]string
-		want activities.RateLimit
+		want channels.RateLimit
 		ok   bool
 	}{
 		{"X- headers, delta reset", map[string]string{"X-RateLimit-Limit": "90", "X-RateLimit-Remaining": "12", "X-RateLimit-Reset": "30"},
-			activities.RateLimit{Limit: 90, Remaining: 12, Reset: 30 * time.Second}, true},
+			channels.RateLimit{Limit: 90, Remaining: 12, Reset: 30 * time.Second}, true},
 		{"X- headers, epoch reset", map[string]string{"X-RateLimit-Limit": "90", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": epoch(45 * time.Second)},
-			activities.RateLimit{Limit: 90, Remaining: 0, Reset: 45 * time.Second}, true},
+			channels.RateLimit{Limit: 90, Remaining: 0, Reset: 45 * time.Second}, true},
 		{"epoch milliseconds", map[string]string{"X-RateLimit-Remaining": "3", "X-RateLimit-Reset": strconv.FormatInt(now.Add(1500*time.Millisecond).UnixMilli(), 10)},
-			activities.RateLimit{Remaining: 3, Reset: 1500 * time.Millisecond}, true},
+			channels.RateLimit{Remaining: 3, Reset: 1500 * time.Millisecond}, true},
 		{"limit without remaining", map[string]string{"X-RateLimit-Limit": "90", "X-RateLimit-Reset": "60"},
-			activities.RateLimit{Limit: 90, Remaining: -1, Reset: time.Minute}, true},
+			channels.RateLimit{Limit: 90, Remaining: -1, Reset: time.Minute}, true},
 		{"epoch in the past", map[string]string{"X-RateLimit-Limit": "90", "X-RateLimit-Remaining": "90", "X-RateLimit-Reset": epoch(-time.Minute)},
-			activities.RateLimit{Limit: 90, Remaining: 90}, true},
+			channels.RateLimit{Limit: 90, Remaining: 90}, true},
 		{"fractional reset", map[string]string{"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": "0.5"},
-			activities.RateLimit{Limit: 10, Remaining: 1, Reset: 500 * time.Millisecond}, true},
+			channels.RateLimit{Limit: 10, Remaining: 1, Reset: 500 * time.Millisecond}, true},
 		{"IETF separate headers", map[string]string{"RateLimit-Limit": "60", "RateLimit-Remaining": "7", "RateLimit-Reset": "20"},
-			activities.RateLimit{Limit: 60, Remaining: 7, Reset: 20 * time.Second}, true},
+			channels.RateLimit{Limit: 60, Remaining: 7, Reset: 20 * time.Second}, true},
 		{"IETF limit with policy", map[string]string{"RateLimit-Limit": "100, 100;w=60", "RateLimit-Remaining": "50", "RateLimit-Reset": "5"},
-			activities.RateLimit{Limit: 100, Remaining: 50, Reset: 5 * time.Second}, true},
+			channels.RateLimit{Limit: 100, Remaining: 50, Reset: 5 * time.Second}, true},
 		{"combined header", map[string]string{"RateLimit": "limit=100, remaining=50, reset=30"},
-			activities.RateLimit{Limit: 100, Remaining: 50, Reset: 30 * time.Second}, true},
+			channels.RateLimit{Limit: 100, Remaining: 50, Reset: 30 * time.Second}, true},
 		{"structured header and policy", map[string]string{"RateLimit": `"default";r=50;t=30`, "RateLimit-Policy": `"default";q=100;w=60`},
-			activities.RateLimit{Limit: 100, Remaining: 50, Reset: 30 * time.Second}, true},
+			channels.RateLimit{Limit: 100, Remaining: 50, Reset: 30 * time.Second}, true},
 		{"X- wins, IETF fills gaps", map[string]string{"X-RateLimit-Limit": "90", "RateLimit-Limit": "10", "RateLimit-Remaining": "4"},
-			activities.RateLimit{Limit: 90, Remaining: 4}, true},
+			channels.RateLimit{Limit: 90, Remaining: 4}, true},
 		{"only remaining", map[string]string{"X-RateLimit-Remaining": "2"},
-			activities.RateLimit{Remaining: 2}, true},
-		{"absent", map[string]string{}, activities.RateLimit{}, false},
-		{"only reset", map[string]string{"X-RateLimit-Reset": "30"}, activities.RateLimit{}, false},
-		{"garbage", map[string]string{"X-RateLimit-Limit": "lots", "X-RateLimit-Remaining": "some"}, activities.RateLimit{}, false},
-		{"negative", map[string]string{"X-RateLimit-Limit": "-1", "X-RateLimit-Remaining": "-5"}, activities.RateLimit{}, false},
+			channels.RateLimit{Remaining: 2}, true},
+		{"absent", map[string]string{}, channels.RateLimit{}, false},
+		{"only reset", map[string]string{"X-RateLimit-Reset": "30"}, channels.RateLimit{}, false},
+		{"garbage", map[string]string{"X-RateLimit-Limit": "lots", "X-RateLimit-Remaining": "some"}, channels.RateLimit{}, false},
+		{"negative", map[string]string{"X-RateLimit-Limit": "-1", "X-RateLimit-Remaining": "-5"}, channels.RateLimit{}, false},
 		{"garbage reset ignored", map[string]string{"X-RateLimit-Limit": "9", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": "NaN"},
-			activities.RateLimit{Limit: 9, Remaining: 1}, true},
+			channels.RateLimit{Limit: 9, Remaining: 1}, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -54,7 +54,7 @@ func TestParseRateLimit(t *testing.T) {
 			for k, v := range c.h {
 				h.Set(k, v)
 			}
-			got, ok := activities.ParseRateLimit(h, now)
+			got, ok := channels.ParseRateLimit(h, now)
 			if got != c.want || ok != c.ok {
 				t.Errorf("ParseRateLimit = %+v, %v; want %+v, %v", got, ok, c.want, c.ok)
 			}

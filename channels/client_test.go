@@ -1,4 +1,4 @@
-package activities_test
+package channels_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
-	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
 )
@@ -34,7 +34,7 @@ func channelCfg(mod func(*models.ChannelConfig)) models.ChannelConfig {
 type harness struct {
 	sim    *sim.Simulator
 	srv    *httptest.Server
-	client *activities.ChannelClient
+	client *channels.Client
 	tokens *countingTokens
 	seen   chan http.Header // request headers the simulator received
 }
@@ -45,7 +45,7 @@ type countingTokens struct {
 	refreshed atomic.Int32
 }
 
-func (c *countingTokens) Token(context.Context) (string, error) {
+func (c *countingTokens) Secret(context.Context) (string, error) {
 	c.calls.Add(1)
 	return c.token.Load().(string), nil
 }
@@ -72,7 +72,7 @@ func newHarness(t *testing.T, cfg models.ChannelConfig, simMod func(*sim.Config)
 		h.sim.ServeHTTP(w, r)
 	}))
 	t.Cleanup(func() { h.sim.Close(); h.srv.Close() })
-	h.client = activities.NewChannelClient(h.srv.Client(), h.srv.URL, h.tokens, []models.ChannelConfig{cfg}, timeout)
+	h.client = channels.New(h.srv.Client(), h.srv.URL, channels.Credentials{"expedia": h.tokens}, []models.ChannelConfig{cfg}, timeout)
 	return h
 }
 
@@ -90,7 +90,7 @@ func ratesRequest(version int64, amount string, nights int) models.ChannelReques
 	return req
 }
 
-func push(t *testing.T, h *harness, req models.ChannelRequest) activities.PushResponse {
+func push(t *testing.T, h *harness, req models.ChannelRequest) channels.PushResponse {
 	t.Helper()
 	resp, err := h.client.Push(context.Background(), req)
 	if err != nil {
@@ -102,7 +102,7 @@ func push(t *testing.T, h *harness, req models.ChannelRequest) activities.PushRe
 	return resp
 }
 
-func wantClass(t *testing.T, resp activities.PushResponse, class activities.Class, status int) {
+func wantClass(t *testing.T, resp channels.PushResponse, class channels.Class, status int) {
 	t.Helper()
 	if resp.Class != class || resp.Status != status {
 		t.Fatalf("class %s status %d (%s), want %s %d", resp.Class, resp.Status, resp.Message, class, status)
@@ -113,7 +113,7 @@ func TestPushCommitted(t *testing.T) {
 	h := newHarness(t, channelCfg(nil), nil, 5*time.Second)
 	req := ratesRequest(4, "129.90", 3)
 	resp := push(t, h, req)
-	wantClass(t, resp, activities.ClassCommitted, 200)
+	wantClass(t, resp, channels.ClassCommitted, 200)
 	if resp.ConfirmationID == "" || resp.Accepted != 3 || len(resp.Failed) != 0 || resp.Message != "" {
 		t.Errorf("response %+v", resp)
 	}
@@ -130,7 +130,7 @@ func TestPushCommitted(t *testing.T) {
 	if got := hdr.Get(models.HeaderCorrelationID); got != "corr-2030-04-01" {
 		t.Errorf("correlation id %q, want the first ref's", got)
 	}
-	st, err := h.client.Fetch(context.Background(), "expedia", "prop_1", models.Date{Year: 2030, Month: 4, Day: 1}, models.Date{Year: 2030, Month: 4, Day: 3})
+	st, err := h.client.ReadBack(context.Background(), "expedia", "prop_1", models.Date{Year: 2030, Month: 4, Day: 1}, models.Date{Year: 2030, Month: 4, Day: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestPushCorrelationFallsBackToIdempotencyKey(t *testing.T) {
 func TestPushPartial(t *testing.T) {
 	h := newHarness(t, channelCfg(nil), func(c *sim.Config) { c.Faults = sim.Faults{PartialRatio: 1} }, 5*time.Second)
 	resp := push(t, h, ratesRequest(1, "10.00", 5))
-	wantClass(t, resp, activities.ClassPartial, 207)
+	wantClass(t, resp, channels.ClassPartial, 207)
 	if resp.ConfirmationID == "" || len(resp.Failed) == 0 || resp.Accepted+len(resp.Failed) != 5 {
 		t.Fatalf("response %+v", resp)
 	}
@@ -177,10 +177,10 @@ func TestPushThrottledBothRetryAfterForms(t *testing.T) {
 		t.Run(maxWait.String(), func(t *testing.T) {
 			cfg := channelCfg(func(c *models.ChannelConfig) { c.RatePerMinute, c.Burst, c.MaxRetryAfter = 1, 1, maxWait })
 			h := newHarness(t, cfg, nil, 5*time.Second)
-			wantClass(t, push(t, h, ratesRequest(1, "10.00", 1)), activities.ClassCommitted, 200)
+			wantClass(t, push(t, h, ratesRequest(1, "10.00", 1)), channels.ClassCommitted, 200)
 			for form := range 2 { // the simulator alternates delta-seconds and HTTP-date
 				resp := push(t, h, ratesRequest(int64(2+form), "10.00", 1))
-				wantClass(t, resp, activities.ClassThrottled, 429)
+				wantClass(t, resp, channels.ClassThrottled, 429)
 				if !resp.ServerWait {
 					t.Fatalf("form %d: Retry-After not usable", form)
 				}
@@ -202,7 +202,7 @@ func TestPushThrottledBothRetryAfterForms(t *testing.T) {
 func TestPushThrottledBy503Storm(t *testing.T) {
 	h := newHarness(t, channelCfg(nil), func(c *sim.Config) { c.Faults = sim.Faults{StormSeconds: 20, StormStatus: 503} }, 5*time.Second)
 	resp := push(t, h, ratesRequest(1, "10.00", 1))
-	wantClass(t, resp, activities.ClassThrottled, 503)
+	wantClass(t, resp, channels.ClassThrottled, 503)
 	if !resp.ServerWait || resp.RetryAfter < 18*time.Second || resp.RetryAfter > 20*time.Second {
 		t.Errorf("wait %s server %v", resp.RetryAfter, resp.ServerWait)
 	}
@@ -214,13 +214,13 @@ func TestPushRetryAfterMissingOrGarbage(t *testing.T) {
 	cases := []struct {
 		status int
 		ra     string
-		class  activities.Class
+		class  channels.Class
 	}{
-		{429, "", activities.ClassThrottled},
-		{429, "soon", activities.ClassThrottled},
-		{429, "-3", activities.ClassThrottled},
-		{503, "", activities.ClassTransient},
-		{503, "later", activities.ClassTransient},
+		{429, "", channels.ClassThrottled},
+		{429, "soon", channels.ClassThrottled},
+		{429, "-3", channels.ClassThrottled},
+		{503, "", channels.ClassTransient},
+		{503, "later", channels.ClassTransient},
 	}
 	for _, c := range cases {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -229,7 +229,7 @@ func TestPushRetryAfterMissingOrGarbage(t *testing.T) {
 			}
 			w.WriteHeader(c.status)
 		}))
-		client := activities.NewChannelClient(srv.Client(), srv.URL, activities.StaticToken(secret), []models.ChannelConfig{channelCfg(nil)}, time.Second)
+		client := channels.New(srv.Client(), srv.URL, channels.Credentials{"expedia": channels.StaticCredential(secret)}, []models.ChannelConfig{channelCfg(nil)}, time.Second)
 		resp, err := client.Push(context.Background(), ratesRequest(1, "10.00", 1))
 		srv.Close()
 		if err != nil {
@@ -245,7 +245,7 @@ func TestPushTransientServerError(t *testing.T) {
 	h := newHarness(t, channelCfg(nil), func(c *sim.Config) { c.Faults = sim.Faults{ErrorRatio: 1} }, 5*time.Second)
 	for i := range 8 {
 		resp := push(t, h, ratesRequest(int64(i+1), "10.00", 1))
-		if resp.Class != activities.ClassTransient || resp.Status < 500 || resp.ServerWait {
+		if resp.Class != channels.ClassTransient || resp.Status < 500 || resp.ServerWait {
 			t.Fatalf("response %+v", resp)
 		}
 		if !strings.Contains(resp.Message, "injected server error") {
@@ -258,7 +258,7 @@ func TestPushTransientTimeoutOnHang(t *testing.T) {
 	h := newHarness(t, channelCfg(nil), func(c *sim.Config) { c.Faults = sim.Faults{Hang: true} }, 100*time.Millisecond)
 	start := time.Now()
 	resp := push(t, h, ratesRequest(1, "10.00", 1))
-	wantClass(t, resp, activities.ClassTransient, 0)
+	wantClass(t, resp, channels.ClassTransient, 0)
 	if el := time.Since(start); el > 3*time.Second {
 		t.Errorf("gave up after %s", el)
 	}
@@ -271,9 +271,9 @@ func TestPushTransientWhenChannelUnreachable(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
 	srv.Close()
-	client := activities.NewChannelClient(nil, url, activities.StaticToken(secret), []models.ChannelConfig{channelCfg(nil)}, time.Second)
+	client := channels.New(nil, url, channels.Credentials{"expedia": channels.StaticCredential(secret)}, []models.ChannelConfig{channelCfg(nil)}, time.Second)
 	resp, err := client.Push(context.Background(), ratesRequest(1, "10.00", 1))
-	if err != nil || resp.Class != activities.ClassTransient || resp.Message == "" {
+	if err != nil || resp.Class != channels.ClassTransient || resp.Message == "" {
 		t.Fatalf("%+v, %v", resp, err)
 	}
 }
@@ -292,19 +292,19 @@ func TestPushAuthExpired(t *testing.T) {
 	h := newHarness(t, channelCfg(nil), func(c *sim.Config) { c.TokenMaxAge = time.Hour }, 5*time.Second)
 	h.tokens.token.Store(sim.IssueToken(time.Now().Add(-2 * time.Hour)))
 	resp := push(t, h, ratesRequest(1, "10.00", 1))
-	wantClass(t, resp, activities.ClassAuthExpired, 401)
+	wantClass(t, resp, channels.ClassAuthExpired, 401)
 	// The caller refreshes once and pushes again.
 	if err := h.tokens.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	wantClass(t, push(t, h, ratesRequest(1, "10.00", 1)), activities.ClassCommitted, 200)
+	wantClass(t, push(t, h, ratesRequest(1, "10.00", 1)), channels.ClassCommitted, 200)
 }
 
 func TestPushQuotaExhausted(t *testing.T) {
 	h := newHarness(t, channelCfg(func(c *models.ChannelConfig) { c.DailyQuota = 1 }), nil, 5*time.Second)
-	wantClass(t, push(t, h, ratesRequest(1, "10.00", 1)), activities.ClassCommitted, 200)
+	wantClass(t, push(t, h, ratesRequest(1, "10.00", 1)), channels.ClassCommitted, 200)
 	resp := push(t, h, ratesRequest(2, "10.00", 1))
-	wantClass(t, resp, activities.ClassQuotaExhausted, 400)
+	wantClass(t, resp, channels.ClassQuotaExhausted, 400)
 	if !strings.Contains(resp.Message, "quota") {
 		t.Errorf("message %q", resp.Message)
 	}
@@ -313,7 +313,7 @@ func TestPushQuotaExhausted(t *testing.T) {
 func TestPushRejectedWithChannelMessage(t *testing.T) {
 	h := newHarness(t, channelCfg(nil), nil, 5*time.Second)
 	resp := push(t, h, ratesRequest(1, "10.005", 1))
-	wantClass(t, resp, activities.ClassRejected, 400)
+	wantClass(t, resp, channels.ClassRejected, 400)
 	if !strings.Contains(resp.Message, "lines[0].amount") {
 		t.Errorf("message %q does not carry the channel's", resp.Message)
 	}
@@ -325,12 +325,12 @@ func TestPushRejectedWithChannelMessage(t *testing.T) {
 func TestPushIdempotentReplay(t *testing.T) {
 	h := newHarness(t, channelCfg(nil), func(c *sim.Config) { c.Faults = sim.Faults{CommitThen500Ratio: 1} }, 5*time.Second)
 	req := ratesRequest(3, "55.00", 2)
-	wantClass(t, push(t, h, req), activities.ClassTransient, 500) // applied, answer lost
+	wantClass(t, push(t, h, req), channels.ClassTransient, 500) // applied, answer lost
 	if err := h.sim.SetFaults(sim.Faults{}); err != nil {
 		t.Fatal(err)
 	}
 	retry := push(t, h, req)
-	wantClass(t, retry, activities.ClassCommitted, 200)
+	wantClass(t, retry, channels.ClassCommitted, 200)
 	again := push(t, h, req)
 	if retry.ConfirmationID == "" || again.ConfirmationID != retry.ConfirmationID || again.Accepted != 2 {
 		t.Errorf("replays %+v and %+v", retry, again)
@@ -352,25 +352,25 @@ func TestPushUnknownChannel(t *testing.T) {
 
 type failingTokens struct{}
 
-func (failingTokens) Token(context.Context) (string, error) { return "", errors.New("vault sealed") }
-func (failingTokens) Refresh(context.Context) error         { return nil }
+func (failingTokens) Secret(context.Context) (string, error) { return "", errors.New("vault sealed") }
+func (failingTokens) Refresh(context.Context) error          { return nil }
 
 func TestPushWithoutTokenMakesNoCall(t *testing.T) {
 	var calls atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) }))
 	defer srv.Close()
-	client := activities.NewChannelClient(srv.Client(), srv.URL, failingTokens{}, []models.ChannelConfig{channelCfg(nil)}, time.Second)
+	client := channels.New(srv.Client(), srv.URL, channels.Credentials{"expedia": failingTokens{}}, []models.ChannelConfig{channelCfg(nil)}, time.Second)
 	if _, err := client.Push(context.Background(), ratesRequest(1, "10.00", 1)); err == nil || calls.Load() != 0 {
 		t.Fatalf("err %v, calls %d", err, calls.Load())
 	}
 }
 
-func TestFetchErrorCarriesClass(t *testing.T) {
+func TestReadBackErrorCarriesClass(t *testing.T) {
 	h := newHarness(t, channelCfg(nil), func(c *sim.Config) { c.TokenMaxAge = time.Hour }, 5*time.Second)
 	h.tokens.token.Store(sim.IssueToken(time.Now().Add(-2 * time.Hour)))
-	_, err := h.client.Fetch(context.Background(), "expedia", "prop_1", models.Date{Year: 2030, Month: 4, Day: 1}, models.Date{Year: 2030, Month: 4, Day: 1})
-	var ce *activities.ChannelError
-	if !errors.As(err, &ce) || ce.Response.Class != activities.ClassAuthExpired {
+	_, err := h.client.ReadBack(context.Background(), "expedia", "prop_1", models.Date{Year: 2030, Month: 4, Day: 1}, models.Date{Year: 2030, Month: 4, Day: 1})
+	var ce *channels.ChannelError
+	if !errors.As(err, &ce) || ce.Response.Class != channels.ClassAuthExpired {
 		t.Fatalf("err %v", err)
 	}
 	if strings.Contains(err.Error(), "simtoken") {
@@ -388,9 +388,9 @@ func TestPushConcurrentSharedClient(t *testing.T) {
 			switch {
 			case err != nil:
 				t.Error(err)
-			case resp.Class == activities.ClassCommitted:
+			case resp.Class == channels.ClassCommitted:
 				committed.Add(1)
-			case resp.Class == activities.ClassThrottled:
+			case resp.Class == channels.ClassThrottled:
 				throttled.Add(1)
 			}
 		})

@@ -1,10 +1,10 @@
-package activities_test
+package channels_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/channels"
 )
 
 // now is a Sunday, so every date form below can carry the right weekday.
@@ -50,7 +50,7 @@ func TestParseRetryAfter(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, ok := activities.ParseRetryAfter(c.in, now, c.max)
+			got, ok := channels.ParseRetryAfter(c.in, now, c.max)
 			if got != c.want || ok != c.ok {
 				t.Errorf("ParseRetryAfter(%q) = %s, %v; want %s, %v", c.in, got, ok, c.want, c.ok)
 			}
@@ -64,7 +64,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 		f.Add(s, int64(5*time.Minute))
 	}
 	f.Fuzz(func(t *testing.T, v string, max int64) {
-		got, ok := activities.ParseRetryAfter(v, now, time.Duration(max))
+		got, ok := channels.ParseRetryAfter(v, now, time.Duration(max))
 		if got < 0 {
 			t.Fatalf("ParseRetryAfter(%q) = %s: negative", v, got)
 		}

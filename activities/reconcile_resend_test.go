@@ -1,0 +1,55 @@
+package activities
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/models"
+)
+
+// TestDiffChannelResendsAChannelWithoutReadBack: a channel configured with
+// read_back false is not read (its protocol may have no read-back); every committed
+// cell becomes a repair at its committed version instead.
+func TestDiffChannelResendsAChannelWithoutReadBack(t *testing.T) {
+	e := newActivityEnv(t, envOptions{})
+	for i, m := range []models.Mutation{
+		e.mutation("r-1", 3, 4, withRate("80.00")),
+		e.mutation("r-2", 4, 6, func(m *models.Mutation) { m.Inventory = ptr(2) }),
+	} {
+		batch := fmt.Sprintf("b-resend-%d", i)
+		c := e.preparedChunk(batch, m)
+		if _, err := e.push(models.PushInput{BatchID: batch, ChunkKey: c.Key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := e.acts.Channels[testChannel]
+	cfg.ReadBack = false
+	e.acts.Channels[testChannel] = cfg
+	// Any read would fail: nothing listens at this address.
+	e.acts.Client = channels.New(nil, "http://127.0.0.1:1", e.acts.Tokens, []models.ChannelConfig{cfg}, time.Second)
+
+	v, err := e.exec(e.acts.DiffChannel, models.DiffInput{Channel: testChannel, From: e.today, To: e.today.AddDays(29), BatchID: "rs-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drift models.ChannelDrift
+	if err := v.Get(&drift); err != nil {
+		t.Fatal(err)
+	}
+	if drift.Checked != 2 || drift.Resent != 2 || drift.Drifted != 0 || drift.PayloadKey == "" {
+		t.Fatalf("drift %+v, want 2 checked and re-sent, none drifted, a payload", drift)
+	}
+	ms, err := e.store.LoadBatch(t.Context(), drift.PayloadKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions := map[int64]bool{}
+	for _, m := range ms {
+		versions[m.Version] = m.FullSync
+	}
+	if len(ms) != 2 || !versions[4] || !versions[6] {
+		t.Errorf("repairs %+v, want both cells at their committed versions, as full syncs", ms)
+	}
+}

@@ -1,0 +1,259 @@
+package channels
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/paritysync/paritysync/models"
+)
+
+// openTravel is the OpenTravel Alliance 2003/05 notifications: one message per
+// family, posted to {base}/ota/{message}, with HTTP Basic authentication (the
+// credentials file holds user:password). EchoToken carries the idempotency key and
+// TimeStamp the send time. The answer, usually a 200, holds <Success/> (with
+// <Warnings> for a partial success) or <Errors>, which is never a commit. There is
+// no read-back.
+type openTravel struct{}
+
+func (openTravel) encode(_ models.ChannelConfig, req models.ChannelRequest, now time.Time) (call, error) {
+	hdr := models.OTAHeader{EchoToken: req.IdempotencyKey(), TimeStamp: now.UTC().Format(time.RFC3339),
+		Version: models.OTAVersion}
+	c := call{method: http.MethodPost, path: models.OTAPathPrefix + models.OTAMessage(req.Family),
+		contentType: "application/xml; charset=utf-8"}
+	control := func(l models.ARILine) models.OTAStatusApplicationControl {
+		return models.OTAStatusApplicationControl{Start: l.From, End: l.To, InvTypeCode: l.RoomTypeCode, RatePlanCode: l.RatePlanCode}
+	}
+	unit := func(line int, v int64) {
+		c.units = append(c.units, line)
+		c.versions = append(c.versions, v)
+	}
+	var msg any
+	switch req.Family {
+	case models.FamilyRates:
+		rq := models.OTAHotelRateAmountNotifRQ{OTAHeader: hdr, RateAmountMessages: models.OTARateAmountMessages{HotelCode: req.PropertyID}}
+		for i, l := range req.Lines {
+			if l.Amount == nil {
+				return call{}, fmt.Errorf("lines[%d]: rates line without amount", i)
+			}
+			if !models.FitsMinorUnits(*l.Amount, l.Currency) {
+				return call{}, fmt.Errorf("lines[%d]: amount %s has more places than %s allows", i, l.Amount, l.Currency)
+			}
+			rq.RateAmountMessages.Messages = append(rq.RateAmountMessages.Messages, models.OTARateAmountMessage{
+				StatusApplicationControl: control(l),
+				Rates: []models.OTARate{{BaseByGuestAmts: []models.OTABaseByGuestAmt{{
+					AmountAfterTax: models.FormatAmount(*l.Amount, l.Currency), CurrencyCode: l.Currency}}}},
+			})
+			unit(i, l.Version)
+		}
+		msg = rq
+	case models.FamilyAvailability:
+		rq := models.OTAHotelInvCountNotifRQ{OTAHeader: hdr, Inventories: models.OTAInventories{HotelCode: req.PropertyID}}
+		for i, l := range req.Lines {
+			if l.Inventory == nil {
+				return call{}, fmt.Errorf("lines[%d]: availability line without inventory", i)
+			}
+			rq.Inventories.Inventories = append(rq.Inventories.Inventories, models.OTAInventory{
+				StatusApplicationControl: control(l),
+				InvCounts:                []models.OTAInvCount{{CountType: models.OTACountTypeAvailable, Count: *l.Inventory}},
+			})
+			unit(i, l.Version)
+		}
+		msg = rq
+	default:
+		rq := models.OTAHotelAvailNotifRQ{OTAHeader: hdr, AvailStatusMessages: models.OTAAvailStatusMessages{HotelCode: req.PropertyID}}
+		for i, l := range req.Lines {
+			for _, m := range availMessages(l) {
+				m.StatusApplicationControl = control(l)
+				rq.AvailStatusMessages.Messages = append(rq.AvailStatusMessages.Messages, m)
+				unit(i, l.Version)
+			}
+		}
+		msg = rq
+	}
+	body, err := xml.Marshal(msg)
+	if err != nil {
+		return call{}, fmt.Errorf("encode %s: %w", models.OTAMessage(req.Family), err)
+	}
+	c.body = append([]byte(xml.Header), body...)
+	return c, nil
+}
+
+// availMessages are the AvailStatusMessages of one restrictions line: a message
+// holds at most one RestrictionStatus, so the first carries the lengths of stay and
+// the first status, and each further status takes its own message.
+func availMessages(l models.ARILine) []models.OTAAvailStatusMessage {
+	status := func(b bool) string {
+		if b {
+			return models.OTAStatusClose
+		}
+		return models.OTAStatusOpen
+	}
+	var statuses []*models.OTARestrictionStatus
+	if l.StopSell != nil {
+		statuses = append(statuses, &models.OTARestrictionStatus{Status: status(*l.StopSell)})
+	}
+	if l.CTA != nil {
+		statuses = append(statuses, &models.OTARestrictionStatus{Restriction: models.OTARestrictionArrival, Status: status(*l.CTA)})
+	}
+	if l.CTD != nil {
+		statuses = append(statuses, &models.OTARestrictionStatus{Restriction: models.OTARestrictionDepart, Status: status(*l.CTD)})
+	}
+	var los *models.OTALengthsOfStay
+	if l.MinLOS != nil || l.MaxLOS != nil {
+		los = &models.OTALengthsOfStay{}
+		if l.MinLOS != nil {
+			los.LengthOfStay = append(los.LengthOfStay, models.OTALengthOfStay{MinMaxMessageType: models.OTASetMinLOS, Time: *l.MinLOS, TimeUnit: models.OTATimeUnitDay})
+		}
+		if l.MaxLOS != nil {
+			los.LengthOfStay = append(los.LengthOfStay, models.OTALengthOfStay{MinMaxMessageType: models.OTASetMaxLOS, Time: *l.MaxLOS, TimeUnit: models.OTATimeUnitDay})
+		}
+	}
+	first := models.OTAAvailStatusMessage{LengthsOfStay: los}
+	if len(statuses) > 0 {
+		first.RestrictionStatus = statuses[0]
+		statuses = statuses[1:]
+	}
+	out := []models.OTAAvailStatusMessage{first}
+	for _, s := range statuses {
+		out = append(out, models.OTAAvailStatusMessage{RestrictionStatus: s})
+	}
+	return out
+}
+
+func (openTravel) authorize(h http.Header, secret string) {
+	// The secret is user:password, exactly what Basic carries in base64.
+	h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(secret)))
+	h.Set("Accept", "application/xml")
+}
+
+func (openTravel) interpret(out *PushResponse, c call, _ http.Header, raw []byte) {
+	resp, err := decodeOTAResponse(raw)
+	if !is2xx(out.Status) {
+		out.Class = byStatus(out.Status, out.ServerWait)
+		out.Message = bodyText(out.Status, raw)
+		if err == nil && len(resp.Errors) > 0 {
+			out.Message = otaIssueText(resp.Errors[0])
+		}
+		return
+	}
+	switch {
+	case err != nil:
+		// Whether the message applied is unknown; the same message again is safe.
+		out.Class, out.Message = ClassTransient, "unreadable OpenTravel answer: "+truncate(err.Error())
+		return
+	case len(resp.Errors) > 0:
+		out.Class, out.Message = otaErrorClass(resp.Errors), otaIssueText(resp.Errors[0])
+		return
+	case resp.Success == nil:
+		out.Class, out.Message = ClassTransient, "OpenTravel answer without Success or Errors"
+		return
+	}
+	out.ConfirmationID = resp.CorrelationID
+	if out.ConfirmationID == "" {
+		out.ConfirmationID = resp.EchoToken
+	}
+	failed := map[int]bool{}
+	for _, w := range resp.Warnings {
+		// A warning without RPH is advice about the whole message, not a refusal.
+		rph, err := strconv.Atoi(strings.TrimSpace(w.RPH))
+		if err != nil || rph < 1 || rph > c.nUnits() {
+			continue
+		}
+		l := c.line(rph - 1)
+		if !failed[l] {
+			failed[l] = true
+			out.Failed = append(out.Failed, LineFailure{Line: l, Code: w.Code, Message: otaIssueText(w)})
+		}
+	}
+	out.Accepted = c.lines - len(failed)
+	switch {
+	case len(failed) == 0:
+		out.Class = ClassCommitted
+	case out.Accepted == 0:
+		out.Class, out.Message = ClassRejected, "every message refused: "+out.Failed[0].Message
+	default:
+		out.Class = ClassPartial
+	}
+}
+
+// otaErrorClass classifies an <Errors> answer by its error types: authentication
+// errors refresh the credential, processing and application errors are the
+// channel's own trouble and transient, anything else (business rule, required field,
+// …) is a rejection.
+func otaErrorClass(errs []models.OTAIssue) Class {
+	class := ClassRejected
+	for _, e := range errs {
+		switch strings.TrimSpace(e.Type) {
+		case models.OTAErrorAuthentication, models.OTAErrorAuthenticationTimeout:
+			return ClassAuthExpired
+		case models.OTAErrorProcessingException, models.OTAErrorApplication:
+			class = ClassTransient
+		default:
+			// One refused error among transient ones still means the message as
+			// sent can never succeed.
+			return ClassRejected
+		}
+	}
+	return class
+}
+
+func otaIssueText(e models.OTAIssue) string {
+	parts := []string{}
+	if e.Code != "" {
+		parts = append(parts, e.Code)
+	}
+	if t := strings.TrimSpace(e.ShortText); t != "" {
+		parts = append(parts, t)
+	}
+	if t := strings.TrimSpace(e.Text); t != "" && t != strings.TrimSpace(e.ShortText) {
+		parts = append(parts, t)
+	}
+	if len(parts) == 0 {
+		return "type " + e.Type
+	}
+	return truncate(strings.Join(parts, " "))
+}
+
+// errNotOTAResponse is an XML answer that is not an OpenTravel …RS message.
+var errNotOTAResponse = errors.New("not an OpenTravel response")
+
+// decodeOTAResponse reads an …RS answer in the OpenTravel namespace; the decoder
+// never resolves external entities, and trailing elements are refused.
+func decodeOTAResponse(raw []byte) (models.OTAResponse, error) {
+	var resp models.OTAResponse
+	dec := xml.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(&resp); err != nil {
+		return models.OTAResponse{}, err
+	}
+	if resp.XMLName.Space != models.OTANamespace || !strings.HasPrefix(resp.XMLName.Local, "OTA_") ||
+		!strings.HasSuffix(resp.XMLName.Local, "RS") {
+		return models.OTAResponse{}, fmt.Errorf("%w: root <%s>", errNotOTAResponse, resp.XMLName.Local)
+	}
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return resp, nil
+		}
+		if err != nil {
+			return models.OTAResponse{}, err
+		}
+		switch tok.(type) {
+		case xml.CharData, xml.Comment, xml.ProcInst:
+		default:
+			return models.OTAResponse{}, errors.New("trailing data after the response")
+		}
+	}
+}
+
+func (openTravel) readBack(_ context.Context, r reader, _ string, _, _ models.Date) (models.ARIState, error) {
+	return models.ARIState{}, fmt.Errorf("read %s state: %w", r.ch.cfg.Slug, ErrNoReadBack)
+}

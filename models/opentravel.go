@@ -1,0 +1,189 @@
+package models
+
+import "encoding/xml"
+
+// Wire types of the OpenTravel Alliance 2003/05 notifications paritysync sends, shared
+// by the client in channels/ and the simulator.
+
+// OTANamespace is the OpenTravel 2003/05 namespace.
+const OTANamespace = "http://www.opentravel.org/OTA/2003/05"
+
+// OTAVersion is the message version paritysync writes.
+const OTAVersion = "1.000"
+
+// OTAPathPrefix is where OpenTravel messages are posted, under the channel's base:
+// {base}/ota/{message name}.
+const OTAPathPrefix = "/ota/"
+
+// OpenTravel message names, one per family.
+const (
+	OTARateAmountNotif = "OTA_HotelRateAmountNotif"
+	OTAAvailNotif      = "OTA_HotelAvailNotif"
+	OTAInvCountNotif   = "OTA_HotelInvCountNotif"
+)
+
+// OTAMessage is the message name that carries family f.
+func OTAMessage(f Family) string {
+	switch f {
+	case FamilyAvailability:
+		return OTAInvCountNotif
+	case FamilyRestrictions:
+		return OTAAvailNotif
+	}
+	return OTARateAmountNotif
+}
+
+// OTA error types (OpenTravel code list EWT) that classify an <Errors> answer.
+const (
+	OTAErrorAuthentication        = "4"
+	OTAErrorAuthenticationTimeout = "5"
+	OTAErrorProcessingException   = "12"
+	OTAErrorApplication           = "13"
+)
+
+// OTAHeader is what every request carries: EchoToken (our idempotency key),
+// TimeStamp (send time) and Version.
+type OTAHeader struct {
+	EchoToken string `xml:"EchoToken,attr"`
+	// CorrelationID, on an answer, is the channel's reference for the message.
+	CorrelationID string `xml:"CorrelationID,attr,omitempty"`
+	TimeStamp     string `xml:"TimeStamp,attr"`
+	Version       string `xml:"Version,attr"`
+}
+
+// OTAStatusApplicationControl is the inventory, rate plan and inclusive dates a
+// message applies to.
+type OTAStatusApplicationControl struct {
+	Start        Date   `xml:"Start,attr"`
+	End          Date   `xml:"End,attr"`
+	InvTypeCode  string `xml:"InvTypeCode,attr,omitempty"`
+	RatePlanCode string `xml:"RatePlanCode,attr,omitempty"`
+}
+
+// OTAHotelRateAmountNotifRQ sets rates.
+type OTAHotelRateAmountNotifRQ struct {
+	XMLName xml.Name `xml:"http://www.opentravel.org/OTA/2003/05 OTA_HotelRateAmountNotifRQ"`
+	OTAHeader
+	RateAmountMessages OTARateAmountMessages `xml:"RateAmountMessages"`
+}
+
+// OTARateAmountMessages are the rate messages of one hotel.
+type OTARateAmountMessages struct {
+	HotelCode string                 `xml:"HotelCode,attr"`
+	Messages  []OTARateAmountMessage `xml:"RateAmountMessage"`
+}
+
+// OTARateAmountMessage is one rate over a date range.
+type OTARateAmountMessage struct {
+	StatusApplicationControl OTAStatusApplicationControl `xml:"StatusApplicationControl"`
+	Rates                    []OTARate                   `xml:"Rates>Rate"`
+}
+
+// OTARate holds the amounts of one rate.
+type OTARate struct {
+	BaseByGuestAmts []OTABaseByGuestAmt `xml:"BaseByGuestAmts>BaseByGuestAmt"`
+}
+
+// OTABaseByGuestAmt is an amount, a decimal in the currency's minor units.
+type OTABaseByGuestAmt struct {
+	AmountAfterTax string `xml:"AmountAfterTax,attr"`
+	CurrencyCode   string `xml:"CurrencyCode,attr"`
+}
+
+// OTAHotelAvailNotifRQ sets restrictions: stop-sell, closed to arrival or departure,
+// lengths of stay. A message carries at most one RestrictionStatus, so one line may
+// take several messages.
+type OTAHotelAvailNotifRQ struct {
+	XMLName xml.Name `xml:"http://www.opentravel.org/OTA/2003/05 OTA_HotelAvailNotifRQ"`
+	OTAHeader
+	AvailStatusMessages OTAAvailStatusMessages `xml:"AvailStatusMessages"`
+}
+
+// OTAAvailStatusMessages are the restriction messages of one hotel.
+type OTAAvailStatusMessages struct {
+	HotelCode string                  `xml:"HotelCode,attr"`
+	Messages  []OTAAvailStatusMessage `xml:"AvailStatusMessage"`
+}
+
+// OTAAvailStatusMessage is one restriction over a date range.
+type OTAAvailStatusMessage struct {
+	StatusApplicationControl OTAStatusApplicationControl `xml:"StatusApplicationControl"`
+	LengthsOfStay            *OTALengthsOfStay           `xml:"LengthsOfStay,omitempty"`
+	RestrictionStatus        *OTARestrictionStatus       `xml:"RestrictionStatus,omitempty"`
+}
+
+// OTALengthsOfStay are min and max lengths of stay.
+type OTALengthsOfStay struct {
+	LengthOfStay []OTALengthOfStay `xml:"LengthOfStay"`
+}
+
+// Length-of-stay message types and restriction values.
+const (
+	OTASetMinLOS          = "SetMinLOS"
+	OTASetMaxLOS          = "SetMaxLOS"
+	OTARestrictionArrival = "Arrival"
+	OTARestrictionDepart  = "Departure"
+	OTAStatusOpen         = "Open"
+	OTAStatusClose        = "Close"
+	OTATimeUnitDay        = "Day"
+	OTACountTypeAvailable = 2 // definite availability
+)
+
+// OTALengthOfStay is one length-of-stay rule, arrival based.
+type OTALengthOfStay struct {
+	MinMaxMessageType string `xml:"MinMaxMessageType,attr"`
+	Time              int    `xml:"Time,attr"`
+	TimeUnit          string `xml:"TimeUnit,attr,omitempty"`
+}
+
+// OTARestrictionStatus opens or closes the rate (no Restriction: stop-sell), or its
+// arrival or departure.
+type OTARestrictionStatus struct {
+	Restriction string `xml:"Restriction,attr,omitempty"`
+	Status      string `xml:"Status,attr"`
+}
+
+// OTAHotelInvCountNotifRQ sets inventory.
+type OTAHotelInvCountNotifRQ struct {
+	XMLName xml.Name `xml:"http://www.opentravel.org/OTA/2003/05 OTA_HotelInvCountNotifRQ"`
+	OTAHeader
+	Inventories OTAInventories `xml:"Inventories"`
+}
+
+// OTAInventories are the inventory messages of one hotel.
+type OTAInventories struct {
+	HotelCode   string         `xml:"HotelCode,attr"`
+	Inventories []OTAInventory `xml:"Inventory"`
+}
+
+// OTAInventory is one room type's count over a date range.
+type OTAInventory struct {
+	StatusApplicationControl OTAStatusApplicationControl `xml:"StatusApplicationControl"`
+	InvCounts                []OTAInvCount               `xml:"InvCounts>InvCount"`
+}
+
+// OTAInvCount is a count of rooms.
+type OTAInvCount struct {
+	CountType int `xml:"CountType,attr"`
+	Count     int `xml:"Count,attr"`
+}
+
+// OTAResponse is any of the …RS answers: <Success/>, optionally with <Warnings>, or
+// <Errors>.
+type OTAResponse struct {
+	XMLName xml.Name
+	OTAHeader
+	Success  *struct{}  `xml:"Success"`
+	Warnings []OTAIssue `xml:"Warnings>Warning"`
+	Errors   []OTAIssue `xml:"Errors>Error"`
+}
+
+// OTAIssue is one <Warning> or <Error>. RPH, when set, is the 1-based position of the
+// message it concerns.
+type OTAIssue struct {
+	Type      string `xml:"Type,attr"`
+	Code      string `xml:"Code,attr,omitempty"`
+	ShortText string `xml:"ShortText,attr,omitempty"`
+	RPH       string `xml:"RPH,attr,omitempty"`
+	Text      string `xml:",chardata"`
+}

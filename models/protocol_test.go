@@ -1,0 +1,171 @@
+package models
+
+import (
+	"strings"
+	"testing"
+)
+
+// testChannexMapping maps prop_0a1b2c3d's DLXKING room and its BAR_FLEX plan.
+func testChannexMapping() ChannexMapping {
+	return ChannexMapping{Properties: map[string]ChannexProperty{
+		"prop_0a1b2c3d": {
+			PropertyID: "716305c4-561a-4561-a187-7f5b8aeb5920", Currency: "EUR",
+			RoomTypes: map[string]string{"DLXKING": "994d1375-dbbd-4072-8724-b2ab32ce781b"},
+			RatePlans: map[string]string{"DLXKING/BAR_FLEX": "bab451e7-9ab1-4cc4-aa16-107bf7bbabb2"},
+		},
+	}}
+}
+
+const channexYAML = `
+channels:
+  - slug: channex_eu
+    protocol: channex
+    base_url: https://staging.channex.io
+    credentials_file: /run/secrets/channex_eu
+    channex:
+      properties:
+        prop_0a1b2c3d:
+          property_id: 716305c4-561a-4561-a187-7f5b8aeb5920
+          currency: EUR
+          room_types: {DLXKING: 994d1375-dbbd-4072-8724-b2ab32ce781b}
+          rate_plans: {DLXKING/BAR_FLEX: bab451e7-9ab1-4cc4-aa16-107bf7bbabb2}
+  - slug: booking_xml
+    protocol: opentravel
+    credentials_file: /run/secrets/booking_xml
+`
+
+func TestLoadChannelsProtocols(t *testing.T) {
+	got, err := LoadChannels(writeChannels(t, channexYAML), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ChannelMap(got)
+	cx := m["channex_eu"]
+	if cx.Protocol != ProtocolChannex || cx.Scope != ScopeProperty || !cx.ReadBack ||
+		cx.BaseURL != "https://staging.channex.io" || cx.BasePath != "" || cx.CredentialsFile != "/run/secrets/channex_eu" {
+		t.Errorf("channex channel = %+v", cx)
+	}
+	if id, ok := cx.Channex.RatePlanID("prop_0a1b2c3d", "DLXKING", "BAR_FLEX"); !ok || id != "bab451e7-9ab1-4cc4-aa16-107bf7bbabb2" {
+		t.Errorf("rate plan id %q, %v", id, ok)
+	}
+	ota := m["booking_xml"]
+	if ota.Protocol != ProtocolOpenTravel || ota.ReadBack {
+		t.Errorf("opentravel channel: protocol %s read_back %v; want opentravel without read-back", ota.Protocol, ota.ReadBack)
+	}
+	if m["expedia"].Protocol != ProtocolParitySync || !m["expedia"].ReadBack {
+		t.Errorf("default channel protocol %s read_back %v", m["expedia"].Protocol, m["expedia"].ReadBack)
+	}
+}
+
+func TestChannelValidateNamesProtocolFieldAndRule(t *testing.T) {
+	cases := []struct {
+		name string
+		mod  func(*ChannelConfig)
+		want string
+	}{
+		{"unknown protocol", func(c *ChannelConfig) { c.Protocol = "soap" }, "protocol: must be paritysync, channex or opentravel"},
+		{"bad base url", func(c *ChannelConfig) { c.BaseURL = "ftp://x" }, "base_url: must be an http(s) URL"},
+		{"opentravel read-back", func(c *ChannelConfig) { c.Protocol, c.Channex = ProtocolOpenTravel, ChannexMapping{} },
+			"read_back: must be false: protocol opentravel has no read-back"},
+		{"mapping on another protocol", func(c *ChannelConfig) { c.Protocol = ProtocolParitySync }, "channex: only for protocol channex"},
+		{"channel scope", func(c *ChannelConfig) { c.Scope = ScopeChannel }, "scope: must be property"},
+		{"too fast", func(c *ChannelConfig) { c.RatePerMinute = 11 }, "rate_per_minute: must be at most 10"},
+		{"no mapping", func(c *ChannelConfig) { c.Channex = ChannexMapping{} }, "channex.properties: at least one property"},
+		{"property id", func(c *ChannelConfig) {
+			p := c.Channex.Properties["prop_0a1b2c3d"]
+			p.PropertyID = "42"
+			c.Channex.Properties["prop_0a1b2c3d"] = p
+		}, "channex.properties.prop_0a1b2c3d.property_id: must be a UUID"},
+		{"currency", func(c *ChannelConfig) {
+			p := c.Channex.Properties["prop_0a1b2c3d"]
+			p.Currency = "EURO"
+			c.Channex.Properties["prop_0a1b2c3d"] = p
+		}, "channex.properties.prop_0a1b2c3d.currency: must be an active ISO 4217 code"},
+		{"rate plan of unmapped room", func(c *ChannelConfig) {
+			c.Channex.Properties["prop_0a1b2c3d"].RatePlans["STD/BAR"] = "bab451e7-9ab1-4cc4-aa16-107bf7bbabb3"
+		}, "channex.properties.prop_0a1b2c3d.rate_plans.STD/BAR: room type STD must be in room_types"},
+		{"rate plan key", func(c *ChannelConfig) {
+			c.Channex.Properties["prop_0a1b2c3d"].RatePlans["BAR"] = "bab451e7-9ab1-4cc4-aa16-107bf7bbabb3"
+		}, "channex.properties.prop_0a1b2c3d.rate_plans.BAR: key must be ROOM/PLAN"},
+		{"room type id", func(c *ChannelConfig) {
+			c.Channex.Properties["prop_0a1b2c3d"].RoomTypes["DLXKING"] = "dlx"
+		}, "channex.properties.prop_0a1b2c3d.room_types.DLXKING: must be a UUID"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := NewChannexChannel("channex_eu", testChannexMapping())
+			if err := cfg.Validate(); err != nil {
+				t.Fatalf("house Channex defaults invalid: %v", err)
+			}
+			c.mod(&cfg)
+			err := cfg.Validate()
+			if err == nil || !strings.Contains(err.Error(), "channel channex_eu: "+c.want) {
+				t.Errorf("Validate = %v, want %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestValidateRejectsWhatChannexCannotTake(t *testing.T) {
+	chs := append(DefaultChannels(), NewChannexChannel("channex_eu", testChannexMapping()))
+	v, err := NewValidator(chs, "", testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := validMutation()
+	m.Channel = "channex_eu"
+	if ve := v.Validate(m); ve != nil {
+		t.Fatalf("mapped mutation: %v", ve)
+	}
+	cases := []struct {
+		name  string
+		mod   func(*Mutation)
+		field string
+		rule  string
+	}{
+		{"property", func(m *Mutation) { m.PropertyID = "prop_ffffffff" }, "property_id", RuleChannexUnmapped},
+		{"room type", func(m *Mutation) { m.RoomTypeCode = "STD" }, "room_type_code", RuleChannexUnmapped},
+		{"rate plan", func(m *Mutation) { m.RatePlanCode = "NRF" }, "rate_plan_code", RuleChannexUnmapped},
+		{"currency", func(m *Mutation) { m.Currency = "USD" }, "currency", RuleChannexCurrency},
+	}
+	for _, c := range cases {
+		m := validMutation()
+		m.Channel = "channex_eu"
+		c.mod(&m)
+		if ve := v.Validate(m); !ve.Has(c.field, c.rule) {
+			t.Errorf("%s: %v, want %s: %s", c.name, ve, c.field, c.rule)
+		}
+	}
+}
+
+// TestDemoChannelsCoverTheSample: make demo spreads a sample batch over
+// deploy/channels.demo.yaml's Channex channel, so its mapping must cover every
+// code of the sample.
+func TestDemoChannelsCoverTheSample(t *testing.T) {
+	chs, err := LoadChannels("../deploy/channels.demo.yaml", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ChannelMap(chs)
+	if m["channex_demo"].Protocol != ProtocolChannex || m["ota_demo"].Protocol != ProtocolOpenTravel {
+		t.Fatalf("demo channels: %+v", m)
+	}
+	v, err := NewValidator(chs, "", testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := NewValidator(DefaultChannels(), "", testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mu := range SampleBatchFor(300, DateOf(testNow()), 1, 1, []string{"channex_demo"}) {
+		generic := mu
+		generic.Channel = "expedia"
+		if len(plain.Validate(generic)) > 0 {
+			continue // one of the sample's deliberately invalid rows
+		}
+		if ve := v.Validate(mu); ve != nil {
+			t.Errorf("sample mutation %s refused on channex_demo: %v", mu.ID, ve)
+		}
+	}
+}

@@ -1,0 +1,376 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/xml"
+	"fmt"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/paritysync/paritysync/models"
+)
+
+// OpenTravel in the simulator: OTA_HotelRateAmountNotifRQ, OTA_HotelAvailNotifRQ and
+// OTA_HotelInvCountNotifRQ posted to {base}/ota/{message}, HTTP Basic with a valid
+// token as the password, and answers that are mostly 200s: <Success/>, <Success/>
+// with <Warnings RPH=> for refused messages (the others apply), or <Errors> — for a
+// malformed message, a wrong password (Type 4) or an injected processing error
+// (Type 12). EchoToken is the idempotency key; a repeated EchoToken with the same
+// content (TimeStamp aside) replays the first answer.
+
+// OTA error types and codes the simulator answers with (OpenTravel EWT and ERR).
+const (
+	otaTypeBizRule      = "3"
+	otaTypeProtocol     = "7"
+	otaTypeRequired     = "10"
+	otaCodeAuth         = "497"
+	otaCodeUnableToProc = "450"
+	otaCodeInvalid      = "321"
+)
+
+// otaMaxEchoToken is the longest EchoToken OpenTravel allows.
+const otaMaxEchoToken = 128
+
+func (s *Simulator) serveOpenTravel(w http.ResponseWriter, r *http.Request, ch *channel, msg string) {
+	if msg != models.OTARateAmountNotif && msg != models.OTAAvailNotif && msg != models.OTAInvCountNotif {
+		writeJSON(w, http.StatusNotFound, models.ARIError{Error: models.ErrorInvalid, Message: "path: no such OpenTravel message"})
+		return
+	}
+	if r.Method != http.MethodPost {
+		// OpenTravel notifications have no read-back.
+		allow(w, r, http.MethodPost)
+		return
+	}
+	s.protocolPush(w, r, ch, func(body []byte, readErr error, now time.Time, f Faults) reply {
+		return s.otaPush(ch, r, msg, body, readErr, now, f)
+	})
+}
+
+// otaAnswer builds an …RS answer.
+func otaAnswer(status int, msg, echo, correlation string, now time.Time, success bool, warnings, errs []models.OTAIssue) reply {
+	resp := models.OTAResponse{
+		XMLName:   xml.Name{Space: models.OTANamespace, Local: msg + "RS"},
+		OTAHeader: models.OTAHeader{EchoToken: echo, CorrelationID: correlation, TimeStamp: now.UTC().Format(time.RFC3339), Version: models.OTAVersion},
+		Warnings:  warnings, Errors: errs,
+	}
+	if success {
+		resp.Success = &struct{}{}
+	}
+	body, err := xml.Marshal(resp)
+	if err != nil {
+		return errorReply(http.StatusInternalServerError, models.ErrorServer, "encode")
+	}
+	h := http.Header{}
+	h.Set("Content-Type", "application/xml; charset=utf-8")
+	return reply{status: status, header: h, body: append([]byte(xml.Header), body...)}
+}
+
+func otaError(status int, msg, echo string, now time.Time, typ, code, text string) reply {
+	return otaAnswer(status, msg, echo, "", now, false, nil, []models.OTAIssue{{Type: typ, Code: code, ShortText: text}})
+}
+
+// otaUnit is one message of a request: the line it sets and its family.
+type otaUnit struct {
+	family  models.Family
+	line    models.ARILine
+	problem string
+}
+
+// otaPush decides one POST under s.mu.
+func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byte, readErr error, now time.Time, f Faults) reply {
+	user, pass, ok := r.BasicAuth()
+	if !ok || user == "" {
+		ch.stats.AuthFailures++
+		rep := otaError(http.StatusUnauthorized, msg, "", now, models.OTAErrorAuthentication, otaCodeAuth, "Basic credentials required")
+		rep.header.Set("WWW-Authenticate", `Basic realm="otasim"`)
+		return rep
+	}
+	if !s.tokenValid(pass, now) {
+		// Many OpenTravel endpoints say so inside a 200.
+		ch.stats.AuthFailures++
+		return otaError(http.StatusOK, msg, "", now, models.OTAErrorAuthentication, otaCodeAuth, "Authorization error")
+	}
+	if readErr != nil {
+		ch.stats.Invalid++
+		return otaError(http.StatusRequestEntityTooLarge, msg, "", now, otaTypeProtocol, otaCodeInvalid, "body too large or unreadable")
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || (mt != "application/xml" && mt != "text/xml") {
+		ch.stats.Invalid++
+		return otaError(http.StatusUnsupportedMediaType, msg, "", now, otaTypeProtocol, otaCodeInvalid, "Content-Type: want application/xml")
+	}
+	hotel, hdr, units, content, err := decodeOTA(msg, body)
+	if err == nil && (hdr.EchoToken == "" || len(hdr.EchoToken) > otaMaxEchoToken) {
+		err = fmt.Errorf("EchoToken: required, at most %d characters", otaMaxEchoToken)
+	}
+	if err == nil {
+		var versions []int64
+		if versions, err = unitVersions(r.Header, len(units)); err == nil {
+			for i := range units {
+				units[i].line.Version = versions[i]
+			}
+		}
+	}
+	if err != nil {
+		ch.stats.Invalid++
+		return otaError(http.StatusOK, msg, hdr.EchoToken, now, otaTypeRequired, otaCodeInvalid, err.Error())
+	}
+
+	key := ch.limitKey(hotel)
+	ch.stats.MaxWindowRequests = max(ch.stats.MaxWindowRequests, getWindow(ch.arrivals, key).add(now))
+	throttled := func(status int, wait time.Duration) reply {
+		t := ch.throttle(status, wait, now)
+		rep := otaError(status, msg, hdr.EchoToken, now, models.OTAErrorProcessingException, otaCodeUnableToProc, "too many requests")
+		rep.header.Set(models.HeaderRetryAfter, t.header.Get(models.HeaderRetryAfter))
+		return rep
+	}
+	if now.Before(s.stormUntil) && f.StormSeconds > 0 {
+		ch.stats.FaultsInjected++
+		status := f.StormStatus
+		if status == 0 {
+			status = http.StatusTooManyRequests
+		}
+		if status == http.StatusTooManyRequests {
+			ch.stats.Throttled++
+		} else {
+			ch.stats.ServerErrors++
+		}
+		return throttled(status, s.stormUntil.Sub(now))
+	}
+	win := getWindow(ch.windows, key)
+	if win.count(now) >= ch.cfg.RatePerMinute {
+		ch.stats.Throttled++
+		return throttled(http.StatusTooManyRequests, win.nextFree(now))
+	}
+	win.add(now)
+
+	if rep, seen, conflict := ch.replay(hdr.EchoToken, content, now, s.cfg.IdempotencyTTL); conflict {
+		ch.stats.Invalid++
+		return otaError(http.StatusOK, msg, hdr.EchoToken, now, otaTypeBizRule, otaCodeInvalid, "EchoToken reused with other content")
+	} else if seen {
+		return rep
+	}
+	if s.roll(f.ErrorRatio) {
+		ch.stats.FaultsInjected++
+		ch.stats.ServerErrors++
+		if s.rng.IntN(2) == 0 {
+			return otaError(http.StatusOK, msg, hdr.EchoToken, now, models.OTAErrorProcessingException, otaCodeUnableToProc, "injected processing error")
+		}
+		statuses := []int{500, 502, 503, 504}
+		return otaError(statuses[s.rng.IntN(len(statuses))], msg, hdr.EchoToken, now, models.OTAErrorApplication, otaCodeUnableToProc, "injected server error")
+	}
+
+	drift := s.roll(f.DriftRatio)
+	injected := !drift && s.roll(f.PartialRatio)
+	if drift || injected {
+		ch.stats.FaultsInjected++
+	}
+	var warnings []models.OTAIssue
+	for i, u := range units {
+		problem := u.problem
+		if problem == "" && injected && (s.rng.IntN(2) == 0 || i == len(units)-1 && len(warnings) == 0) {
+			problem = "injected message failure"
+		}
+		if problem != "" {
+			warnings = append(warnings, models.OTAIssue{Type: otaTypeBizRule, Code: otaCodeInvalid, RPH: strconv.Itoa(i + 1), ShortText: problem})
+			continue
+		}
+		if ch.receiveLine(hotel, u.family, u.line) {
+			ch.stats.StaleReceived++
+		}
+		if !drift {
+			ch.apply(hotel, u.family, u.line)
+		}
+	}
+	ch.seq++
+	conf := fmt.Sprintf("%s-%06d", ch.cfg.Slug, ch.seq)
+	if len(warnings) == 0 {
+		ch.stats.Accepted++
+	} else {
+		ch.stats.Partial++
+	}
+	rep := otaAnswer(http.StatusOK, msg, hdr.EchoToken, conf, now, true, warnings, nil)
+	ch.remember(hdr.EchoToken, content, rep, now)
+	if s.roll(f.CommitThen500Ratio) {
+		ch.stats.FaultsInjected++
+		ch.stats.ServerErrors++
+		return otaError(http.StatusInternalServerError, msg, hdr.EchoToken, now, models.OTAErrorApplication, otaCodeUnableToProc, "injected error after commit")
+	}
+	return rep
+}
+
+// decodeOTA reads the message named by the path. It returns the hotel, the header,
+// one unit per message and the content to key idempotency on: the message with its
+// TimeStamp cleared, as a retry is sent with a new one.
+func decodeOTA(msg string, body []byte) (hotel string, hdr models.OTAHeader, units []otaUnit, content []byte, err error) {
+	control := func(c models.OTAStatusApplicationControl, needPlan bool) (models.ARILine, string) {
+		l := models.ARILine{RoomTypeCode: c.InvTypeCode, RatePlanCode: c.RatePlanCode, From: c.Start, To: c.End}
+		switch {
+		case c.InvTypeCode == "":
+			return l, "InvTypeCode: required"
+		case needPlan && c.RatePlanCode == "":
+			return l, "RatePlanCode: required"
+		case c.Start.IsZero() || c.End.IsZero():
+			return l, "Start and End: required"
+		case c.End.Before(c.Start):
+			return l, "End: before Start"
+		}
+		return l, ""
+	}
+	var rq any
+	switch msg {
+	case models.OTARateAmountNotif:
+		var m models.OTAHotelRateAmountNotifRQ
+		if err = decodeXMLStrict(body, &m); err != nil {
+			return
+		}
+		hotel, hdr = m.RateAmountMessages.HotelCode, m.OTAHeader
+		for _, rm := range m.RateAmountMessages.Messages {
+			l, problem := control(rm.StatusApplicationControl, true)
+			if problem == "" {
+				problem = otaRate(rm, &l)
+			}
+			units = append(units, otaUnit{family: models.FamilyRates, line: l, problem: problem})
+		}
+		m.TimeStamp = ""
+		rq = m
+	case models.OTAAvailNotif:
+		var m models.OTAHotelAvailNotifRQ
+		if err = decodeXMLStrict(body, &m); err != nil {
+			return
+		}
+		hotel, hdr = m.AvailStatusMessages.HotelCode, m.OTAHeader
+		for _, am := range m.AvailStatusMessages.Messages {
+			l, problem := control(am.StatusApplicationControl, true)
+			if problem == "" {
+				problem = otaRestriction(am, &l)
+			}
+			units = append(units, otaUnit{family: models.FamilyRestrictions, line: l, problem: problem})
+		}
+		m.TimeStamp = ""
+		rq = m
+	default:
+		var m models.OTAHotelInvCountNotifRQ
+		if err = decodeXMLStrict(body, &m); err != nil {
+			return
+		}
+		hotel, hdr = m.Inventories.HotelCode, m.OTAHeader
+		for _, inv := range m.Inventories.Inventories {
+			l, problem := control(inv.StatusApplicationControl, false)
+			if problem == "" {
+				if len(inv.InvCounts) != 1 || inv.InvCounts[0].CountType != models.OTACountTypeAvailable {
+					problem = "InvCounts: one InvCount with CountType 2 required"
+				} else if n := inv.InvCounts[0].Count; n < 0 || n > maxInventory {
+					problem = fmt.Sprintf("Count: must be in 0..%d", maxInventory)
+				} else {
+					l.Inventory = &n
+				}
+			}
+			units = append(units, otaUnit{family: models.FamilyAvailability, line: l, problem: problem})
+		}
+		m.TimeStamp = ""
+		rq = m
+	}
+	switch {
+	case hotel == "":
+		return hotel, hdr, nil, nil, fmt.Errorf("HotelCode: required")
+	case len(hotel) > maxIDLen:
+		return hotel, hdr, nil, nil, fmt.Errorf("HotelCode: longer than %d characters", maxIDLen)
+	case len(units) == 0:
+		return hotel, hdr, nil, nil, fmt.Errorf("%sRQ: at least one message required", msg)
+	}
+	content, err = xml.Marshal(rq)
+	return hotel, hdr, units, content, err
+}
+
+// decodeXMLStrict reads one element into v and refuses anything but whitespace,
+// comments and processing instructions after it.
+func decodeXMLStrict(body []byte, v any) error {
+	dec := xml.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // io.EOF, or a broken tail the decoder already rejected
+		}
+		switch t := tok.(type) {
+		case xml.CharData:
+			if len(bytes.TrimSpace(t)) > 0 {
+				return fmt.Errorf("trailing data after the message")
+			}
+		case xml.Comment, xml.ProcInst:
+		default:
+			return fmt.Errorf("trailing data after the message")
+		}
+	}
+}
+
+func otaRate(m models.OTARateAmountMessage, l *models.ARILine) string {
+	if len(m.Rates) != 1 || len(m.Rates[0].BaseByGuestAmts) != 1 {
+		return "Rates: one Rate with one BaseByGuestAmt required"
+	}
+	a := m.Rates[0].BaseByGuestAmts[0]
+	if !currencyRE.MatchString(a.CurrencyCode) {
+		return "CurrencyCode: want a 3-letter ISO 4217 code"
+	}
+	amt, err := decimal.NewFromString(a.AmountAfterTax)
+	if err != nil {
+		return "AmountAfterTax: not a decimal"
+	}
+	if err := validAmount(amt, a.CurrencyCode); err != nil {
+		return "AmountAfterTax: " + err.Error()
+	}
+	l.Amount, l.Currency = &amt, a.CurrencyCode
+	return ""
+}
+
+func otaRestriction(m models.OTAAvailStatusMessage, l *models.ARILine) string {
+	if m.LengthsOfStay == nil && m.RestrictionStatus == nil {
+		return "nothing to change"
+	}
+	if m.LengthsOfStay != nil {
+		for _, los := range m.LengthsOfStay.LengthOfStay {
+			if los.Time < 1 || los.Time > maxLOS || (los.TimeUnit != "" && los.TimeUnit != models.OTATimeUnitDay) {
+				return fmt.Sprintf("LengthOfStay: Time must be 1..%d days", maxLOS)
+			}
+			t := los.Time
+			switch los.MinMaxMessageType {
+			case models.OTASetMinLOS:
+				l.MinLOS = &t
+			case models.OTASetMaxLOS:
+				l.MaxLOS = &t
+			default:
+				return "LengthOfStay: MinMaxMessageType must be SetMinLOS or SetMaxLOS"
+			}
+		}
+		if l.MinLOS != nil && l.MaxLOS != nil && *l.MinLOS > *l.MaxLOS {
+			return "LengthOfStay: SetMaxLOS below SetMinLOS"
+		}
+	}
+	if rs := m.RestrictionStatus; rs != nil {
+		var closed bool
+		switch rs.Status {
+		case models.OTAStatusClose:
+			closed = true
+		case models.OTAStatusOpen:
+		default:
+			return "RestrictionStatus: Status must be Open or Close"
+		}
+		switch rs.Restriction {
+		case "":
+			l.StopSell = &closed
+		case models.OTARestrictionArrival:
+			l.CTA = &closed
+		case models.OTARestrictionDepart:
+			l.CTD = &closed
+		default:
+			return "RestrictionStatus: Restriction must be Arrival or Departure, or absent"
+		}
+	}
+	return ""
+}

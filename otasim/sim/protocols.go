@@ -1,0 +1,135 @@
+package sim
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/paritysync/paritysync/models"
+)
+
+// generic reports whether ch speaks the paritysync protocol at {base}/ari.
+func (ch *channel) generic() bool {
+	return ch.cfg.Protocol == "" || ch.cfg.Protocol == models.ProtocolParitySync
+}
+
+// serveProtocol answers the Channex and OpenTravel endpoints; false when path is
+// none of them.
+func (s *Simulator) serveProtocol(w http.ResponseWriter, r *http.Request) bool {
+	for _, ch := range s.bySlug { // immutable after New
+		base := strings.TrimSuffix(ch.cfg.BasePath, "/")
+		rest, ok := strings.CutPrefix(r.URL.Path, base)
+		if !ok {
+			continue
+		}
+		switch ch.cfg.Protocol {
+		case models.ProtocolChannex:
+			if rest == models.ChannexRestrictionsPath || rest == models.ChannexAvailabilityPath {
+				s.serveChannex(w, r, ch, rest)
+				return true
+			}
+		case models.ProtocolOpenTravel:
+			if msg, ok := strings.CutPrefix(rest, models.OTAPathPrefix); ok {
+				s.serveOpenTravel(w, r, ch, msg)
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// protocolPush is what the Channex and OpenTravel handlers share: one push read
+// whole, counted, delayed by the latency faults, and answered under s.mu.
+func (s *Simulator) protocolPush(w http.ResponseWriter, r *http.Request, ch *channel,
+	decide func(body []byte, readErr error, now time.Time, f Faults) reply) {
+	s.mu.Lock()
+	ch.stats.Requests++
+	f := s.faults
+	if !f.appliesTo(ch.cfg.Slug) {
+		f = Faults{}
+	}
+	if f.Hang || f.LatencyMS > 0 {
+		ch.stats.FaultsInjected++
+	}
+	s.mu.Unlock()
+	if !s.delay(r.Context(), f) {
+		return
+	}
+	body, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	s.mu.Lock()
+	now := s.now()
+	rep := decide(body, readErr, now, f)
+	s.record(RequestRecord{At: now, Channel: ch.cfg.Slug, Status: rep.status})
+	s.mu.Unlock()
+	rep.write(w)
+}
+
+// unitVersions reads HeaderUnitVersions: one version per unit (change object or
+// message) of a body that has no place for versions. otasim needs them to keep its
+// per-night version check on every protocol.
+func unitVersions(h http.Header, units int) ([]int64, error) {
+	raw := h.Get(models.HeaderUnitVersions)
+	if raw == "" {
+		return nil, fmt.Errorf("%s: required by otasim, one version per unit", models.HeaderUnitVersions)
+	}
+	parts := strings.Split(raw, ",")
+	if len(parts) != units {
+		return nil, fmt.Errorf("%s: %d versions for %d units", models.HeaderUnitVersions, len(parts), units)
+	}
+	vs := make([]int64, units)
+	for i, p := range parts {
+		v, err := strconv.ParseInt(strings.TrimSpace(p), 10, 64)
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("%s: version %d: want an integer >= 1", models.HeaderUnitVersions, i+1)
+		}
+		vs[i] = v
+	}
+	return vs, nil
+}
+
+// replay answers a repeated idempotency key: the stored reply for the same content,
+// false for a new key. The same key with other content is the caller's to refuse.
+func (ch *channel) replay(key string, content []byte, now time.Time, ttl time.Duration) (rep reply, seen, conflict bool) {
+	ch.pruneIdem(now, ttl)
+	prev, ok := ch.idem[key]
+	if !ok {
+		return reply{}, false, false
+	}
+	if prev.bodyHash != sha256.Sum256(content) {
+		return reply{}, true, true
+	}
+	ch.stats.Duplicates++
+	return prev.rep.clone(), true, false
+}
+
+// remember stores rep for replay under key.
+func (ch *channel) remember(key string, content []byte, rep reply, now time.Time) {
+	ch.idem[key] = stored{bodyHash: sha256.Sum256(content), rep: rep.clone(), at: now}
+	ch.idemOrder = append(ch.idemOrder, idemEntry{key: key, at: now})
+}
+
+// weekdays keeps the nights of from..to whose weekday is in days (Channex "days":
+// mo, tu, we, th, fr, sa, su); every night when days is empty.
+func weekdays(from, to models.Date, days []string) ([]models.Date, error) {
+	names := map[string]time.Weekday{"mo": time.Monday, "tu": time.Tuesday, "we": time.Wednesday,
+		"th": time.Thursday, "fr": time.Friday, "sa": time.Saturday, "su": time.Sunday}
+	want := map[time.Weekday]bool{}
+	for _, d := range days {
+		wd, ok := names[strings.ToLower(d)]
+		if !ok {
+			return nil, fmt.Errorf("days: unknown day %q (want mo, tu, we, th, fr, sa, su)", d)
+		}
+		want[wd] = true
+	}
+	var out []models.Date
+	for d := from; !d.After(to); d = d.AddDays(1) {
+		if len(want) == 0 || want[d.Time().Weekday()] {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
