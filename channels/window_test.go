@@ -208,7 +208,7 @@ func TestChannexFiftyPropertiesStayWithinTheirWindows(t *testing.T) {
 	if counts[len(counts)-1]-counts[0] > 1 {
 		t.Errorf("properties not served in turn: between %d and %d requests each", counts[0], counts[len(counts)-1])
 	}
-	// Availability refills every 6.3 s; every property is served at least that often.
+	// At 10 per 60.5 s a window frees a slot every 6 s; every property is served about that often.
 	if longestGap > 8*time.Second {
 		t.Errorf("a property waited %s between two requests", longestGap)
 	}
