@@ -293,8 +293,12 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 			Message: fmt.Sprintf("daily quota %d/%d", d.DailyUsed, d.DailyLimit)})
 	default:
 		a.Metrics.deny(req.Channel, string(d.Tier))
-		return models.PushResult{}, FailureError(ErrRateLimited, Failure{Wait: d.Wait, Tier: string(d.Tier),
-			Paused: d.PausedReason, Held: d.State == limiter.Wait})
+		f := Failure{Wait: d.Wait, Tier: string(d.Tier), Paused: d.PausedReason, Held: d.State == limiter.Wait}
+		if d.State == limiter.Breaker {
+			// Named in the failure so the wait reads as the breaker's in the history.
+			f.Message = "circuit breaker open"
+		}
+		return models.PushResult{}, FailureError(ErrRateLimited, f)
 	}
 	defer func() {
 		// The lease ends with the outcome; a lost release only delays the nights'
@@ -321,6 +325,7 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 		}
 	}
 	a.Metrics.push(req.Channel, string(req.Family), resp.Class)
+	a.feedBreaker(ctx, req.Channel, resp.Class)
 	log.Info("pushed", "channel", req.Channel, "family", req.Family, "property", req.PropertyID,
 		"lines", len(send.Lines), "dropped_nights", len(d.Dropped), "status", resp.Status, "class", resp.Class)
 
@@ -361,6 +366,24 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 		return models.PushResult{}, FailureError(ErrQuotaExhausted, f)
 	default:
 		return models.PushResult{}, FailureError(ErrRejected, f)
+	}
+}
+
+// feedBreaker tells the channel's circuit breaker what a push came to: a 5xx or a
+// timeout counts toward opening it, any answer that shows the channel up closes it,
+// and throttling says nothing about the channel's health.
+func (a *Activities) feedBreaker(ctx context.Context, channel string, class channels.Class) {
+	if class == channels.ClassThrottled {
+		return
+	}
+	st, changed, err := a.Limiter.Outcome(ctx, channel, class != channels.ClassTransient)
+	if err != nil {
+		activity.GetLogger(ctx).Warn("circuit breaker", "channel", channel, "error", err)
+		return
+	}
+	if changed {
+		a.Metrics.breaker(channel, st)
+		activity.GetLogger(ctx).Warn("circuit breaker "+st, "channel", channel)
 	}
 }
 

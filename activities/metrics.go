@@ -15,6 +15,7 @@ type Metrics struct {
 	denied      *prometheus.CounterVec
 	deadLetters *prometheus.CounterVec
 	updates     *prometheus.CounterVec
+	breakers    *prometheus.CounterVec
 }
 
 // NewMetrics registers the counters with reg.
@@ -32,8 +33,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "paritysync_committed_updates_total", Help: "Updates the ledger recorded as committed, by channel.",
 		}, []string{"channel"}),
+		breakers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paritysync_breaker_transitions_total", Help: "Circuit breaker openings and closings, by channel and new state.",
+		}, []string{"channel", "state"}),
 	}
-	reg.MustRegister(m.pushes, m.denied, m.deadLetters, m.updates)
+	reg.MustRegister(m.pushes, m.denied, m.deadLetters, m.updates, m.breakers)
 	return m
 }
 
@@ -52,6 +56,12 @@ func (m *Metrics) deny(channel, tier string) {
 func (m *Metrics) park(channel, reason string, n int) {
 	if m != nil {
 		m.deadLetters.WithLabelValues(channel, reason).Add(float64(n))
+	}
+}
+
+func (m *Metrics) breaker(channel, state string) {
+	if m != nil {
+		m.breakers.WithLabelValues(channel, state).Inc()
 	}
 }
 

@@ -67,6 +67,16 @@ const (
 	Backoff State = "backoff"
 	// Quota: the daily quota cannot take the request before it resets, Wait from now.
 	Quota State = "quota"
+	// Breaker: the channel's circuit breaker is open (or a probe is testing it);
+	// ask again after Wait.
+	Breaker State = "breaker"
+)
+
+// Breaker states.
+const (
+	BreakerClosed = "closed"
+	BreakerOpen   = "open"
+	BreakerHalf   = "half-open"
 )
 
 // Request asks for one channel request's slot.
@@ -133,6 +143,11 @@ type Status struct {
 	// Zero for a per-property channel, whose windows are too many to list.
 	InWindow, Ahead int
 	NextSlotIn      time.Duration
+	// Breaker is the circuit breaker's state, BreakerOpenFor what is left of its
+	// cool-down, and Failures the current streak of 5xx answers and timeouts.
+	Breaker        string
+	BreakerOpenFor time.Duration
+	Failures       int
 }
 
 // Options tunes a Limiter; the zero value is usable.
@@ -180,6 +195,7 @@ type channelKeys struct {
 	pausedUntil string
 	daily       string
 	res         string
+	breaker     string
 }
 
 // New returns a Limiter over rdb for channels. Any client with scripting satisfies
@@ -211,7 +227,7 @@ func New(rdb redis.Scripter, channels []models.ChannelConfig, opts Options) *Lim
 		base := opts.Prefix + "{" + c.Slug + "}:"
 		l.channels[c.Slug] = channelKeys{
 			cfg: c, base: base, pause: base + "pause", pausedUntil: base + "paused_until",
-			daily: base + "daily", res: base + "res",
+			daily: base + "daily", res: base + "res", breaker: base + "breaker",
 		}
 	}
 	return l
@@ -263,7 +279,7 @@ func (l *Limiter) Reserve(ctx context.Context, r Request) (Decision, error) {
 	gateScope := r.Property + ":" + string(r.Family)
 	keys := []string{ck.pause, ck.pausedUntil, ck.daily, ck.base + "adaptive:" + scope,
 		ck.base + "sched:" + scope, ck.base + "tat:" + scope, ck.res,
-		ck.base + "gate:" + gateScope, ck.base + "lease:" + gateScope}
+		ck.base + "gate:" + gateScope, ck.base + "lease:" + gateScope, ck.breaker}
 	hold := 0
 	if r.Hold {
 		hold = 1
@@ -325,6 +341,33 @@ func (l *Limiter) Release(ctx context.Context, r Request) error {
 		return fmt.Errorf("release %s: %w", r.Channel, err)
 	}
 	return nil
+}
+
+// Outcome feeds channel's circuit breaker with what a push came to: ok false for a
+// 5xx answer or a timeout, true for any answer that shows the channel up. It returns
+// the breaker's state and whether this outcome changed it (opened or closed it).
+func (l *Limiter) Outcome(ctx context.Context, channel string, ok bool) (string, bool, error) {
+	ck, err := l.channel(channel)
+	if err != nil {
+		return "", false, fmt.Errorf("outcome %s: %w", channel, err)
+	}
+	flag := 0
+	if ok {
+		flag = 1
+	}
+	res, err := script.Run(ctx, l.rdb, []string{ck.breaker}, "outcome", flag, ck.cfg.BreakerFailures,
+		ck.cfg.BreakerCooldown.Milliseconds()).Slice()
+	if err != nil {
+		return "", false, fmt.Errorf("outcome %s: %w", channel, err)
+	}
+	if len(res) != 2 {
+		return "", false, fmt.Errorf("outcome %s: script reply has %d fields", channel, len(res))
+	}
+	st, _ := res[0].(string)
+	if st == "half" {
+		st = BreakerHalf
+	}
+	return st, intField(res[1]) == 1, nil
 }
 
 // Backoff makes every worker wait wait from now (by the Redis clock) before calling
@@ -402,13 +445,13 @@ func (l *Limiter) Status(ctx context.Context, channel string) (Status, error) {
 	}
 	scope := ck.scope("", "")
 	keys := []string{ck.pause, ck.pausedUntil, ck.daily, ck.base + "adaptive:" + scope,
-		ck.base + "sched:" + scope, ck.base + "tat:" + scope}
+		ck.base + "sched:" + scope, ck.base + "tat:" + scope, ck.breaker}
 	res, err := script.Run(ctx, l.rdb, keys, "status", ck.cfg.DailyQuota, ck.cfg.RatePerMinute,
 		l.opts.Margin.Milliseconds()).Slice()
 	if err != nil {
 		return Status{}, fmt.Errorf("status %s: %w", channel, err)
 	}
-	if len(res) != 10 {
+	if len(res) != 13 {
 		return Status{}, fmt.Errorf("status %s: script reply has %d fields", channel, len(res))
 	}
 	st := Status{Channel: channel, DailyLimit: ck.cfg.DailyQuota}
@@ -423,6 +466,12 @@ func (l *Limiter) Status(ctx context.Context, channel string) (Status, error) {
 		st.Limit, st.InWindow, st.Ahead = intField(res[6]), intField(res[7]), intField(res[8])
 		st.NextSlotIn = msField(res[9])
 	}
+	st.Breaker, _ = res[10].(string)
+	if st.Breaker == "half" {
+		st.Breaker = BreakerHalf
+	}
+	st.BreakerOpenFor = msField(res[11])
+	st.Failures = intField(res[12])
 	return st, nil
 }
 

@@ -66,6 +66,7 @@ func testChannel(slug string, perMinute, burst, quota int) models.ChannelConfig 
 		Shares: models.FamilyShares{Rates: 60, Availability: 30, Restrictions: 10}, Scope: models.ScopeChannel,
 		DailyQuota: quota, QuotaUnit: models.QuotaRequests, HorizonDays: 365,
 		MaxLinesPerRequest: 100, MaxRetryAfter: time.Minute,
+		BreakerFailures: 3, BreakerCooldown: 300 * time.Millisecond,
 	}
 }
 
@@ -433,6 +434,63 @@ func TestPauseBackoffAndQuota(t *testing.T) {
 	}
 }
 
+func TestCircuitBreakerOpensOnAStreakProbesOnceAndClosesOnRecovery(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("brk", 600, 50, 1000)}, Options{Prefix: prefix})
+	ctx := context.Background()
+	outcome := func(ok bool) (string, bool) {
+		t.Helper()
+		st, changed, err := l.Outcome(ctx, "brk", ok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, changed
+	}
+	outcome(false)
+	outcome(false)
+	if st, _ := outcome(true); st != BreakerClosed {
+		t.Fatalf("a success resets the streak: %s", st)
+	}
+	outcome(false)
+	outcome(false)
+	if st, changed := outcome(false); st != BreakerOpen || !changed {
+		t.Fatalf("third failure in a row: %s %v, want opened", st, changed)
+	}
+	if d := mustReserve(t, l, req("brk", 1)); d.State != Breaker || d.Wait <= 0 || d.Wait > 300*time.Millisecond {
+		t.Fatalf("while open: %+v, want a breaker wait up to the cool-down", d)
+	}
+	st, err := l.Status(ctx, "brk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Breaker != BreakerOpen || st.BreakerOpenFor <= 0 || st.Failures != 3 {
+		t.Fatalf("status %+v", st)
+	}
+	time.Sleep(320 * time.Millisecond)
+	probe := req("brk", 3)
+	if d := mustReserve(t, l, probe); d.State != Send {
+		t.Fatalf("after the cool-down: %+v, want one probe sent", d)
+	}
+	if d := mustReserve(t, l, req("brk", 1)); d.State != Breaker {
+		t.Fatalf("while the probe is out: %+v, want others to wait", d)
+	}
+	if st, changed := outcome(false); st != BreakerOpen || !changed {
+		t.Fatalf("failed probe: %s %v, want open again", st, changed)
+	}
+	time.Sleep(320 * time.Millisecond)
+	if d := mustReserve(t, l, req("brk", 3)); d.State != Send {
+		t.Fatalf("second probe: %+v", d)
+	}
+	if st, changed := outcome(true); st != BreakerClosed || !changed {
+		t.Fatalf("good probe: %s %v, want closed", st, changed)
+	}
+	for range 3 {
+		if d := mustReserve(t, l, req("brk", 3)); d.State != Send {
+			t.Fatalf("closed again: %+v", d)
+		}
+	}
+}
+
 func TestHeadersLowerTheLimitOnlyForOthersTraffic(t *testing.T) {
 	rdb, prefix := testRedis(t)
 	l := New(rdb, []models.ChannelConfig{testChannel("adapt", 30, 10, 1000)}, Options{Prefix: prefix})
@@ -560,6 +618,9 @@ func TestEveryKeyHasTTLAndHashTag(t *testing.T) {
 	r.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-01", 1)}
 	mustReserve(t, l, r)
 	mustReserve(t, l, req("ttl", 3))
+	if _, _, err := l.Outcome(ctx, "ttl", false); err != nil {
+		t.Fatal(err)
+	}
 	for _, err := range []error{
 		l.Adapt(ctx, "ttl", "", models.FamilyRates, 600, 1, 30*time.Second),
 		l.Backoff(ctx, "ttl", time.Second),
@@ -581,9 +642,9 @@ func TestEveryKeyHasTTLAndHashTag(t *testing.T) {
 			t.Errorf("key %s lacks its channel hash tag", k)
 		}
 	}
-	// pause, paused_until, daily, adaptive, sched, tat, res, gate, lease
-	if n != 9 {
-		t.Errorf("%d keys, want 9", n)
+	// pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker
+	if n != 10 {
+		t.Errorf("%d keys, want 10", n)
 	}
 }
 

@@ -4,18 +4,20 @@
 -- ARGV[1] selects the operation; the Go side (limiter.go) builds KEYS and ARGV.
 -- All keys of one call carry the same {channel} hash tag.
 --
--- reserve  KEYS: pause, paused_until, daily, adaptive, sched, tat, res, gate, lease
+-- reserve  KEYS: pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker
 --          ARGV: op, id, priority, cost, daily quota, rate/min, burst, margin ms, poll ms,
 --                lease ms, max age ms, group, weight, gate ttl ms, line count, hold,
 --                then per line: cell key, first day, last day, version
 --          -> {state, wait ms, slots left in window, daily used, daily quota, tier,
 --              reason, dropped (line, day) pairs...}
 -- release  KEYS: lease                                ARGV: op, id
+-- outcome  KEYS: breaker                              ARGV: op, ok (1|0), failures, cooldown ms
+--          -> {state, changed (1|0)}
 -- backoff  KEYS: paused_until                         ARGV: op, wait ms
 -- adapt    KEYS: adaptive, paused_until, sched        ARGV: op, rate/min, limit, remaining, reset ms
 -- pause    KEYS: pause                                ARGV: op, reason, ttl ms
 -- resume   KEYS: pause, paused_until                  ARGV: op
--- status   KEYS: pause, paused_until, daily, adaptive, sched, tat
+-- status   KEYS: pause, paused_until, daily, adaptive, sched, tat, breaker
 --          ARGV: op, daily quota, rate/min, margin ms
 --
 -- The schedule (sched) is a sorted set of send slots, scored by Unix ms: the slots of
@@ -113,6 +115,22 @@ if op == 'reserve' then
   local paused_until = tonumber(redis.call('GET', KEYS[2]) or '0')
   if paused_until > now then
     return {'backoff', math.ceil(paused_until - now), left, used, quota, cur, ''}
+  end
+  -- The circuit breaker: open, nothing goes until the cool-down ends; then one probe
+  -- request (leased like a send) tests the channel while every other waits for it.
+  local brk = redis.call('HMGET', KEYS[10], 'st', 'until', 'probe', 'probe_until')
+  local probe = false
+  if brk[1] == 'open' then
+    local untl = tonumber(brk[2])
+    if now < untl then
+      return {'breaker', math.ceil(untl - now), left, used, quota, cur, ''}
+    end
+    probe = true
+  elseif brk[1] == 'half' then
+    if brk[3] ~= id and tonumber(brk[4] or '0') > now then
+      return {'breaker', math.ceil(math.min(tonumber(brk[4]) - now, 2000)), left, used, quota, cur, ''}
+    end
+    probe = true
   end
   local after = used + cost
   if after > quota then
@@ -279,6 +297,10 @@ if op == 'reserve' then
     redis.call('PEXPIRE', KEYS[9], lease_ms + minute)
   end
 
+  if probe then
+    redis.call('HSET', KEYS[10], 'st', 'half', 'probe', id, 'probe_until', string.format('%.3f', now + lease_ms))
+    redis.call('PEXPIRE', KEYS[10], day)
+  end
   e.st = 'sent'
   redis.call('HSET', res, id, cjson.encode(e))
   redis.call('INCRBY', KEYS[3], cost)
@@ -290,6 +312,30 @@ end
 
 if op == 'release' then
   return redis.call('HDEL', KEYS[1], ARGV[2])
+end
+
+if op == 'outcome' then
+  -- A 5xx or timeout counts toward the streak that opens the breaker; any answer
+  -- that shows the channel up closes it. A failed probe opens it again.
+  local ok = ARGV[2] == '1'
+  local failures = tonumber(ARGV[3])
+  local cooldown = tonumber(ARGV[4])
+  local st = redis.call('HGET', KEYS[1], 'st') or 'closed'
+  if ok then
+    if st == 'closed' then
+      redis.call('HDEL', KEYS[1], 'n')
+      return {'closed', 0}
+    end
+    redis.call('DEL', KEYS[1])
+    return {'closed', 1}
+  end
+  local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+  redis.call('PEXPIRE', KEYS[1], day)
+  if st == 'half' or (st == 'closed' and n >= failures) then
+    redis.call('HSET', KEYS[1], 'st', 'open', 'until', string.format('%.3f', now + cooldown), 'probe', '', 'probe_until', '0')
+    return {'open', 1}
+  end
+  return {st, 0}
 end
 
 if op == 'backoff' then
@@ -362,7 +408,15 @@ if op == 'status' then
   local ahead = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
   local tat = tonumber(redis.call('GET', KEYS[6]) or '0')
   local next_in = math.max(0, math.ceil(tat - now))
-  return {reason, paused_for, used, math.ceil(midnight - now), foreign, foreign_for, r, in_window, ahead, next_in}
+  local brk = redis.call('HMGET', KEYS[7], 'st', 'until', 'n')
+  local bst = brk[1] or 'closed'
+  local open_for = 0
+  if bst == 'open' then
+    open_for = math.max(0, math.ceil(tonumber(brk[2]) - now))
+    if open_for == 0 then bst = 'half' end
+  end
+  return {reason, paused_for, used, math.ceil(midnight - now), foreign, foreign_for, r, in_window, ahead, next_in,
+    bst, open_for, tonumber(brk[3] or '0')}
 end
 
 return redis.error_reply('paritysync limiter: unknown op ' .. tostring(op))

@@ -84,6 +84,11 @@ type ChannelConfig struct {
 	// PriorityReserve is how many tokens only priority 1 may take; 0 means a fifth
 	// of the burst, at least one.
 	PriorityReserve int `yaml:"priority_reserve" json:"priority_reserve"`
+	// BreakerFailures is how many 5xx answers or timeouts in a row open the
+	// channel's circuit breaker; BreakerCooldown how long it stays open before one
+	// probe request may test the channel.
+	BreakerFailures int           `yaml:"breaker_failures" json:"breaker_failures"`
+	BreakerCooldown time.Duration `yaml:"breaker_cooldown" json:"breaker_cooldown"`
 }
 
 // FamilyBudget is the refill rate (tokens per minute) and depth of family f's bucket.
@@ -153,9 +158,19 @@ func (c ChannelConfig) validateLimits() error {
 		return fmt.Errorf("channel %s: max_lines_per_request must be > 0", c.Slug)
 	case c.MaxRetryAfter <= 0:
 		return fmt.Errorf("channel %s: max_retry_after must be > 0", c.Slug)
+	case c.BreakerFailures < 1:
+		return fmt.Errorf("channel %s: breaker_failures must be >= 1", c.Slug)
+	case c.BreakerCooldown <= 0:
+		return fmt.Errorf("channel %s: breaker_cooldown must be > 0", c.Slug)
 	}
 	return nil
 }
+
+// Circuit breaker defaults: 5 failures in a row open it for 30 s.
+const (
+	DefaultBreakerFailures = 5
+	DefaultBreakerCooldown = 30 * time.Second
+)
 
 // DefaultRatePerMinute is the ceiling of a channel added by configuration without
 // one: the most conservative of the channels we know.
@@ -170,6 +185,7 @@ func NewChannelConfig(slug string, perMinute int) ChannelConfig {
 		Shares: FamilyShares{Rates: 50, Availability: 30, Restrictions: 20},
 		Scope:  ScopeChannel, DailyQuota: 50000, QuotaUnit: QuotaRequests,
 		HorizonDays: 730, MaxLinesPerRequest: 100, MaxRetryAfter: 5 * time.Minute,
+		BreakerFailures: DefaultBreakerFailures, BreakerCooldown: DefaultBreakerCooldown,
 	}
 }
 

@@ -41,6 +41,8 @@ type channelEntry struct {
 	MaxLinesPerRequest *int            `yaml:"max_lines_per_request"`
 	MaxRetryAfter      *string         `yaml:"max_retry_after"`
 	PriorityReserve    *int            `yaml:"priority_reserve"`
+	BreakerFailures    *int            `yaml:"breaker_failures"`
+	BreakerCooldown    *string         `yaml:"breaker_cooldown"`
 }
 
 type shareEntry struct {
@@ -194,6 +196,14 @@ func (e channelEntry) applyTo(c *ChannelConfig) error {
 	setInt(&c.HorizonDays, e.HorizonDays)
 	setInt(&c.MaxLinesPerRequest, e.MaxLinesPerRequest)
 	setInt(&c.PriorityReserve, e.PriorityReserve)
+	setInt(&c.BreakerFailures, e.BreakerFailures)
+	if e.BreakerCooldown != nil {
+		d, err := time.ParseDuration(*e.BreakerCooldown)
+		if err != nil {
+			return fmt.Errorf("breaker_cooldown: want a duration like \"30s\": %w", err)
+		}
+		c.BreakerCooldown = d
+	}
 	if e.MaxRetryAfter != nil {
 		d, err := time.ParseDuration(*e.MaxRetryAfter)
 		if err != nil {
@@ -217,6 +227,7 @@ func applyChannelEnv(c *ChannelConfig, getenv func(string) string) (used []strin
 		{"DAILY_QUOTA", &c.DailyQuota},
 		{"MAX_LINES_PER_REQUEST", &c.MaxLinesPerRequest},
 		{"HORIZON_DAYS", &c.HorizonDays},
+		{"BREAKER_FAILURES", &c.BreakerFailures},
 	}
 	for _, f := range ints {
 		name := prefix + f.name
@@ -239,6 +250,15 @@ func applyChannelEnv(c *ChannelConfig, getenv func(string) string) (used []strin
 	if val := strings.TrimSpace(getenv(prefix + "SCOPE")); val != "" {
 		c.Scope = LimitScope(val)
 		used = append(used, prefix+"SCOPE")
+	}
+	if val := strings.TrimSpace(getenv(prefix + "BREAKER_COOLDOWN")); val != "" {
+		d, err := time.ParseDuration(val)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: want a duration like \"30s\", got %q", prefix+"BREAKER_COOLDOWN", val))
+		} else {
+			c.BreakerCooldown = d
+			used = append(used, prefix+"BREAKER_COOLDOWN")
+		}
 	}
 	if val := strings.TrimSpace(getenv(prefix + "MAX_RETRY_AFTER")); val != "" {
 		d, err := time.ParseDuration(val)

@@ -220,6 +220,10 @@ type quotaRow struct {
 	InWindow    int `json:"in_window"`
 	Ahead       int `json:"reserved_ahead"`
 	Foreign     int `json:"foreign,omitempty"`
+	// Breaker is the circuit breaker's state; Failures the streak of 5xx answers
+	// and timeouts that opens it.
+	Breaker  string `json:"breaker"`
+	Failures int    `json:"failures"`
 }
 
 // tierExitCode is the exit status of a quota tier.
@@ -259,7 +263,7 @@ func (c *cli) quota(ctx context.Context, channel string) error {
 		r := quotaRow{Channel: slug, DailyUsed: s.DailyUsed, DailyLimit: s.DailyLimit, Tier: s.Tier,
 			ResetsInSeconds: s.QuotaResetsIn.Seconds(), Paused: s.PausedReason,
 			BackoffSeconds: s.PausedFor.Seconds(), WindowLimit: s.Limit, InWindow: s.InWindow, Ahead: s.Ahead,
-			Foreign: s.Foreign}
+			Foreign: s.Foreign, Breaker: s.Breaker, Failures: s.Failures}
 		if s.DailyLimit > 0 {
 			r.UsedPercent = float64(s.DailyUsed) * 100 / float64(s.DailyLimit)
 		}
@@ -275,11 +279,11 @@ func (c *cli) quota(ctx context.Context, channel string) error {
 			return err
 		}
 	} else {
-		t := newTable(c.stdout, "channel\tdaily used\tlimit\tused\ttier\tresets in\tpaused\tback-off\twindow limit\tin window\treserved ahead\tothers' use", 0)
+		t := newTable(c.stdout, "channel\tdaily used\tlimit\tused\ttier\tresets in\tpaused\tback-off\twindow limit\tin window\treserved ahead\tothers' use\tbreaker", 0)
 		for _, r := range rows {
-			t.row("%s\t%d\t%d\t%.1f%%\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d", r.Channel, r.DailyUsed, r.DailyLimit, r.UsedPercent, r.Tier,
+			t.row("%s\t%d\t%d\t%.1f%%\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s", r.Channel, r.DailyUsed, r.DailyLimit, r.UsedPercent, r.Tier,
 				seconds(r.ResetsInSeconds).Round(time.Second), r.Paused, seconds(r.BackoffSeconds).Round(time.Millisecond),
-				r.WindowLimit, r.InWindow, r.Ahead, r.Foreign)
+				r.WindowLimit, r.InWindow, r.Ahead, r.Foreign, r.Breaker)
 		}
 		if err := t.flush(); err != nil {
 			return err

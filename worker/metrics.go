@@ -92,7 +92,7 @@ type limiterGauges struct {
 	channels []string
 	timeout  time.Duration
 
-	up, used, limit, tier, backoff, paused, window, ahead *prometheus.Desc
+	up, used, limit, tier, backoff, paused, window, ahead, breaker *prometheus.Desc
 }
 
 // tierValue orders the quota tiers for the tier gauge and for alerts on it.
@@ -112,6 +112,8 @@ func newLimiterGauges(lim limiterStatus, chs []models.ChannelConfig) *limiterGau
 		paused: prometheus.NewDesc("paritysync_channel_paused", "1 while an operator pause holds the channel.", []string{"channel"}, nil),
 		window: prometheus.NewDesc("paritysync_window_slots",
 			"Slots the channel-wide 60 s window holds now (sent, or held and due).", []string{"channel"}, nil),
+		breaker: prometheus.NewDesc("paritysync_breaker_open",
+			"1 while the channel's circuit breaker is open or half-open (a probe tests the channel).", []string{"channel"}, nil),
 		ahead: prometheus.NewDesc("paritysync_slots_reserved_ahead",
 			"Future slots held for waiting requests on the channel-wide schedule.", []string{"channel"}, nil),
 	}
@@ -121,7 +123,7 @@ func newLimiterGauges(lim limiterStatus, chs []models.ChannelConfig) *limiterGau
 
 // Describe implements prometheus.Collector.
 func (g *limiterGauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{g.up, g.used, g.limit, g.tier, g.backoff, g.paused, g.window, g.ahead} {
+	for _, d := range []*prometheus.Desc{g.up, g.used, g.limit, g.tier, g.backoff, g.paused, g.window, g.ahead, g.breaker} {
 		ch <- d
 	}
 }
@@ -152,6 +154,11 @@ func (g *limiterGauges) Collect(ch chan<- prometheus.Metric) {
 		gauge(g.paused, paused, slug)
 		gauge(g.window, float64(st.InWindow), slug)
 		gauge(g.ahead, float64(st.Ahead), slug)
+		open := 0.0
+		if st.Breaker == limiter.BreakerOpen || st.Breaker == limiter.BreakerHalf {
+			open = 1
+		}
+		gauge(g.breaker, open, slug)
 	}
 	ch <- prometheus.MustNewConstMetric(g.up, prometheus.GaugeValue, up)
 }
