@@ -167,6 +167,8 @@ if op == 'reserve' then
     local tau = (burst - 1) * interval
     local tat = tonumber(redis.call('GET', KEYS[6]) or '0')
     local tail = math.max(now, tat - tau)
+    -- The pace is kept to a microsecond in Redis; less than a millisecond is now.
+    if tail - now < 1 then tail = now end
     local last = redis.call('ZREVRANGE', sched, 0, 0, 'WITHSCORES')
     if last[2] then tail = math.max(tail, tonumber(last[2])) end
     tail = window_slot(sched, tail, r, w)
