@@ -24,7 +24,7 @@ const (
 )
 
 // MaxInlineMutations is the most mutations a BatchSync input carries inline; larger
-// batches travel by reference (a claim check in Redis).
+// batches travel by reference (a claim check in PostgreSQL).
 const MaxInlineMutations = 500
 
 // BatchWorkflowID is the workflow id of a batch.
@@ -279,7 +279,7 @@ const WholeChunk = -1
 func ReconcileWorkflowID(day Date) string { return "reconcile/" + day.String() }
 
 // ReconcileInput asks for the channels' state to be read back and compared with
-// the ledger for the next HorizonDays nights.
+// the desired state for the next HorizonDays nights.
 type ReconcileInput struct {
 	Channels    []string `json:"channels"`
 	HorizonDays int      `json:"horizon_days,omitempty"`
@@ -288,8 +288,8 @@ type ReconcileInput struct {
 // DefaultReconcileHorizon is how many nights ahead reconciliation checks by default.
 const DefaultReconcileHorizon = 30
 
-// DiffInput asks DiffChannel to compare one channel with the ledger over [From, To]
-// and to store what must be re-sent as batch BatchID.
+// DiffInput asks DiffChannel to compare one channel with the desired state over
+// [From, To] and to store what must be re-sent as batch BatchID.
 type DiffInput struct {
 	Channel string `json:"channel"`
 	From    Date   `json:"from"`
@@ -300,11 +300,17 @@ type DiffInput struct {
 // ChannelDrift is what reconciliation found on one channel.
 type ChannelDrift struct {
 	Channel string `json:"channel"`
-	// Checked counts ledger cells (per family) compared with the channel.
+	// Checked counts cells (per family) with a desired state compared with the
+	// channel, acknowledged or not.
 	Checked int `json:"checked"`
-	// Drifted counts cells whose channel values differ from the ledger's.
+	// Drifted counts cells whose channel values differ from the desired state.
 	Drifted int `json:"drifted"`
-	// PayloadKey holds the repair mutations when Drifted > 0.
+	// Unconfirmed counts cells whose channel holds the desired values without our
+	// acknowledgement of that version (a lost answer): re-sent to be confirmed.
+	Unconfirmed int `json:"unconfirmed"`
+	// Reads counts read-backs, each paid with a limiter slot.
+	Reads int `json:"reads"`
+	// PayloadKey holds the repair mutations when Drifted + Unconfirmed > 0.
 	PayloadKey string `json:"payload_key,omitempty"`
 	// Repair is the repair batch's outcome.
 	Repair *BatchStatus `json:"repair,omitempty"`

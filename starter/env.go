@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
 
-	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
@@ -22,6 +22,7 @@ type deps struct {
 	channels []models.ChannelConfig
 	tc       client.Client
 	rdb      *redis.Client
+	st       *store.Store
 }
 
 func loadDeps(getenv func(string) string) (*deps, error) {
@@ -68,12 +69,19 @@ func (d *deps) redis(ctx context.Context) (*redis.Client, error) {
 	return rdb, nil
 }
 
-func (d *deps) store(ctx context.Context) (*activities.Store, error) {
-	rdb, err := d.redis(ctx)
+// store opens the system of record (PARITYSYNC_DATABASE_URL). The worker applies
+// the migrations; a command run before any worker started finds no tables and says
+// so.
+func (d *deps) store(ctx context.Context) (*store.Store, error) {
+	if d.st != nil {
+		return d.st, nil
+	}
+	st, err := store.Open(ctx, d.settings.DatabaseURL)
 	if err != nil {
 		return nil, err
 	}
-	return activities.NewStore(rdb, d.settings.KeyPrefix), nil
+	d.st = st
+	return st, nil
 }
 
 func (d *deps) limiter(ctx context.Context) (*limiter.Limiter, error) {
@@ -90,6 +98,9 @@ func (d *deps) close() {
 	}
 	if d.rdb != nil {
 		_ = d.rdb.Close()
+	}
+	if d.st != nil {
+		d.st.Close()
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -91,7 +92,7 @@ func channelPause(pause bool, args []string, out io.Writer, getenv func(string) 
 func dlqList(args []string, out io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("dlq list", flag.ContinueOnError)
 	channel := fs.String("channel", "", "one channel (default: all)")
-	count := fs.Int64("count", 50, "most entries per channel")
+	count := fs.Int("count", 50, "most entries per channel")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -110,22 +111,33 @@ func dlqList(args []string, out io.Writer, getenv func(string) string) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "channel\tid\tat\tbatch\tproperty\tfamily\tlines\treason\tstatus\tmessage")
+	fmt.Fprintln(tw, "channel\tid\tat\tbatch\tproperty\tfamily\tupdates\tnights\treason\tstatus\tmessage")
 	total := 0
 	for _, slug := range slugs {
-		entries, err := st.DeadLetters(ctx, slug, *count)
+		entries, err := st.DeadLetters(ctx, store.DeadLetterFilter{Channel: slug, Limit: *count})
 		if err != nil {
 			return err
 		}
 		for _, e := range entries {
 			total++
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", slug, e.ID, e.At.Format("2006-01-02 15:04:05"),
-				e.BatchID, e.Property, e.Request.Family, len(e.Request.Lines), e.Reason, e.Status, e.Message)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\n", slug, e.ID, e.ParkedAt.Format("2006-01-02 15:04:05"),
+				e.BatchID, e.PropertyID, e.Family, len(e.MutationIDs), nightsText(e.StayDates), e.Reason, e.Status, e.Message)
 		}
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(out, "%d entries\n", total)
 	return nil
+}
+
+// nightsText is a dead letter's stay dates, shortened to the first and last.
+func nightsText(ds []models.Date) string {
+	switch len(ds) {
+	case 0:
+		return "-"
+	case 1:
+		return ds[0].String()
+	}
+	return fmt.Sprintf("%s..%s (%d)", ds[0], ds[len(ds)-1], len(ds))
 }
 
 func quota(args []string, out io.Writer, getenv func(string) string) error {

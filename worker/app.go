@@ -19,6 +19,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/workflows"
@@ -39,6 +40,8 @@ func newApp(getenv Getenv, extra ...fx.Option) *fx.App {
 		fx.NopLogger,
 		fx.Supply(getenv),
 		fx.Provide(loadConfig, newRedis, newTemporal, newLimiter, newTokens, newChannelClient, newActivities, newWorker, newMetrics),
+		// PostgreSQL, the system of record: opened and migrated at start.
+		store.Module,
 		fx.Invoke(func(worker.Worker, *http.Server) {}),
 	}
 	return fx.New(append(opts, extra...)...)
@@ -121,14 +124,14 @@ func newChannelClient(s models.Settings, tokens activities.TokenProvider, chs []
 	return activities.NewChannelClient(hc, s.ChannelURL, tokens, chs, s.HTTPTimeout)
 }
 
-func newActivities(s models.Settings, chs []models.ChannelConfig, rdb *redis.Client, lim *limiter.Limiter,
+func newActivities(s models.Settings, chs []models.ChannelConfig, st *store.Store, lim *limiter.Limiter,
 	cc *activities.ChannelClient, tokens activities.TokenProvider, m *activities.Metrics) (*activities.Activities, error) {
 	v, err := models.NewValidator(chs, s.PropertyPattern, time.Now)
 	if err != nil {
 		return nil, startupError{fmt.Errorf("PARITYSYNC_PROPERTY_PATTERN: %w", err)}
 	}
 	return &activities.Activities{
-		Limiter: lim, Client: cc, Tokens: tokens, Store: activities.NewStore(rdb, s.KeyPrefix),
+		Limiter: lim, Client: cc, Tokens: tokens, Store: st,
 		Channels: models.ChannelMap(chs), Validator: v, ChunkSize: s.ChunkSize, Metrics: m,
 	}, nil
 }

@@ -117,6 +117,12 @@ func (b *batchSync) run(ctx workflow.Context) (models.BatchStatus, error) {
 	for sel.HasPending() {
 		sel.Select(ctx) // apply signals that arrived with the last result
 	}
+	// Every update has its outcome in the store: the payload and requests can go.
+	rctx := withActivity(ctx, time.Minute, models.PriorityDefault)
+	if err := workflow.ExecuteActivity(rctx, acts.ReleaseBatch, b.in.BatchID).Get(ctx, nil); err != nil {
+		// Prune drops them after their retention anyway.
+		log.Warn("release batch", "error", err)
+	}
 	st := b.status()
 	st.Done = true
 	t := st.Totals()

@@ -33,8 +33,14 @@ var (
 	attrPriority = temporal.NewSearchAttributeKeyInt64(models.SearchAttrPriority)
 )
 
+// MaxActivityAttempts bounds Temporal's retries of an infrastructure failure (Redis
+// or PostgreSQL unreachable, a worker lost mid-activity): about six minutes of
+// backoff, after which the caller parks what it was doing with a reason.
+const MaxActivityAttempts = 15
+
 // withActivity sets the options every paritysync activity runs with: Temporal
-// retries only infrastructure failures, never the typed channel outcomes.
+// retries only infrastructure failures, never the typed channel outcomes, and
+// never without a bound.
 func withActivity(ctx workflow.Context, timeout time.Duration, priority int) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: timeout,
@@ -42,6 +48,7 @@ func withActivity(ctx workflow.Context, timeout time.Duration, priority int) wor
 			InitialInterval:        time.Second,
 			BackoffCoefficient:     2,
 			MaximumInterval:        30 * time.Second,
+			MaximumAttempts:        MaxActivityAttempts,
 			NonRetryableErrorTypes: activities.NonRetryableErrors,
 		},
 		Priority: temporal.Priority{PriorityKey: priority},
