@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/paritysync/paritysync/activities/store/storetest"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
 	"github.com/paritysync/paritysync/workflows"
@@ -102,6 +103,8 @@ func startStack(t *testing.T, srv *testsuite.DevServer, limits map[string]int) *
 		"PARITYSYNC_TOKEN":        "e2e-token",
 		"PARITYSYNC_METRICS_ADDR": "127.0.0.1:0",
 		"PARITYSYNC_CHUNK_SIZE":   "5",
+		// A schema of its own on the local PostgreSQL, dropped at the end.
+		"PARITYSYNC_DATABASE_URL": storetest.Schema(t, "e2e"),
 	}
 	for slug, perMinute := range limits {
 		up := strings.ToUpper(slug)
