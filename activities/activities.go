@@ -81,9 +81,9 @@ func FailureError(errType string, f Failure) error {
 
 // Activities are paritysync's Temporal activities; the struct holds their dependencies.
 type Activities struct {
-	Limiter   *limiter.Limiter
-	Client    *ChannelClient
-	Tokens    TokenProvider
+	Limiter *limiter.Limiter
+	Client  *ChannelClient
+	Tokens  TokenProvider
 	// Store is the system of record (PostgreSQL).
 	Store     *store.Store
 	Channels  map[string]models.ChannelConfig
