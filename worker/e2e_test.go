@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.uber.org/fx"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/paritysync/paritysync/activities/store/storetest"
@@ -78,11 +79,14 @@ type e2eStack struct {
 	rdb    *redis.Client
 	prefix string
 	queue  string
+	app    *fx.App
 }
 
 func (s *e2eStack) getenv(k string) string { return s.env[k] }
 
-func startStack(t *testing.T, srv *testsuite.DevServer, limits map[string]int) *e2eStack {
+// startStack starts a simulator and a worker on srv; env changes the worker's
+// environment before it starts.
+func startStack(t *testing.T, srv *testsuite.DevServer, limits map[string]int, env ...func(map[string]string)) *e2eStack {
 	t.Helper()
 	redisURL := os.Getenv("REDIS_URL")
 	if redisURL == "" {
@@ -112,6 +116,9 @@ func startStack(t *testing.T, srv *testsuite.DevServer, limits map[string]int) *
 		s.env["PARITYSYNC_CHANNEL_"+up+"_BURST"] = fmt.Sprint(max(2, perMinute/10))
 		s.env["PARITYSYNC_CHANNEL_"+up+"_MAX_LINES_PER_REQUEST"] = "4"
 	}
+	for _, f := range env {
+		f(s.env)
+	}
 	chs, err := models.LoadChannels("", s.getenv)
 	require.NoError(t, err)
 	// The simulator enforces exactly the limits the worker is configured with.
@@ -119,17 +126,13 @@ func startStack(t *testing.T, srv *testsuite.DevServer, limits map[string]int) *
 	httpSrv := httptest.NewServer(s.sim)
 	s.env["PARITYSYNC_CHANNEL_URL"] = httpSrv.URL
 
-	app := newApp(s.getenv)
-	require.NoError(t, app.Err())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, app.Start(ctx))
+	s.startWorker(t)
 	s.tc = srv.Client()
 
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_ = app.Stop(ctx)
+		_ = s.app.Stop(ctx)
 		httpSrv.Close()
 		s.sim.Close()
 		iter := rdb.Scan(ctx, 0, s.prefix+"*", 1000).Iterator()
@@ -139,6 +142,16 @@ func startStack(t *testing.T, srv *testsuite.DevServer, limits map[string]int) *
 		_ = rdb.Close()
 	})
 	return s
+}
+
+// startWorker starts the stack's worker (again, after a test stopped it).
+func (s *e2eStack) startWorker(t *testing.T) {
+	t.Helper()
+	s.app = newApp(s.getenv)
+	require.NoError(t, s.app.Err())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, s.app.Start(ctx))
 }
 
 func (s *e2eStack) runBatch(t *testing.T, batchID string, ms []models.Mutation) models.BatchStatus {
