@@ -126,3 +126,33 @@ func TestPerPropertyMarkStartsTheGivenScopesEmpty(t *testing.T) {
 		t.Fatalf("a scope with no sends to rebuild: %+v, want send", d)
 	}
 }
+
+// TestGateFootprint measures what the ordering gate costs Redis per night sent: the
+// gate is all that Redis keeps per cell (the system of record keeps the rest).
+func TestGateFootprint(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("fp", 600, 50, 1000)}, Options{Prefix: prefix})
+	ctx := context.Background()
+	// A property's year of one family: 6 room-rate pairs x 365 nights.
+	var nights []GateNight
+	first := mustDate("2030-01-01")
+	for _, room := range []string{"DLXKING", "STDQUEEN", "SUITE"} {
+		for _, plan := range []string{"BAR_FLEX", "BAR_NR"} {
+			for d := range 365 {
+				nights = append(nights, GateNight{Room: room, Plan: plan, Night: first.AddDays(d), Version: 1764500000 + int64(d)})
+			}
+		}
+	}
+	if _, err := l.LoadGate(ctx, "fp", "prop_1a2b3c4d", models.FamilyRates, nights); err != nil {
+		t.Fatal(err)
+	}
+	bytes, err := rdb.MemoryUsage(ctx, prefix+"{fp}:gate:prop_1a2b3c4d:rates", 0).Result()
+	if err != nil {
+		t.Skipf("MEMORY USAGE unavailable: %v", err)
+	}
+	per := float64(bytes) / float64(len(nights))
+	t.Logf("gate: %d nights in %d B, %.1f B per night (cell x family)", len(nights), bytes, per)
+	if per > 120 {
+		t.Errorf("%.1f B per night, want <= 120", per)
+	}
+}
