@@ -316,9 +316,10 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 			return models.PushResult{}, err
 		}
 		if d, err = a.reserve(ctx, lr); err != nil {
-			// Fail closed: no decision, no call; Temporal retries the activity. The
-			// limiter's error already names the channel.
-			return models.PushResult{}, err
+			// Fail closed: no decision, no call. A request the limiter can never
+			// take is parked at once; anything else (Redis unreachable) is retried
+			// by Temporal within its bound. The limiter's error names the channel.
+			return models.PushResult{}, permanent(err)
 		}
 		switch d.State {
 		case limiter.Send:
@@ -414,6 +415,17 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 	default:
 		return models.PushResult{}, FailureError(ErrRejected, f)
 	}
+}
+
+// permanent types the limiter errors that no retry can cure (a family without a
+// budget share, a channel the limiter does not know, an invalid request) as
+// Rejected, so the request is dead-lettered with the reason instead of retried.
+func permanent(err error) error {
+	if errors.Is(err, limiter.ErrNoBudget) || errors.Is(err, limiter.ErrUnknownChannel) ||
+		errors.Is(err, limiter.ErrInvalidRequest) {
+		return FailureError(ErrRejected, Failure{Message: err.Error()})
+	}
+	return err
 }
 
 // maxGateAttempts bounds how often one PushRequest rebuilds a gate lost under it.

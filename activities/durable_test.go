@@ -2,8 +2,10 @@ package activities
 
 import (
 	"context"
+	"strings"
 	"testing"
 
+	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
 )
@@ -148,5 +150,21 @@ func TestDiffChannelReadsPayTheLimiter(t *testing.T) {
 	}
 	if st := e.sim.Stats()[testChannel]; st.Reads != 3 || st.Throttled != 0 {
 		t.Errorf("simulator: %d reads, %d throttled; want 3 and 0", st.Reads, st.Throttled)
+	}
+}
+
+func TestPushRequestFamilyWithoutBudgetIsRejectedNotRetried(t *testing.T) {
+	e := newActivityEnv(t, envOptions{})
+	chunk := e.preparedChunk("b-nobudget", e.mutation("nb-1", 3, 1, withRate("80.00")))
+	cfg := e.acts.Channels[testChannel]
+	cfg.Shares.Rates = 0
+	e.lim = limiter.New(e.rdb, []models.ChannelConfig{cfg}, limiter.Options{Prefix: e.prefix})
+	e.acts.Limiter = e.lim
+	_, err := e.push(models.PushInput{BatchID: "b-nobudget", ChunkKey: chunk.Key})
+	if f := failureOf(t, err, ErrRejected); !strings.Contains(f.Message, limiter.ErrNoBudget.Error()) {
+		t.Errorf("failure %+v, want the limiter's reason", f)
+	}
+	if n := e.simRequests(); n != 0 {
+		t.Errorf("simulator saw %d requests", n)
 	}
 }
