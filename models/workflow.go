@@ -116,6 +116,8 @@ type ChannelCounts struct {
 	Superseded   int    `json:"superseded"`
 	Rejected     int    `json:"rejected"`
 	DeadLettered int    `json:"dead_lettered"`
+	// Cancelled counts updates still waiting when the operator cancelled the batch.
+	Cancelled int `json:"cancelled,omitempty"`
 	// Deferred counts waits for a token or a Retry-After; it is not an outcome.
 	Deferred int `json:"deferred"`
 	Requests int `json:"requests"`
@@ -128,12 +130,15 @@ func (c *ChannelCounts) Add(o ChannelCounts) {
 	c.Superseded += o.Superseded
 	c.Rejected += o.Rejected
 	c.DeadLettered += o.DeadLettered
+	c.Cancelled += o.Cancelled
 	c.Deferred += o.Deferred
 	c.Requests += o.Requests
 }
 
 // Done is how many of c's updates have an outcome.
-func (c ChannelCounts) Done() int { return c.Committed + c.Superseded + c.Rejected + c.DeadLettered }
+func (c ChannelCounts) Done() int {
+	return c.Committed + c.Superseded + c.Rejected + c.DeadLettered + c.Cancelled
+}
 
 // MergeCounts sums counts per channel, sorted by channel. It ranges over no map, so
 // workflow code may call it.
@@ -166,6 +171,8 @@ type BatchStatus struct {
 	Paused    []string        `json:"paused,omitempty"`
 	Rejected  []Rejection     `json:"rejected,omitempty"`
 	Done      bool            `json:"done"`
+	// Cancelled is set when the operator cancelled the batch.
+	Cancelled bool `json:"cancelled,omitempty"`
 }
 
 // Totals sums the per-channel counts.
@@ -260,6 +267,12 @@ type DeadLetterInput struct {
 type DeadLetterResult struct {
 	Updates int    `json:"updates"`
 	EntryID string `json:"entry_id"`
+}
+
+// CancelInput asks CancelBatch to close a cancelled batch's outcomes.
+type CancelInput struct {
+	BatchID string `json:"batch_id"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // Dead-letter reasons.

@@ -70,6 +70,9 @@ func (s *channelSync) run(ctx workflow.Context) (models.ChannelCounts, error) {
 		})
 	}
 	if err := workflow.Await(ctx, func() bool { return s.busy == 0 }); err != nil {
+		// Cancelled: let the lanes' in-flight pushes finish and record their outcomes.
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		_ = workflow.Await(dctx, func() bool { return s.busy == 0 })
 		return s.counts, err
 	}
 	if len(s.queue) > 0 {
@@ -109,6 +112,10 @@ func (s *channelSync) listen(ctx workflow.Context) {
 // take hands out the next request index, or false when the chunk is done or the
 // run's history is long enough to continue as new.
 func (s *channelSync) take(ctx workflow.Context) (int, bool) {
+	if ctx.Err() != nil {
+		// The batch was cancelled: the parent closes what is left.
+		return 0, false
+	}
 	if historyFull(ctx) {
 		s.stopped = true
 	}
@@ -175,6 +182,9 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 				s.deadLetter(ctx, i, lines, models.ReasonLineFailed, 207, res.Failed[0].Code+": "+res.Failed[0].Message)
 			}
 			return res.Next
+		}
+		if temporal.IsCanceledError(err) || ctx.Err() != nil {
+			return nil // cancelled with the batch, which closes the outcome
 		}
 		var appErr *temporal.ApplicationError
 		if !errors.As(err, &appErr) {

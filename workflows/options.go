@@ -52,6 +52,9 @@ func withActivity(ctx workflow.Context, timeout time.Duration, priority int) wor
 			NonRetryableErrorTypes: activities.NonRetryableErrors,
 		},
 		Priority: temporal.Priority{PriorityKey: priority},
+		// A cancelled batch waits for an in-flight push to end, so its outcome is
+		// recorded before the batch closes the rest as cancelled.
+		WaitForCancellation: true,
 	})
 }
 
