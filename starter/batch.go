@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -119,6 +120,7 @@ func batchStart(args []string, out io.Writer, getenv func(string) string) error 
 	file := fs.String("file", "", "mutations: a JSON array or JSON lines")
 	id := fs.String("id", "", "batch id (default: generated)")
 	wait := fs.Bool("wait", false, "follow the batch until it ends and print the summary")
+	rerun := fs.Bool("rerun", false, "start a finished --id again, as a new batch <id>.rerun-<time>")
 	ms, err := readFileFlag(fs, file, args)
 	if err != nil {
 		return err
@@ -135,6 +137,37 @@ func batchStart(args []string, out io.Writer, getenv func(string) string) error 
 	if batchID == "" {
 		batchID = time.Now().UTC().Format("20060102-150405") + "-" + uuid.NewString()[:8]
 	}
+	tc, err := d.temporal(ctx)
+	if err != nil {
+		return err
+	}
+	// An id in use is looked at before anything is stored: the same content running
+	// is attached to, anything else refused, and no payload is overwritten.
+	digest, err := contentDigest(ms)
+	if err != nil {
+		return err
+	}
+	attach, err := existingBatch(ctx, tc, models.BatchWorkflowID(batchID), digest)
+	if errors.Is(err, errBatchExists) && *rerun && !attach {
+		batchID = rerunID(batchID, time.Now())
+		attach, err = existingBatch(ctx, tc, models.BatchWorkflowID(batchID), digest)
+	}
+	if err != nil {
+		return err
+	}
+	if attach {
+		wfID := models.BatchWorkflowID(batchID)
+		fmt.Fprintf(out, "attached to %s, running with the same content (nothing started, nothing stored)\n%s\n",
+			wfID, d.uiLink(wfID))
+		if !*wait {
+			return nil
+		}
+		st, err := follow(ctx, tc, tc.GetWorkflow(ctx, wfID, ""), out)
+		if err != nil {
+			return err
+		}
+		return summary(st, out)
+	}
 	in := models.BatchSyncInput{BatchID: batchID, Retry: models.DefaultRetryPolicy()}
 	if len(ms) > models.MaxInlineMutations {
 		// Big batches travel by reference: the workflow input stays small.
@@ -148,13 +181,14 @@ func batchStart(args []string, out io.Writer, getenv func(string) string) error 
 	} else {
 		in.Mutations = ms
 	}
-	tc, err := d.temporal(ctx)
-	if err != nil {
-		return err
-	}
 	wfID := models.BatchWorkflowID(batchID)
 	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: wfID, TaskQueue: d.settings.TaskQueue,
+		// A finished id is never run again under the same id (--rerun takes a new
+		// one), and a running one is never joined by a second start.
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		Memo:                     map[string]any{memoContent: digest},
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrBatchID).ValueSet(batchID)),
 	}, workflows.BatchSync, in)
@@ -242,41 +276,5 @@ func summary(st models.BatchStatus, out io.Writer) error {
 	if t.Rejected > 0 || t.DeadLettered > 0 || t.Total != t.Done() {
 		return errReported
 	}
-	return nil
-}
-
-func batchStatus(args []string, out io.Writer, getenv func(string) string) error {
-	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
-		return usageError{"batch status: want exactly one batch id"}
-	}
-	d, err := loadDeps(getenv)
-	if err != nil {
-		return err
-	}
-	defer d.close()
-	ctx := context.Background()
-	tc, err := d.temporal(ctx)
-	if err != nil {
-		return err
-	}
-	wfID := args[0]
-	if !strings.HasPrefix(wfID, "batch/") {
-		wfID = models.BatchWorkflowID(wfID)
-	}
-	st, err := queryStatus(ctx, tc, wfID)
-	if err != nil {
-		return err
-	}
-	state := "running"
-	if st.Done {
-		state = "done"
-	}
-	fmt.Fprintf(out, "%s: %s, %d mutations, chunks %d finished / %d running / %d total\n",
-		wfID, state, st.Mutations, st.Finished, st.Running, st.Chunks)
-	if len(st.Paused) > 0 {
-		fmt.Fprintf(out, "paused: %s\n", strings.Join(st.Paused, ", "))
-	}
-	_ = summary(st, out)
-	fmt.Fprintln(out, d.uiLink(wfID))
 	return nil
 }

@@ -5,9 +5,13 @@
 //	starter batch start --file batch.json [--id ID] [--wait]
 //	starter batch submit --file F
 //	starter batch status ID
+//	starter batch cancel ID
+//	starter batch rejections ID [--json]
+//	starter batch outcome ID --mutation M [--json]
 //	starter channel pause NAME --reason R
 //	starter channel resume NAME
 //	starter dlq list [--channel C] [--count N]
+//	starter dlq export|ack|replay [--channel C] [--reason R] [--batch B] [--id N,…]
 //	starter quota [--channel C]
 //	starter reconcile run [--channel C] [--horizon-days N] [--wait]
 //	starter reconcile schedule [--cron "0 3 * * *"] [--horizon-days N]
@@ -42,15 +46,21 @@ func (e usageError) Error() string { return e.msg }
 const usage = `usage:
   starter batch start --file F [--id ID] [--wait]   start a batch (JSON array or JSON lines)
   starter batch submit --file F                     hand mutations to the channels' burst smoothers
-  starter batch status ID                           ask a batch for its counts
+  starter batch status ID                           state, and per-update progress from the store
+  starter batch cancel ID                           cancel: every update ends committed or cancelled
+  starter batch rejections ID [--json]              every rejected mutation with its reasons
+  starter batch outcome ID --mutation M [--json]    one mutation's fate
   starter channel pause NAME --reason R             pause a channel everywhere
   starter channel resume NAME                       resume it
   starter dlq list [--channel C] [--count N]        read the dead-letter queue
+  starter dlq export [--channel C] [--reason R] [--batch B] [--id N,…] [--acked]   JSON lines
+  starter dlq ack [selection] [--note N]            mark entries as dealt with
+  starter dlq replay [selection] [--wait]           re-send them as a new batch, then ack them
   starter quota [--channel C]                       limiter and daily quota state
   starter reconcile run [--channel C] [--wait]      read channels back, re-send what drifted
   starter reconcile schedule [--cron "0 3 * * *"]   run that nightly (a Temporal Schedule)
   starter sample --mutations N [--out F]            write a realistic sample batch
-configuration comes from the environment (REDIS_URL, TEMPORAL_ADDRESS, ...; see README)`
+configuration comes from the environment (PARITYSYNC_DATABASE_URL, REDIS_URL, TEMPORAL_ADDRESS, ...; see README)`
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
@@ -91,8 +101,14 @@ func dispatch(args []string, out io.Writer, getenv func(string) string) error {
 		return batchStatus(rest[1:], out, getenv)
 	case cmd == "channel" && (sub == "pause" || sub == "resume"):
 		return channelPause(sub == "pause", rest[1:], out, getenv)
+	case cmd == "batch" && sub == "cancel":
+		return batchCancel(rest[1:], out, getenv)
+	case cmd == "batch" && (sub == "rejections" || sub == "outcome"):
+		return batchOutcomes(sub == "rejections", rest[1:], out, getenv)
 	case cmd == "dlq" && sub == "list":
 		return dlqList(rest[1:], out, getenv)
+	case cmd == "dlq" && (sub == "export" || sub == "ack" || sub == "replay"):
+		return dlqCommand(sub, rest[1:], out, getenv)
 	case cmd == "reconcile" && (sub == "run" || sub == "schedule"):
 		return reconcile(sub == "schedule", rest[1:], out, getenv)
 	case cmd == "quota":
