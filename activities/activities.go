@@ -25,7 +25,7 @@ const (
 	ErrThrottled      = "Throttled"      // the channel answered 429/503 with or without Retry-After
 	ErrTransient      = "Transient"      // 5xx, timeout, network: back off, bounded attempts
 	ErrAuthExpired    = "AuthExpired"    // 401: refresh the credential once
-	ErrQuotaExhausted = "QuotaExhausted" // daily budget spent: dead-letter for reconciliation
+	ErrQuotaExhausted = "QuotaExhausted" // daily budget spent: wait for the reset (Failure.Wait), then go again
 	ErrRejected       = "Rejected"       // other 4xx: dead-letter now
 	// ErrPayloadLost means a batch's stored payload or request is gone (released or
 	// past its retention): retrying cannot bring it back. The updates are parked
@@ -411,6 +411,7 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 	case ClassAuthExpired:
 		return models.PushResult{}, FailureError(ErrAuthExpired, f)
 	case ClassQuotaExhausted:
+		f.Wait = a.quotaStop(ctx, req.Channel)
 		return models.PushResult{}, FailureError(ErrQuotaExhausted, f)
 	default:
 		return models.PushResult{}, FailureError(ErrRejected, f)
@@ -426,6 +427,22 @@ func permanent(err error) error {
 		return FailureError(ErrRejected, Failure{Message: err.Error()})
 	}
 	return err
+}
+
+// quotaStop holds every worker off channel until its daily quota resets (the next
+// UTC midnight by the Redis clock), after the channel said its quota is spent: no
+// further request goes out to be refused. It returns the wait; the back-off shows
+// in `starter quota`.
+func (a *Activities) quotaStop(ctx context.Context, channel string) time.Duration {
+	wait := time.Hour // the reset cannot be read: hold off a while, then ask again
+	if st, err := a.Limiter.Status(ctx, channel); err == nil && st.QuotaResetsIn > 0 {
+		wait = st.QuotaResetsIn
+	}
+	if err := a.Limiter.Backoff(ctx, channel, wait); err != nil {
+		activity.GetLogger(ctx).Warn("quota stop", "channel", channel, "error", err)
+	}
+	activity.GetLogger(ctx).Warn("channel quota exhausted: stopped until the reset", "channel", channel, "wait", wait)
+	return wait
 }
 
 // maxGateAttempts bounds how often one PushRequest rebuilds a gate lost under it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
@@ -166,5 +167,32 @@ func TestPushRequestFamilyWithoutBudgetIsRejectedNotRetried(t *testing.T) {
 	}
 	if n := e.simRequests(); n != 0 {
 		t.Errorf("simulator saw %d requests", n)
+	}
+}
+
+func TestQuotaExhaustedStopsTheChannelUntilTheReset(t *testing.T) {
+	e := newActivityEnv(t, envOptions{simChannel: func(c *models.ChannelConfig) { c.DailyQuota = 1 }})
+	first := e.preparedChunk("b-q1", e.mutation("q-1", 3, 1, withRate("80.00")))
+	second := e.preparedChunk("b-q2", e.mutation("q-2", 4, 1, withRate("80.00")))
+	third := e.preparedChunk("b-q3", e.mutation("q-3", 5, 1, withRate("80.00")))
+	if _, err := e.push(models.PushInput{BatchID: "b-q1", ChunkKey: first.Key}); err != nil {
+		t.Fatalf("first push spends the quota: %v", err)
+	}
+	_, err := e.push(models.PushInput{BatchID: "b-q2", ChunkKey: second.Key})
+	f := failureOf(t, err, ErrQuotaExhausted)
+	st, serr := e.lim.Status(context.Background(), testChannel)
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	if f.Wait <= 0 || f.Wait > 24*time.Hour || st.PausedFor <= 0 || st.PausedFor > f.Wait+time.Second {
+		t.Fatalf("wait %s, limiter back-off %s: want both until the quota resets", f.Wait, st.PausedFor)
+	}
+	// Every further request waits in the limiter: the channel sees no more 400s.
+	_, err = e.push(models.PushInput{BatchID: "b-q3", ChunkKey: third.Key})
+	if g := failureOf(t, err, ErrRateLimited); g.Wait <= 0 {
+		t.Errorf("after the stop: %+v, want a wait", g)
+	}
+	if got := e.sim.Stats()[testChannel]; got.Requests != 2 || got.QuotaExhausted != 1 {
+		t.Errorf("simulator saw %d requests, %d quota refusals; want 2 and 1", got.Requests, got.QuotaExhausted)
 	}
 }

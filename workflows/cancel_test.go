@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -47,4 +48,33 @@ func (s *unitSuite) TestCancelledBatchClosesEveryOutcome() {
 	s.Equal(t.Total, t.Done(), "every update is accounted for")
 	s.Positive(t.Cancelled)
 	s.Empty(s.released, "a cancelled batch keeps its payload for the record")
+}
+
+func quotaSpent(wait time.Duration) error {
+	return activities.FailureError(activities.ErrQuotaExhausted, activities.Failure{Wait: wait, Status: 400,
+		Message: "quota_exhausted"})
+}
+
+func (s *unitSuite) TestQuotaExhaustedWaitsForTheResetThenCommits() {
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, quotaSpent(3*time.Hour)).Once()
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 2}, nil).Once()
+
+	counts := s.runChannelSync(chunk("booking_com", 3, 0, 1, 2))
+
+	s.Equal([]time.Duration{3 * time.Hour}, s.timers, "one durable timer until the reset")
+	s.Equal(2, counts.Committed)
+	s.Zero(counts.DeadLettered)
+}
+
+func (s *unitSuite) TestQuotaStillSpentAfterTheResetsIsParked() {
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, quotaSpent(time.Hour)).
+		Times(MaxQuotaWaits + 1)
+	s.env.OnActivity(acts.RecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
+		return in.Reason == models.ReasonQuotaExhausted
+	})).Return(models.DeadLetterResult{Updates: 2}, nil).Once()
+
+	counts := s.runChannelSync(chunk("booking_com", 3, 0, 1, 2))
+
+	s.Len(s.timers, MaxQuotaWaits)
+	s.Equal(2, counts.DeadLettered)
 }

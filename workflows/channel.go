@@ -162,7 +162,7 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 	if slot != nil && slot.Wait > s.shortWait() {
 		_ = workflow.Sleep(ctx, slot.Wait)
 	}
-	transient, deferrals := 0, 0
+	transient, deferrals, quotaWaits := 0, 0, 0
 	for {
 		if s.paused != "" {
 			log.Info("paused", "request", i, "reason", s.paused)
@@ -232,14 +232,26 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 			}
 			in.RefreshCredential = true
 		case activities.ErrQuotaExhausted:
-			s.deadLetter(ctx, i, nil, models.ReasonQuotaExhausted, f.Status, f.Message)
-			return nil
+			// The day's quota is spent: the limiter holds every worker off the
+			// channel until it resets, and this request waits for the reset with one
+			// durable timer and goes again. A quota still spent after MaxQuotaWaits
+			// resets is parked.
+			s.counts.Deferred++
+			quotaWaits++
+			if quotaWaits > MaxQuotaWaits {
+				s.deadLetter(ctx, i, nil, models.ReasonQuotaExhausted, f.Status, f.Message)
+				return nil
+			}
+			_ = workflow.Sleep(ctx, max(f.Wait, time.Minute))
 		default:
 			s.deadLetter(ctx, i, nil, models.ReasonRejected, f.Status, f.Message)
 			return nil
 		}
 	}
 }
+
+// MaxQuotaWaits is how many quota resets a request waits for before it is parked.
+const MaxQuotaWaits = 2
 
 // shortWait is the longest held-slot wait the activity spends in process; a lane
 // starts the push at once for such a slot instead of setting a timer.
