@@ -104,12 +104,12 @@ func TestBatchLifecycle(t *testing.T) {
 
 		out, code := s.starter(t, bin, "dlq", "export", "--batch", id)
 		require.Zero(t, code)
-		require.Equal(t, 1, strings.Count(out, "\n"), "one entry: the request of both properties' nights")
+		require.Equal(t, 2, strings.Count(out, "\n"), "one entry per property's request")
 		out, code = s.starter(t, bin, "dlq", "replay", "--batch", id, "--wait")
 		require.Contains(t, []int{0, 3}, code)
 		after := s.sim.Stats()["expedia"]
 		require.Zero(t, after.StaleReceived, "v1 never follows v2")
-		require.Contains(t, out, "replaying 1 entries")
+		require.Contains(t, out, "replaying 2 entries")
 		fields := strings.Fields(out)
 		require.NotEmpty(t, fields)
 		replay := strings.TrimPrefix(fields[6], "batch/")
