@@ -633,6 +633,18 @@ func (a *Activities) CancelBatch(ctx context.Context, in models.CancelInput) ([]
 	return a.Store.BatchCounts(ctx, in.BatchID)
 }
 
+// PruneStore deletes what outlived its retention in the store (store.DefaultRetention);
+// the nightly reconciliation calls it.
+func (a *Activities) PruneStore(ctx context.Context) (store.Pruned, error) {
+	p, err := a.Store.Prune(ctx, store.DefaultRetention())
+	if err != nil {
+		return p, err
+	}
+	activity.GetLogger(ctx).Info("store pruned", "cells", p.Cells, "payloads", p.Payloads, "requests", p.Requests,
+		"batches", p.Batches, "dead_letters", p.DeadLetters)
+	return p, nil
+}
+
 // ReleaseBatch drops a finished batch's payload and stored requests; BatchSync calls
 // it once every update has an outcome. Outcomes and dead letters stay.
 func (a *Activities) ReleaseBatch(ctx context.Context, batchID string) error {

@@ -15,8 +15,8 @@ import (
 // Reconcile reads every channel's state back for the coming nights, compares it
 // with the desired state, and re-sends at their desired versions the cells that
 // drifted or were never confirmed, as a BatchSync per channel: a full sync at bulk
-// priority, with stop-sells kept urgent. A Temporal Schedule runs it nightly
-// (starter reconcile schedule).
+// priority, with stop-sells kept urgent. It then prunes the store. A Temporal
+// Schedule runs it nightly (starter reconcile schedule).
 func Reconcile(ctx workflow.Context, in models.ReconcileInput) (models.ReconcileResult, error) {
 	day := models.DateOf(workflow.Now(ctx))
 	res := models.ReconcileResult{Day: day}
@@ -80,6 +80,10 @@ func Reconcile(ctx workflow.Context, in models.ReconcileInput) (models.Reconcile
 			continue
 		}
 		res.Channels[i].Repair = &st
+	}
+	// The nightly run also keeps the store within its retention.
+	if err := workflow.ExecuteActivity(withActivity(ctx, 10*time.Minute, models.PriorityBulk), acts.PruneStore).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("prune store", "error", err)
 	}
 	workflow.GetLogger(ctx).Info("reconciled", "day", day.String(), "channels", len(in.Channels), "errors", len(errs))
 	return res, errors.Join(errs...)

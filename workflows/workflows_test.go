@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -37,6 +38,7 @@ func (s *unitSuite) SetupTest() {
 	s.env.RegisterWorkflow(ChannelSync)
 	s.env.RegisterActivity(&activities.Activities{})
 	s.released = nil
+	s.env.OnActivity(acts.PruneStore, mock.Anything).Return(store.Pruned{}, nil).Maybe()
 	s.env.OnActivity(acts.ReleaseBatch, mock.Anything, mock.Anything).Return(func(_ context.Context, id string) error {
 		s.released = append(s.released, id)
 		return nil
