@@ -283,6 +283,10 @@ const (
 	ReasonRetryExhausted = "retry_budget_exhausted"
 	ReasonLineFailed     = "line_failed"
 	ReasonChildFailed    = "channel_sync_failed"
+	// ReasonPayloadLost: the batch's stored request is gone (released or past its
+	// retention); its cells are left to reconciliation, which re-sends their desired
+	// state.
+	ReasonPayloadLost = "payload_lost"
 )
 
 // WholeChunk as a DeadLetterInput.Index parks every request of the chunk.

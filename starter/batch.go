@@ -162,7 +162,7 @@ func batchStart(args []string, out io.Writer, getenv func(string) string) error 
 		if !*wait {
 			return nil
 		}
-		st, err := follow(ctx, tc, tc.GetWorkflow(ctx, wfID, ""), out)
+		st, err := follow(ctx, tc, tc.GetWorkflow(ctx, wfID, ""), out, d.outcomes(batchID))
 		if err != nil {
 			return err
 		}
@@ -199,7 +199,7 @@ func batchStart(args []string, out io.Writer, getenv func(string) string) error 
 	if !*wait {
 		return nil
 	}
-	st, err := follow(ctx, tc, run, out)
+	st, err := follow(ctx, tc, run, out, d.outcomes(batchID))
 	if err != nil {
 		return err
 	}
@@ -207,8 +207,11 @@ func batchStart(args []string, out io.Writer, getenv func(string) string) error 
 }
 
 // follow prints a progress line per channel whenever its counts change, until the
-// batch ends, and returns the final status.
-func follow(ctx context.Context, tc client.Client, run client.WorkflowRun, out io.Writer) (models.BatchStatus, error) {
+// batch ends, and returns the final status. The workflow says how many updates each
+// channel has; outcomes, when not nil, says how many of them have an outcome as
+// they are recorded, request by request.
+func follow(ctx context.Context, tc client.Client, run client.WorkflowRun, out io.Writer,
+	outcomes func(context.Context) ([]models.ChannelCounts, error)) (models.BatchStatus, error) {
 	done := make(chan error, 1)
 	var final models.BatchStatus
 	go func() { done <- run.Get(ctx, &final) }()
@@ -227,6 +230,7 @@ func follow(ctx context.Context, tc client.Client, run client.WorkflowRun, out i
 			if err != nil {
 				continue // the first workflow task may not have run yet
 			}
+			st.Channels = liveCounts(ctx, outcomes, st)
 			for _, c := range st.Channels {
 				if last[c.Channel] == c {
 					continue

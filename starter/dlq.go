@@ -174,7 +174,7 @@ func dlqReplay(ctx context.Context, d *deps, st *store.Store, entries []store.De
 	if !wait {
 		return nil
 	}
-	final, err := follow(ctx, tc, run, out)
+	final, err := follow(ctx, tc, run, out, d.outcomes(batchID))
 	if err != nil {
 		return err
 	}

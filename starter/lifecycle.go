@@ -86,6 +86,41 @@ func batchWorkflowID(arg string) (string, string) {
 	return arg, models.BatchWorkflowID(arg)
 }
 
+// outcomes reads batch batchID's recorded outcomes per channel, for follow.
+func (d *deps) outcomes(batchID string) func(context.Context) ([]models.ChannelCounts, error) {
+	return func(ctx context.Context) ([]models.ChannelCounts, error) {
+		st, err := d.store(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return st.BatchCounts(ctx, batchID)
+	}
+}
+
+// liveCounts is st's per-channel totals with the outcomes recorded so far, or st's
+// own counts (whole chunks) when the store cannot be read.
+func liveCounts(ctx context.Context, outcomes func(context.Context) ([]models.ChannelCounts, error), st models.BatchStatus) []models.ChannelCounts {
+	if outcomes == nil {
+		return st.Channels
+	}
+	stored, err := outcomes(ctx)
+	if err != nil {
+		return st.Channels
+	}
+	out := make([]models.ChannelCounts, 0, len(st.Channels))
+	for _, c := range st.Channels {
+		live := models.ChannelCounts{Channel: c.Channel, Total: c.Total, Deferred: c.Deferred, Requests: c.Requests}
+		for _, s := range stored {
+			if s.Channel == c.Channel {
+				live.Committed, live.Superseded, live.Rejected = s.Committed, s.Superseded, s.Rejected
+				live.DeadLettered, live.Cancelled = s.DeadLettered, s.Cancelled
+			}
+		}
+		out = append(out, live)
+	}
+	return out
+}
+
 // batchCancel cancels a batch and waits until it has closed its outcomes.
 func batchCancel(args []string, out io.Writer, getenv func(string) string) error {
 	if len(args) != 1 || strings.HasPrefix(args[0], "-") {

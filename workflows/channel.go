@@ -231,6 +231,9 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 				return nil
 			}
 			in.RefreshCredential = true
+		case activities.ErrPayloadLost:
+			s.deadLetter(ctx, i, nil, models.ReasonPayloadLost, 0, f.Message)
+			return nil
 		case activities.ErrQuotaExhausted:
 			// The day's quota is spent: the limiter holds every worker off the
 			// channel until it resets, and this request waits for the reset with one
