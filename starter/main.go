@@ -3,7 +3,7 @@
 // quota, and write a sample batch.
 //
 //	starter batch start --file batch.json [--id ID] [--wait]
-//	starter batch submit --file F
+//	starter batch submit --file F [--json]
 //	starter batch status ID
 //	starter batch cancel ID
 //	starter batch rejections ID [--json]
@@ -45,7 +45,7 @@ func (e usageError) Error() string { return e.msg }
 
 const usage = `usage:
   starter batch start --file F [--id ID] [--wait]   start a batch (JSON array or JSON lines)
-  starter batch submit --file F                     hand mutations to the channels' burst smoothers
+  starter batch submit --file F [--json]            hand mutations to the burst smoothers; an answer per mutation
   starter batch status ID                           state, and per-update progress from the store
   starter batch cancel ID                           cancel: every update ends committed or cancelled
   starter batch rejections ID [--json]              every rejected mutation with its reasons

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"sort"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -24,6 +26,7 @@ const submitSize = models.MaxInlineMutations
 func batchSubmit(args []string, out io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("batch submit", flag.ContinueOnError)
 	file := fs.String("file", "", "mutations: a JSON array or JSON lines")
+	asJSON := fs.Bool("json", false, "answer per mutation as JSON lines (accepted, or rejected with its problems)")
 	ms, err := readFileFlag(fs, file, args)
 	if err != nil {
 		return err
@@ -33,12 +36,19 @@ func batchSubmit(args []string, out io.Writer, getenv func(string) string) error
 		return err
 	}
 	defer d.close()
+	// Every mutation gets its answer here: the smoother's batches record outcomes
+	// under their own ids, which the PMS never sees. Rejected ones are not sent.
+	v, err := models.NewValidator(d.channels, d.settings.PropertyPattern, time.Now)
+	if err != nil {
+		return err
+	}
+	answers := newSubmitAnswers(out, *asJSON)
 	byChannel := map[string][]models.Mutation{}
 	var channels []string
 	unknown := 0
 	for _, m := range ms {
-		if !d.hasChannel(m.Channel) {
-			fmt.Fprintf(out, "rejected %s: channel: %q is not a configured channel\n", m.ID, m.Channel)
+		if problems := v.Validate(m); len(problems) > 0 {
+			answers.rejected(m, problems)
 			unknown++
 			continue
 		}
@@ -62,13 +72,53 @@ func batchSubmit(args []string, out io.Writer, getenv func(string) string) error
 				return fmt.Errorf("submit %d mutations to %s (%d more not sent): %w", len(part), models.SmootherWorkflowID(ch), len(queued)-len(part), err)
 			}
 			queued = queued[len(part):]
-			fmt.Fprintf(out, "%s: %d accepted, %d waiting\n", models.SmootherWorkflowID(ch), res.Accepted, res.Pending)
+			answers.accepted(part)
+			if !*asJSON {
+				fmt.Fprintf(out, "%s: %d accepted, %d waiting\n", models.SmootherWorkflowID(ch), res.Accepted, res.Pending)
+			}
 		}
 	}
 	if unknown > 0 {
 		return errReported
 	}
 	return nil
+}
+
+// submitAnswer is what batch submit says of one mutation.
+type submitAnswer struct {
+	ID       string              `json:"id"`
+	Channel  string              `json:"channel"`
+	Status   string              `json:"status"` // accepted | rejected
+	Problems []models.FieldError `json:"problems,omitempty"`
+}
+
+// submitAnswers prints per-mutation answers: every rejection with its problems,
+// and, as JSON lines, every acceptance too.
+type submitAnswers struct {
+	out    io.Writer
+	asJSON bool
+	enc    *json.Encoder
+}
+
+func newSubmitAnswers(out io.Writer, asJSON bool) *submitAnswers {
+	return &submitAnswers{out: out, asJSON: asJSON, enc: json.NewEncoder(out)}
+}
+
+func (a *submitAnswers) rejected(m models.Mutation, problems []models.FieldError) {
+	if a.asJSON {
+		_ = a.enc.Encode(submitAnswer{ID: m.ID, Channel: m.Channel, Status: "rejected", Problems: problems})
+		return
+	}
+	fmt.Fprintf(a.out, "rejected %s (%s): %s\n", m.ID, m.Channel, models.ValidationError(problems).Error())
+}
+
+func (a *submitAnswers) accepted(ms []models.Mutation) {
+	if !a.asJSON {
+		return
+	}
+	for _, m := range ms {
+		_ = a.enc.Encode(submitAnswer{ID: m.ID, Channel: m.Channel, Status: "accepted"})
+	}
 }
 
 // submit sends one submit update, starting the channel's smoother if it is not running.
