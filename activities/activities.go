@@ -98,7 +98,7 @@ type Activities struct {
 	// Metrics may be nil.
 	Metrics *Metrics
 
-	gates gateEpochs
+	rebuilds gateRebuilds
 }
 
 func (a *Activities) now() time.Time {
@@ -354,7 +354,6 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 		// Redis lost its state between the two reads: the gate that admitted the
 		// request may have forgotten newer versions. Rebuild it and ask again.
 		a.release(ctx, lr)
-		a.gates.forget(req.Channel, epoch)
 		log.Warn("ordering gate lost during the decision; rebuilding", "channel", req.Channel, "attempt", attempt)
 		if attempt >= maxGateAttempts {
 			return models.PushResult{}, FailureError(ErrRateLimited, Failure{Wait: time.Second,

@@ -15,39 +15,14 @@ import (
 	"github.com/paritysync/paritysync/models"
 )
 
-// gateEpochs remembers, per channel, the limiter gate epoch this worker last saw,
-// and serializes this worker's rebuilds of one channel's gate.
-type gateEpochs struct {
+// gateRebuilds serializes this worker's rebuilds of one channel's gate, so its
+// activities wait for one rebuild instead of each loading the gate again.
+type gateRebuilds struct {
 	mu       sync.Mutex
-	epoch    map[string]string
 	building map[string]*sync.Mutex
 }
 
-func (g *gateEpochs) get(channel string) string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.epoch[channel]
-}
-
-func (g *gateEpochs) set(channel, epoch string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.epoch == nil {
-		g.epoch = map[string]string{}
-	}
-	g.epoch[channel] = epoch
-}
-
-// forget drops epoch if it is still the one remembered for channel.
-func (g *gateEpochs) forget(channel, epoch string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.epoch[channel] == epoch {
-		delete(g.epoch, channel)
-	}
-}
-
-func (g *gateEpochs) lock(channel string) *sync.Mutex {
+func (g *gateRebuilds) lock(channel string) *sync.Mutex {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.building == nil {
@@ -63,18 +38,16 @@ func (g *gateEpochs) lock(channel string) *sync.Mutex {
 
 // gateEpoch returns the epoch of channel's ordering gate in Redis, rebuilding the
 // gate from the store's sent versions first when Redis lost it (no epoch). The
-// epoch is read from Redis on every call: a remembered one only saves the rebuild
-// when Redis still holds it.
+// epoch is read from Redis on every call: only Redis can tell that it lost it.
 func (a *Activities) gateEpoch(ctx context.Context, channel string) (string, error) {
 	epoch, err := a.Limiter.GateEpoch(ctx, channel)
 	if err != nil {
 		return "", err
 	}
 	if epoch != "" {
-		a.gates.set(channel, epoch)
 		return epoch, nil
 	}
-	m := a.gates.lock(channel)
+	m := a.rebuilds.lock(channel)
 	m.Lock()
 	defer m.Unlock()
 	if epoch, err = a.Limiter.GateEpoch(ctx, channel); err != nil || epoch != "" {
@@ -136,7 +109,6 @@ func (a *Activities) RebuildGate(ctx context.Context, channel string) (string, e
 	if err != nil {
 		return "", err
 	}
-	a.gates.set(channel, epoch)
 	logger(ctx).Warn("ordering gate rebuilt from the store", "channel", channel, "nights", total,
 		"scopes", len(scopes), "took", time.Since(start).Round(time.Millisecond))
 	return epoch, nil
