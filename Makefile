@@ -39,9 +39,11 @@ workflowcheck: $(BIN)/workflowcheck
 	$(BIN)/workflowcheck ./...
 
 # Every test: unit, fuzz seed corpora, workflow tests, the limiter and activities
-# against the real Redis, and the end-to-end run on a real Temporal dev server.
+# against the real Redis, the store against the local PostgreSQL (a database of
+# this run's own, dropped at the end; each test makes a schema in it), and the
+# end-to-end runs on a real Temporal dev server.
 test: $(BIN)/temporal fmt-check vet workflowcheck
-	TEMPORAL_CLI=$(BIN)/temporal go test -race -count=1 -timeout 20m ./...
+	scripts/with-db.sh test env TEMPORAL_CLI=$(BIN)/temporal go test -race -count=1 -timeout 30m ./...
 
 bench:
 	go test -run '^$$' -bench . -benchmem ./models ./limiter

@@ -2,17 +2,18 @@ package activities
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
@@ -25,12 +26,26 @@ const (
 	ErrThrottled      = "Throttled"      // the channel answered 429/503 with or without Retry-After
 	ErrTransient      = "Transient"      // 5xx, timeout, network: back off, bounded attempts
 	ErrAuthExpired    = "AuthExpired"    // 401: refresh the credential once
-	ErrQuotaExhausted = "QuotaExhausted" // daily budget spent: dead-letter for reconciliation
+	ErrQuotaExhausted = "QuotaExhausted" // daily budget spent: wait for the reset (Failure.Wait), then go again
 	ErrRejected       = "Rejected"       // other 4xx: dead-letter now
+	// ErrPayloadLost means a batch's stored payload or request is gone (released or
+	// past its retention): retrying cannot bring it back. The updates are parked
+	// where they are known, and reconciliation re-sends the desired state.
+	ErrPayloadLost = "PayloadLost"
 )
 
 // NonRetryableErrors lists the typed errors for activity RetryPolicies.
-var NonRetryableErrors = []string{ErrRateLimited, ErrThrottled, ErrTransient, ErrAuthExpired, ErrQuotaExhausted, ErrRejected}
+var NonRetryableErrors = []string{ErrRateLimited, ErrThrottled, ErrTransient, ErrAuthExpired, ErrQuotaExhausted,
+	ErrRejected, ErrPayloadLost}
+
+// payloadError turns a store.ErrBatchNotFound into the typed ErrPayloadLost and
+// passes any other error through (Temporal retries it within its bound).
+func payloadError(err error) error {
+	if errors.Is(err, store.ErrBatchNotFound) {
+		return FailureError(ErrPayloadLost, Failure{Message: err.Error()})
+	}
+	return err
+}
 
 // Failure is the detail every typed PushRequest error carries.
 type Failure struct {
@@ -67,10 +82,11 @@ func FailureError(errType string, f Failure) error {
 
 // Activities are paritysync's Temporal activities; the struct holds their dependencies.
 type Activities struct {
-	Limiter   *limiter.Limiter
-	Client    *channels.Client
-	Tokens    channels.Credentials
-	Store     *Store
+	Limiter *limiter.Limiter
+	Client  *channels.Client
+	Tokens  channels.Credentials
+	// Store is the system of record (PostgreSQL).
+	Store     *store.Store
 	Channels  map[string]models.ChannelConfig
 	Validator *models.Validator
 	// ChunkSize is how many requests one ChannelSync child pushes.
@@ -82,6 +98,8 @@ type Activities struct {
 	Now func() time.Time
 	// Metrics may be nil.
 	Metrics *Metrics
+
+	rebuilds gateRebuilds
 }
 
 func (a *Activities) now() time.Time {
@@ -91,32 +109,29 @@ func (a *Activities) now() time.Time {
 	return time.Now()
 }
 
-// PrepareBatch validates, stale-guards, coalesces and stores a batch's requests, and
-// returns a small plan of stored chunks.
+// PrepareBatch validates a batch, records its desired state, drops what a newer
+// version already overtook, coalesces and stores its requests, and returns a small
+// plan of stored chunks. Every decision it takes (rejected, superseded) is recorded
+// as the update's outcome, once: a retried PrepareBatch reports the stored counts.
 func (a *Activities) PrepareBatch(ctx context.Context, in models.BatchSyncInput) (models.BatchPlan, error) {
 	ms := in.Mutations
 	if in.PayloadKey != "" {
 		var err error
 		if ms, err = a.Store.LoadBatch(ctx, in.PayloadKey); err != nil {
-			return models.BatchPlan{}, err
+			return models.BatchPlan{}, payloadError(err)
 		}
 	}
 	plan := models.BatchPlan{BatchID: in.BatchID, Mutations: len(ms)}
-	decided := map[string]*models.ChannelCounts{}
-	counts := func(ch string) *models.ChannelCounts {
-		if decided[ch] == nil {
-			decided[ch] = &models.ChannelCounts{Channel: ch}
-		}
-		return decided[ch]
-	}
+	var decided []store.MutationOutcome
 
 	valid := make([]models.Mutation, 0, len(ms))
-	for _, m := range ms {
-		m.ApplyDefaults(uuid.NewString)
+	for i, m := range ms {
+		// A mutation without an id gets one from its place in the batch, the same on
+		// every attempt, so its outcome is recorded once.
+		m.ApplyDefaults(func() string { return in.BatchID + "#" + strconv.Itoa(i) })
 		if problems := a.Validator.Validate(m); len(problems) > 0 {
-			c := counts(m.Channel)
-			c.Total++
-			c.Rejected++
+			decided = append(decided, store.MutationOutcome{MutationID: m.ID, Channel: m.Channel,
+				Outcome: models.OutcomeRejected, Reason: problemsText(problems)})
 			if len(plan.Rejected) < maxRejectionsInPlan {
 				plan.Rejected = append(plan.Rejected, models.Rejection{MutationID: m.ID, Channel: m.Channel, Problems: problems})
 			}
@@ -125,29 +140,27 @@ func (a *Activities) PrepareBatch(ctx context.Context, in models.BatchSyncInput)
 		valid = append(valid, m)
 	}
 
-	fresh, stale, err := a.dropStale(ctx, valid)
+	stale, err := a.Store.RecordDesired(ctx, valid)
 	if err != nil {
 		return plan, err
 	}
-	for _, ch := range stale {
-		c := counts(ch)
-		c.Total++
-		c.Superseded++
-	}
-
+	fresh := withoutParts(valid, stale)
 	co := models.Coalesce(fresh, a.Channels)
+	for _, p := range append(stale, co.Superseded...) {
+		decided = append(decided, store.MutationOutcome{MutationID: p.ID, Channel: p.Channel, Family: p.Family,
+			Outcome: models.OutcomeSuperseded, Reason: fmt.Sprintf("version %d superseded by %d", p.Version, p.By)})
+	}
+	counts, err := a.recordDecided(ctx, in.BatchID, decided)
+	if err != nil {
+		return plan, err
+	}
 	for i := range co.Requests {
 		co.Requests[i].KeySalt = in.ResendSalt
-	}
-	for _, s := range co.Superseded {
-		c := counts(s.Channel)
-		c.Total++
-		c.Superseded++
 	}
 	if err := a.storeChunks(ctx, in.BatchID, co.Requests, &plan, counts); err != nil {
 		return plan, err
 	}
-	for _, c := range decided {
+	for _, c := range counts {
 		plan.Decided = append(plan.Decided, *c)
 	}
 	sort.Slice(plan.Decided, func(i, j int) bool { return plan.Decided[i].Channel < plan.Decided[j].Channel })
@@ -156,56 +169,72 @@ func (a *Activities) PrepareBatch(ctx context.Context, in models.BatchSyncInput)
 	return plan, nil
 }
 
-// maxRejectionsInPlan keeps the plan small; the counts still cover every rejection.
+// maxRejectionsInPlan keeps the plan small; the counts still cover every rejection,
+// and the store holds every one with its reason.
 const maxRejectionsInPlan = 50
 
-// dropStale removes the family parts of mutations older than what the ledger already
-// committed for their cell, returning the rest and one channel name per dropped part.
-func (a *Activities) dropStale(ctx context.Context, ms []models.Mutation) ([]models.Mutation, []string, error) {
-	var cells []models.Cell
-	var fams []models.Family
-	var owner []int
-	for i, m := range ms {
-		for _, f := range m.Families() {
-			cells = append(cells, m.Cell())
-			fams = append(fams, f)
-			owner = append(owner, i)
-		}
+// problemsText is a rejection's reason as the outcome records it.
+func problemsText(problems []models.FieldError) string {
+	parts := make([]string, len(problems))
+	for i, p := range problems {
+		parts[i] = p.Error()
 	}
-	if len(cells) == 0 {
-		return ms, nil, nil
+	return strings.Join(parts, "; ")
+}
+
+// withoutParts removes the superseded family parts from ms, dropping mutations left
+// with no family.
+func withoutParts(ms []models.Mutation, parts []models.Superseded) []models.Mutation {
+	if len(parts) == 0 {
+		return ms
 	}
-	versions, err := a.Store.CommittedVersions(ctx, cells, fams)
-	if err != nil {
-		return nil, nil, fmt.Errorf("stale guard: %w", err)
+	type key struct {
+		id, channel string
+		version     int64
 	}
-	staleFams := map[int][]models.Family{}
-	var stale []string
-	for k, v := range versions {
-		if m := ms[owner[k]]; v > m.Version {
-			staleFams[owner[k]] = append(staleFams[owner[k]], fams[k])
-			stale = append(stale, m.Channel)
-		}
-	}
-	if len(stale) == 0 {
-		return ms, nil, nil
+	drop := map[key][]models.Family{}
+	for _, p := range parts {
+		k := key{p.ID, p.Channel, p.Version}
+		drop[k] = append(drop[k], p.Family)
 	}
 	out := make([]models.Mutation, 0, len(ms))
-	for i, m := range ms {
-		for _, f := range staleFams[i] {
+	for _, m := range ms {
+		for _, f := range drop[key{m.ID, m.Channel, m.Version}] {
 			m = m.Without(f)
 		}
 		if len(m.Families()) > 0 {
 			out = append(out, m)
 		}
 	}
-	return out, stale, nil
+	return out
+}
+
+// recordDecided records the outcomes PrepareBatch decided and returns, per channel,
+// the stored tallies: the first attempt's, on every retry.
+func (a *Activities) recordDecided(ctx context.Context, batchID string, os []store.MutationOutcome) (map[string]*models.ChannelCounts, error) {
+	by := map[string][]store.MutationOutcome{}
+	for _, o := range os {
+		by[o.Channel] = append(by[o.Channel], o)
+	}
+	counts := map[string]*models.ChannelCounts{}
+	for ch, list := range by {
+		stored, err := a.Store.RecordOutcomes(ctx, batchID, list)
+		if err != nil {
+			return nil, err
+		}
+		c := &models.ChannelCounts{Channel: ch}
+		c.Rejected, c.Superseded = stored[models.OutcomeRejected], stored[models.OutcomeSuperseded]
+		c.Committed, c.DeadLettered = stored[models.OutcomeCommitted], stored[models.OutcomeDeadLettered]
+		c.Total = len(list)
+		counts[ch] = c
+	}
+	return counts, nil
 }
 
 // storeChunks cuts the requests into chunks per channel and priority, most urgent
 // first, stores them and adds them to the plan.
 func (a *Activities) storeChunks(ctx context.Context, batchID string, reqs []models.ChannelRequest,
-	plan *models.BatchPlan, counts func(string) *models.ChannelCounts) error {
+	plan *models.BatchPlan, counts map[string]*models.ChannelCounts) error {
 	size := a.ChunkSize
 	if size <= 0 {
 		size = 25
@@ -222,7 +251,11 @@ func (a *Activities) storeChunks(ctx context.Context, batchID string, reqs []mod
 			order = append(order, g)
 		}
 		by[g] = append(by[g], r)
-		c := counts(r.Channel)
+		c := counts[r.Channel]
+		if c == nil {
+			c = &models.ChannelCounts{Channel: r.Channel}
+			counts[r.Channel] = c
+		}
 		c.Total += len(r.Refs)
 	}
 	sort.SliceStable(order, func(i, j int) bool {
@@ -258,11 +291,15 @@ func (a *Activities) storeChunks(ctx context.Context, batchID string, reqs []mod
 // out here; a later one comes back as a typed RateLimited error carrying the wait,
 // for a durable timer. With in.NextReservation set, the lane's next request's slot is
 // reserved once this one has its outcome, and returned in PushResult.Next.
+//
+// What is sent is recorded in the store before the call (RecordSent), so the gate
+// can be rebuilt after a Redis loss, and sent only if the gate that admitted it was
+// whole: its epoch read before Reserve is still in force after RecordSent.
 func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (models.PushResult, error) {
 	log := activity.GetLogger(ctx)
 	req, err := a.Store.Request(ctx, in.ChunkKey, in.Index)
 	if err != nil {
-		return models.PushResult{}, err
+		return models.PushResult{}, payloadError(err)
 	}
 	cfg, ok := a.Channels[req.Channel]
 	if !ok {
@@ -273,40 +310,62 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 	if lr.ID == "" {
 		lr.ID = models.ReservationID(in.ChunkKey, in.Index)
 	}
-	d, err := a.reserve(ctx, lr)
-	if err != nil {
-		// Fail closed: no decision, no call; Temporal retries the activity. The
-		// limiter's error already names the channel.
-		return models.PushResult{}, err
-	}
-	switch d.State {
-	case limiter.Send:
-	case limiter.Superseded:
-		log.Info("superseded before sending", "channel", req.Channel, "property", req.PropertyID,
-			"family", req.Family, "updates", len(req.Refs))
-		res := models.PushResult{Superseded: len(req.Refs)}
-		res.Next = a.reserveNext(ctx, in)
-		return res, nil
-	case limiter.Quota:
-		a.Metrics.deny(req.Channel, string(d.Tier))
-		return models.PushResult{}, FailureError(ErrQuotaExhausted, Failure{Wait: d.Wait, Tier: string(d.Tier),
-			Message: fmt.Sprintf("daily quota %d/%d", d.DailyUsed, d.DailyLimit)})
-	default:
-		a.Metrics.deny(req.Channel, string(d.Tier))
-		f := Failure{Wait: d.Wait, Tier: string(d.Tier), Paused: d.PausedReason, Held: d.State == limiter.Wait}
-		if d.State == limiter.Breaker {
-			// Named in the failure so the wait reads as the breaker's in the history.
-			f.Message = "circuit breaker open"
+	var d limiter.Decision
+	for attempt := 1; ; attempt++ {
+		epoch, err := a.gateEpoch(ctx, req.Channel)
+		if err != nil {
+			return models.PushResult{}, err
 		}
-		return models.PushResult{}, FailureError(ErrRateLimited, f)
-	}
-	defer func() {
-		// The lease ends with the outcome; a lost release only delays the nights'
-		// next request until the lease expires.
-		if err := a.Limiter.Release(context.WithoutCancel(ctx), lr); err != nil {
-			log.Warn("release lease", "channel", req.Channel, "error", err)
+		if d, err = a.reserve(ctx, lr); err != nil {
+			// Fail closed: no decision, no call. A request the limiter can never
+			// take is parked at once; anything else (Redis unreachable) is retried
+			// by Temporal within its bound. The limiter's error names the channel.
+			return models.PushResult{}, permanent(err)
 		}
-	}()
+		switch d.State {
+		case limiter.Send:
+		case limiter.Superseded:
+			log.Info("superseded before sending", "channel", req.Channel, "property", req.PropertyID,
+				"family", req.Family, "updates", len(req.Refs))
+			n, err := a.supersede(ctx, in.BatchID, req, req.Refs)
+			if err != nil {
+				return models.PushResult{}, err
+			}
+			res := models.PushResult{Superseded: n}
+			res.Next = a.reserveNext(ctx, in)
+			return res, nil
+		case limiter.Quota:
+			a.Metrics.deny(req.Channel, string(d.Tier))
+			return models.PushResult{}, FailureError(ErrQuotaExhausted, Failure{Wait: d.Wait, Tier: string(d.Tier),
+				Message: fmt.Sprintf("daily quota %d/%d", d.DailyUsed, d.DailyLimit)})
+		default:
+			a.Metrics.deny(req.Channel, string(d.Tier))
+			f := Failure{Wait: d.Wait, Tier: string(d.Tier), Paused: d.PausedReason, Held: d.State == limiter.Wait}
+			if d.State == limiter.Breaker {
+				// Named in the failure so the wait reads as the breaker's in the history.
+				f.Message = "circuit breaker open"
+			}
+			return models.PushResult{}, FailureError(ErrRateLimited, f)
+		}
+		send, _ := req.WithoutNights(d.Dropped)
+		if err := a.Store.RecordSent(ctx, send); err != nil {
+			a.release(ctx, lr)
+			return models.PushResult{}, err
+		}
+		now, err := a.Limiter.GateEpoch(ctx, req.Channel)
+		if err == nil && now == epoch {
+			break
+		}
+		// Redis lost its state between the two reads: the gate that admitted the
+		// request may have forgotten newer versions. Rebuild it and ask again.
+		a.release(ctx, lr)
+		log.Warn("ordering gate lost during the decision; rebuilding", "channel", req.Channel, "attempt", attempt)
+		if attempt >= maxGateAttempts {
+			return models.PushResult{}, FailureError(ErrRateLimited, Failure{Wait: time.Second,
+				Message: "ordering gate lost; rebuilt, ask again"})
+		}
+	}
+	defer a.release(ctx, lr)
 	send, dropped := req.WithoutNights(d.Dropped)
 	if in.RefreshCredential {
 		if err := a.Tokens.Refresh(ctx, req.Channel); err != nil {
@@ -331,22 +390,16 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 
 	f := Failure{Status: resp.Status, Message: resp.Message}
 	switch resp.Class {
-	case channels.ClassCommitted:
-		committed, superseded, err := a.Store.Commit(ctx, send, resp.ConfirmationID, nil, a.now())
+	case channels.ClassCommitted, channels.ClassPartial:
+		res, err := a.acknowledge(ctx, in.BatchID, req, send, resp)
 		if err != nil {
 			return models.PushResult{}, err
 		}
-		a.Metrics.commit(req.Channel, committed)
-		res := models.PushResult{ConfirmationID: resp.ConfirmationID, Committed: committed,
-			Superseded: superseded + len(dropped)}
-		res.Next = a.reserveNext(ctx, in)
-		return res, nil
-	case channels.ClassPartial:
-		res, err := a.commitPartial(ctx, req, send, resp)
+		n, err := a.supersede(ctx, in.BatchID, req, dropped)
 		if err != nil {
 			return models.PushResult{}, err
 		}
-		res.Superseded += len(dropped)
+		res.Superseded += n
 		res.Next = a.reserveNext(ctx, in)
 		return res, nil
 	case channels.ClassThrottled:
@@ -363,10 +416,67 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 	case channels.ClassAuthExpired:
 		return models.PushResult{}, FailureError(ErrAuthExpired, f)
 	case channels.ClassQuotaExhausted:
+		f.Wait = a.quotaStop(ctx, req.Channel)
 		return models.PushResult{}, FailureError(ErrQuotaExhausted, f)
 	default:
 		return models.PushResult{}, FailureError(ErrRejected, f)
 	}
+}
+
+// permanent types the limiter errors that no retry can cure (a family without a
+// budget share, a channel the limiter does not know, an invalid request) as
+// Rejected, so the request is dead-lettered with the reason instead of retried.
+func permanent(err error) error {
+	if errors.Is(err, limiter.ErrNoBudget) || errors.Is(err, limiter.ErrUnknownChannel) ||
+		errors.Is(err, limiter.ErrInvalidRequest) {
+		return FailureError(ErrRejected, Failure{Message: err.Error()})
+	}
+	return err
+}
+
+// quotaStop holds every worker off channel until its daily quota resets (the next
+// UTC midnight by the Redis clock), after the channel said its quota is spent: no
+// further request goes out to be refused. It returns the wait; the back-off shows
+// in `starter quota`.
+func (a *Activities) quotaStop(ctx context.Context, channel string) time.Duration {
+	wait := time.Hour // the reset cannot be read: hold off a while, then ask again
+	if st, err := a.Limiter.Status(ctx, channel); err == nil && st.QuotaResetsIn > 0 {
+		wait = st.QuotaResetsIn
+	}
+	if err := a.Limiter.Backoff(ctx, channel, wait); err != nil {
+		activity.GetLogger(ctx).Warn("quota stop", "channel", channel, "error", err)
+	}
+	activity.GetLogger(ctx).Warn("channel quota exhausted: stopped until the reset", "channel", channel, "wait", wait)
+	return wait
+}
+
+// maxGateAttempts bounds how often one PushRequest rebuilds a gate lost under it.
+const maxGateAttempts = 3
+
+// release ends the lease a Send took; a lost release only delays the nights' next
+// request until the lease expires.
+func (a *Activities) release(ctx context.Context, lr limiter.Request) {
+	if err := a.Limiter.Release(context.WithoutCancel(ctx), lr); err != nil {
+		activity.GetLogger(ctx).Warn("release lease", "channel", lr.Channel, "error", err)
+	}
+}
+
+// supersede records refs of req as superseded by a newer version the gate already
+// sent, and returns how many of them are superseded as stored.
+func (a *Activities) supersede(ctx context.Context, batchID string, req models.ChannelRequest, refs []models.MutationRef) (int, error) {
+	if len(refs) == 0 {
+		return 0, nil
+	}
+	os := make([]store.MutationOutcome, len(refs))
+	for i, ref := range refs {
+		os[i] = store.MutationOutcome{MutationID: ref.ID, Channel: req.Channel, Family: req.Family,
+			Outcome: models.OutcomeSuperseded, Reason: "a newer version was sent"}
+	}
+	counts, err := a.Store.RecordOutcomes(ctx, batchID, os)
+	if err != nil {
+		return 0, err
+	}
+	return counts[models.OutcomeSuperseded], nil
 }
 
 // feedBreaker tells the channel's circuit breaker what a push came to: a 5xx or a
@@ -449,26 +559,28 @@ func (a *Activities) reserveNext(ctx context.Context, in models.PushInput) *mode
 	return &models.Slot{Index: in.Next, Wait: d.Wait}
 }
 
-// commitPartial commits the lines a channel accepted and hands back the failed ones,
-// numbered as in the stored request (orig) so they can be parked from it.
-func (a *Activities) commitPartial(ctx context.Context, orig, req models.ChannelRequest, resp channels.PushResponse) (models.PushResult, error) {
-	failed := map[int]bool{}
+// acknowledge records what the channel confirmed of send (cut from orig by the
+// gate): every line of a 2xx, the accepted lines of a partial success. The failed
+// lines are handed back numbered as in orig, so they can be parked from it.
+func (a *Activities) acknowledge(ctx context.Context, batchID string, orig, send models.ChannelRequest, resp channels.PushResponse) (models.PushResult, error) {
 	res := models.PushResult{ConfirmationID: resp.ConfirmationID}
+	var failed []int
 	for _, lf := range resp.Failed {
-		failed[lf.Line] = true
-		res.Failed = append(res.Failed, models.FailedLine{Line: originLine(orig, req, lf.Line), Code: lf.Code, Message: lf.Message})
+		failed = append(failed, lf.Line)
+		res.Failed = append(res.Failed, models.FailedLine{Line: originLine(orig, send, lf.Line), Code: lf.Code, Message: lf.Message})
 	}
-	for _, ref := range req.Refs {
-		if failed[ref.Line] {
+	for _, ref := range send.Refs {
+		if slices.Contains(failed, ref.Line) {
 			res.FailedRefs = append(res.FailedRefs, ref)
 		}
 	}
 	var err error
-	res.Committed, res.Superseded, err = a.Store.Commit(ctx, req, resp.ConfirmationID, failed, a.now())
+	res.Committed, res.Superseded, err = a.Store.RecordAcknowledged(ctx, store.Ack{BatchID: batchID, Request: send,
+		ConfirmationID: resp.ConfirmationID, FailedLines: failed})
 	if err != nil {
 		return models.PushResult{}, err
 	}
-	a.Metrics.commit(req.Channel, res.Committed)
+	a.Metrics.commit(send.Channel, res.Committed)
 	return res, nil
 }
 
@@ -487,22 +599,24 @@ func originLine(orig, sent models.ChannelRequest, i int) int {
 	return i
 }
 
-// RecordDeadLetter parks a request, or the listed lines of it, in its channel's
-// dead-letter stream for reconciliation.
+// RecordDeadLetter parks a request, or the listed lines of it, as a dead letter in
+// the store, with the dead-lettered outcome of each of its updates.
 func (a *Activities) RecordDeadLetter(ctx context.Context, in models.DeadLetterInput) (models.DeadLetterResult, error) {
 	if in.Index != models.WholeChunk {
-		return a.park(ctx, in)
+		res, err := a.park(ctx, in)
+		if errors.Is(err, store.ErrBatchNotFound) {
+			activity.GetLogger(ctx).Error("request gone before it could be parked; reconciliation re-sends its cells",
+				"chunk", in.ChunkKey, "request", in.Index, "batch", in.BatchID)
+			return res, nil
+		}
+		return res, err
 	}
 	var total models.DeadLetterResult
 	for i := 0; ; i++ {
 		in.Index = i
 		res, err := a.park(ctx, in)
-		if errors.Is(err, ErrBatchNotFound) {
-			if i == 0 {
-				// The chunk outlived BatchTTL: nothing is left to park.
-				activity.GetLogger(ctx).Error("chunk expired before it could be parked", "chunk", in.ChunkKey, "batch", in.BatchID)
-			}
-			return total, nil
+		if errors.Is(err, store.ErrBatchNotFound) {
+			return total, nil // past the chunk's last request
 		}
 		if err != nil {
 			return total, err
@@ -512,7 +626,9 @@ func (a *Activities) RecordDeadLetter(ctx context.Context, in models.DeadLetterI
 	}
 }
 
-// park parks request in.Index (or the listed lines of it).
+// park parks request in.Index (or the listed lines of it). A request that is gone
+// from the store (its batch released) cannot be parked: its cells are left to
+// reconciliation, which re-sends the desired state of every unacknowledged cell.
 func (a *Activities) park(ctx context.Context, in models.DeadLetterInput) (models.DeadLetterResult, error) {
 	req, err := a.Store.Request(ctx, in.ChunkKey, in.Index)
 	if err != nil {
@@ -521,21 +637,55 @@ func (a *Activities) park(ctx context.Context, in models.DeadLetterInput) (model
 	if len(in.Lines) > 0 {
 		req = onlyLines(req, in.Lines)
 	}
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s|%d|%v", in.ChunkKey, in.Index, in.Lines))
-	id, err := a.Store.Park(ctx, DeadLetter{BatchID: in.BatchID, Reason: in.Reason, Status: in.Status,
-		Message: in.Message, At: a.now(), Request: req, Channel: req.Channel, Property: req.PropertyID},
-		hex.EncodeToString(sum[:12]))
+	id, parked, err := a.Store.ParkDeadLetter(ctx, store.DeadLetter{BatchID: in.BatchID, Reason: in.Reason,
+		Status: in.Status, Message: in.Message, Request: req})
 	if err != nil {
 		return models.DeadLetterResult{}, err
 	}
-	if id == "" {
+	res := models.DeadLetterResult{Updates: len(req.Refs), EntryID: strconv.FormatInt(id, 10)}
+	if !parked {
 		activity.GetLogger(ctx).Debug("already dead-lettered", "channel", req.Channel, "batch", in.BatchID, "request", in.Index)
-		return models.DeadLetterResult{Updates: len(req.Refs)}, nil
+		return res, nil
 	}
 	a.Metrics.park(req.Channel, in.Reason, len(req.Refs))
 	activity.GetLogger(ctx).Warn("dead-lettered", "channel", req.Channel, "batch", in.BatchID,
-		"reason", in.Reason, "status", in.Status, "updates", len(req.Refs))
-	return models.DeadLetterResult{Updates: len(req.Refs), EntryID: id}, nil
+		"reason", in.Reason, "status", in.Status, "updates", len(req.Refs), "entry", id)
+	return res, nil
+}
+
+// CancelBatch closes a cancelled batch: every update of its stored requests that
+// has no outcome yet gets the outcome cancelled (what was pushed before the cancel
+// keeps its own), and it returns the batch's outcomes as stored, per channel.
+// BatchSync calls it once its children stopped.
+func (a *Activities) CancelBatch(ctx context.Context, in models.CancelInput) ([]models.ChannelCounts, error) {
+	reason := in.Reason
+	if reason == "" {
+		reason = "batch cancelled"
+	}
+	n, err := a.Store.CancelPending(ctx, in.BatchID, reason)
+	if err != nil {
+		return nil, err
+	}
+	activity.GetLogger(ctx).Warn("batch cancelled", "batch", in.BatchID, "cancelled_updates", n)
+	return a.Store.BatchCounts(ctx, in.BatchID)
+}
+
+// PruneStore deletes what outlived its retention in the store (store.DefaultRetention);
+// the nightly reconciliation calls it.
+func (a *Activities) PruneStore(ctx context.Context) (store.Pruned, error) {
+	p, err := a.Store.Prune(ctx, store.DefaultRetention())
+	if err != nil {
+		return p, err
+	}
+	activity.GetLogger(ctx).Info("store pruned", "cells", p.Cells, "payloads", p.Payloads, "requests", p.Requests,
+		"batches", p.Batches, "dead_letters", p.DeadLetters)
+	return p, nil
+}
+
+// ReleaseBatch drops a finished batch's payload and stored requests; BatchSync calls
+// it once every update has an outcome. Outcomes and dead letters stay.
+func (a *Activities) ReleaseBatch(ctx context.Context, batchID string) error {
+	return a.Store.ReleaseBatch(ctx, batchID)
 }
 
 // onlyLines is r cut down to the given lines, with refs renumbered to match.

@@ -22,6 +22,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/activities/store/storetest"
 	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
@@ -41,7 +43,8 @@ const (
 type activityEnv struct {
 	t      *testing.T
 	rdb    *redis.Client
-	store  *Store
+	prefix string
+	store  *store.Store
 	lim    *limiter.Limiter
 	sim    *sim.Simulator
 	srv    *httptest.Server
@@ -140,17 +143,24 @@ func newActivityEnv(t *testing.T, o envOptions) *activityEnv {
 	if o.limiterRDB != nil {
 		limRDB = o.limiterRDB
 	}
-	store := NewStore(rdb, prefix)
+	st, err := store.Open(context.Background(), storetest.Schema(t, "actstest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	if err := st.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	lim := limiter.New(limRDB, chs, limiter.Options{Prefix: prefix})
 	creds := channels.Credentials{}
 	for _, c := range chs {
 		creds[c.Slug] = tokens
 	}
 	client := channels.New(srv.Client(), srv.URL, creds, chs, 5*time.Second)
-	acts := &Activities{Limiter: lim, Client: client, Tokens: creds, Store: store,
+	acts := &Activities{Limiter: lim, Client: client, Tokens: creds, Store: st,
 		Channels: models.ChannelMap(chs), Validator: validator, ChunkSize: o.chunkSize,
 		Now: func() time.Time { return now }}
-	return &activityEnv{t: t, rdb: rdb, store: store, lim: lim, sim: s, srv: srv, acts: acts,
+	return &activityEnv{t: t, rdb: rdb, prefix: prefix, store: st, lim: lim, sim: s, srv: srv, acts: acts,
 		now: now, today: models.DateOf(now)}
 }
 
@@ -236,13 +246,55 @@ func (e *activityEnv) chunkRequests(c models.Chunk) []models.ChannelRequest {
 		}
 		out = append(out, r)
 	}
-	if _, err := e.store.Request(ctx, c.Key, c.Requests); !errors.Is(err, ErrBatchNotFound) {
+	if _, err := e.store.Request(ctx, c.Key, c.Requests); !errors.Is(err, store.ErrBatchNotFound) {
 		e.t.Fatalf("chunk %s holds more than its %d requests (err %v)", c.Key, c.Requests, err)
 	}
 	return out
 }
 
 func (e *activityEnv) simRequests() int { return e.sim.Stats()[testChannel].Requests }
+
+// cellState reads what the store holds for one cell and family; ok is false when it
+// holds nothing.
+func (e *activityEnv) cellState(c models.Cell, f models.Family) (store.CellState, bool) {
+	e.t.Helper()
+	var got store.CellState
+	ok := false
+	if err := e.store.CellStates(context.Background(), c.Channel, c.StayDate, c.StayDate, func(cs store.CellState) error {
+		if cs.Cell == c && cs.Family == f {
+			got, ok = cs, true
+		}
+		return nil
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	return got, ok
+}
+
+// acknowledged records r as desired, sent and acknowledged by the channel, as a
+// push of another batch would.
+func (e *activityEnv) acknowledged(r models.ChannelRequest, conf string) {
+	e.t.Helper()
+	ctx := context.Background()
+	var ms []models.Mutation
+	for _, ref := range r.Refs {
+		l := r.Lines[ref.Line]
+		l.Version = ref.Version
+		m := models.MutationOf(models.Cell{Channel: r.Channel, PropertyID: r.PropertyID, RoomTypeCode: l.RoomTypeCode,
+			RatePlanCode: l.RatePlanCode, StayDate: ref.StayDate}, r.Family, l)
+		m.ID = ref.ID
+		ms = append(ms, m)
+	}
+	if _, err := e.store.RecordDesired(ctx, ms); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.store.RecordSent(ctx, r); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, _, err := e.store.RecordAcknowledged(ctx, store.Ack{BatchID: "earlier", Request: r, ConfirmationID: conf}); err != nil {
+		e.t.Fatal(err)
+	}
+}
 
 func (e *activityEnv) mutation(id string, night int, version int64, mod func(*models.Mutation)) models.Mutation {
 	m := models.Mutation{ID: id, PropertyID: testProperty, RoomTypeCode: testRoom, RatePlanCode: testPlan,
@@ -396,15 +448,12 @@ func TestPrepareBatchCoalescesIntoOrderedChunks(t *testing.T) {
 
 func TestPrepareBatchSupersededByLedgerIsInNoChunk(t *testing.T) {
 	e := newActivityEnv(t, envOptions{})
-	ctx := context.Background()
 	night := e.today.AddDays(7)
 	committed := models.ChannelRequest{Channel: testChannel, PropertyID: testProperty, Family: models.FamilyRates, Priority: 3,
 		Lines: []models.ARILine{{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: night, To: night,
 			Amount: decimalPtr("200.00"), Currency: "EUR", Version: 10}},
 		Refs: []models.MutationRef{{ID: "earlier", Version: 10, Line: 0, StayDate: night}}}
-	if _, _, err := e.store.Commit(ctx, committed, "conf-1", nil, e.now); err != nil {
-		t.Fatal(err)
-	}
+	e.acknowledged(committed, "conf-1")
 	// Older rates (stale) plus inventory the ledger has not seen (fresh).
 	old := e.mutation("old", 7, 5, func(m *models.Mutation) {
 		withRate("180.00")(m)
@@ -461,22 +510,19 @@ func TestPrepareBatchByReference(t *testing.T) {
 		t.Errorf("chunked mutations %v, want ref-1 and ref-2", ids)
 	}
 
-	if _, err := e.exec(e.acts.PrepareBatch, models.BatchSyncInput{BatchID: "b-gone", PayloadKey: key + "-missing"}); err == nil ||
-		!strings.Contains(err.Error(), ErrBatchNotFound.Error()) {
-		t.Errorf("missing payload: err %v, want %v", err, ErrBatchNotFound)
+	_, err = e.exec(e.acts.PrepareBatch, models.BatchSyncInput{BatchID: "b-gone", PayloadKey: key + "-missing"})
+	if f := failureOf(t, err, ErrPayloadLost); !strings.Contains(f.Message, store.ErrBatchNotFound.Error()) {
+		t.Errorf("missing payload: %+v, want %v", f, store.ErrBatchNotFound)
 	}
 }
 
 func TestPrepareBatchAccountsForEveryUpdateOnce(t *testing.T) {
 	e := newActivityEnv(t, envOptions{chunkSize: 3})
-	ctx := context.Background()
 	night := e.today.AddDays(30)
 	committed := models.ChannelRequest{Channel: "expedia", PropertyID: testProperty, Family: models.FamilyAvailability, Priority: 3,
 		Lines: []models.ARILine{{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: night, To: night, Inventory: ptr(1), Version: 50}},
 		Refs:  []models.MutationRef{{ID: "earlier", Version: 50, Line: 0, StayDate: night}}}
-	if _, _, err := e.store.Commit(ctx, committed, "conf-x", nil, e.now); err != nil {
-		t.Fatal(err)
-	}
+	e.acknowledged(committed, "conf-x")
 	var ms []models.Mutation
 	for i, ch := range []string{testChannel, "expedia", "agoda"} {
 		for n := range 12 {
@@ -552,7 +598,7 @@ func TestPrepareBatchAccountsForEveryUpdateOnce(t *testing.T) {
 	}
 }
 
-func TestPushRequestCommittedWritesLedgerAndChannel(t *testing.T) {
+func TestPushRequestCommittedRecordsAcknowledgedStateAndChannel(t *testing.T) {
 	e := newActivityEnv(t, envOptions{})
 	ctx := context.Background()
 	var ms []models.Mutation
@@ -577,14 +623,18 @@ func TestPushRequestCommittedWritesLedgerAndChannel(t *testing.T) {
 		}
 		for _, ref := range req.Refs {
 			cell := models.Cell{Channel: testChannel, PropertyID: testProperty, RoomTypeCode: testRoom, RatePlanCode: testPlan, StayDate: ref.StayDate}
-			got, ok, err := e.store.Ledger(ctx, cell, req.Family)
-			if err != nil || !ok {
-				t.Fatalf("ledger %s %s: ok %v err %v", ref.StayDate, req.Family, ok, err)
+			got, ok := e.cellState(cell, req.Family)
+			if !ok {
+				t.Fatalf("no state for %s %s", ref.StayDate, req.Family)
 			}
-			wantValues, _ := json.Marshal(req.Lines[ref.Line])
-			gotValues, _ := json.Marshal(got.Values)
-			if got.Version != 6 || got.ConfirmationID != res.ConfirmationID || !got.CommittedAt.Equal(e.now) || string(gotValues) != string(wantValues) {
-				t.Errorf("ledger %s %s = %+v, want version 6, confirmation %s, values %s", ref.StayDate, req.Family, got, res.ConfirmationID, wantValues)
+			want := req.Lines[ref.Line]
+			want.From, want.To = ref.StayDate, ref.StayDate
+			wantValues, _ := json.Marshal(want)
+			gotValues, _ := json.Marshal(got.Acked)
+			if got.Acked.Version != 6 || got.SentVersion != 6 || got.Desired.Version != 6 || got.ConfirmationID != res.ConfirmationID ||
+				string(gotValues) != string(wantValues) {
+				t.Errorf("state %s %s = %+v, want desired, sent and acknowledged version 6, confirmation %s, values %s",
+					ref.StayDate, req.Family, got, res.ConfirmationID, wantValues)
 			}
 		}
 	}
@@ -719,8 +769,8 @@ func TestPushRequestServerErrorIsTransient(t *testing.T) {
 	if f.Status < 500 || f.Status > 599 {
 		t.Errorf("failure %+v, want a 5xx status", f)
 	}
-	if _, ok, _ := e.store.Ledger(context.Background(), e.mutation("s-1", 3, 1, nil).Cell(), models.FamilyRates); ok {
-		t.Error("ledger written for a request the channel did not apply")
+	if got, _ := e.cellState(e.mutation("s-1", 3, 1, nil).Cell(), models.FamilyRates); got.Acked.Version != 0 || got.SentVersion != 1 {
+		t.Errorf("state %+v: want sent but not acknowledged", got)
 	}
 }
 
@@ -811,7 +861,6 @@ func TestPushRequestChannelQuotaExhausted(t *testing.T) {
 
 func TestPushRequestPartialCommitsAcceptedLines(t *testing.T) {
 	e := newActivityEnv(t, envOptions{sim: func(c *sim.Config) { c.Faults = sim.Faults{PartialRatio: 1} }})
-	ctx := context.Background()
 	var ms []models.Mutation
 	// Pairs of nights at one price: three lines of two refs each.
 	for n := range 6 {
@@ -850,17 +899,14 @@ func TestPushRequestPartialCommitsAcceptedLines(t *testing.T) {
 	}
 	for _, ref := range req.Refs {
 		cell := models.Cell{Channel: testChannel, PropertyID: testProperty, RoomTypeCode: testRoom, RatePlanCode: testPlan, StayDate: ref.StayDate}
-		_, ok, err := e.store.Ledger(ctx, cell, models.FamilyRates)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok == failed[ref.Line] {
-			t.Errorf("night %s (line %d failed %v): ledger entry present %v", ref.StayDate, ref.Line, failed[ref.Line], ok)
+		got, _ := e.cellState(cell, models.FamilyRates)
+		if acked := got.Acked.Version > 0; acked == failed[ref.Line] {
+			t.Errorf("night %s (line %d failed %v): acknowledged %v", ref.StayDate, ref.Line, failed[ref.Line], acked)
 		}
 	}
 }
 
-func TestPushRequestOlderThanLedgerIsSupersededAtCommit(t *testing.T) {
+func TestPushRequestOlderThanAcknowledgedIsSupersededAtCommit(t *testing.T) {
 	e := newActivityEnv(t, envOptions{})
 	ctx := context.Background()
 	chunk := e.preparedChunk("b-race", e.mutation("old", 3, 5, withRate("80.00")), e.mutation("fresh", 4, 5, withRate("80.00")))
@@ -871,7 +917,7 @@ func TestPushRequestOlderThanLedgerIsSupersededAtCommit(t *testing.T) {
 		Lines: []models.ARILine{{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: night, To: night,
 			Amount: decimalPtr("95.00"), Currency: "EUR", Version: 9}},
 		Refs: []models.MutationRef{{ID: "newer", Version: 9, Line: 0, StayDate: night}}}
-	if _, _, err := e.store.Commit(ctx, newer, "conf-newer", nil, e.now); err != nil {
+	if _, _, err := e.store.RecordAcknowledged(ctx, store.Ack{BatchID: "other", Request: newer, ConfirmationID: "conf-newer"}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := e.push(models.PushInput{BatchID: "b-race", ChunkKey: chunk.Key})
@@ -881,13 +927,10 @@ func TestPushRequestOlderThanLedgerIsSupersededAtCommit(t *testing.T) {
 	if res.Superseded != 1 || res.Committed != len(req.Refs)-1 {
 		t.Errorf("result %+v, want 1 superseded and %d committed", res, len(req.Refs)-1)
 	}
-	got, _, err := e.store.Ledger(ctx, models.Cell{Channel: testChannel, PropertyID: testProperty,
+	got, _ := e.cellState(models.Cell{Channel: testChannel, PropertyID: testProperty,
 		RoomTypeCode: testRoom, RatePlanCode: testPlan, StayDate: night}, models.FamilyRates)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Version != 9 || got.ConfirmationID != "conf-newer" {
-		t.Errorf("ledger %+v, want the newer version 9 kept", got)
+	if got.Acked.Version != 9 || got.ConfirmationID != "conf-newer" {
+		t.Errorf("state %+v, want the newer acknowledged version 9 kept", got)
 	}
 }
 
@@ -928,9 +971,9 @@ func (e *activityEnv) deadLetterRequest(property string) models.ChannelRequest {
 	return r
 }
 
-func (e *activityEnv) deadLetters() []DeadLetter {
+func (e *activityEnv) deadLetters() []store.DeadLetter {
 	e.t.Helper()
-	ds, err := e.store.DeadLetters(context.Background(), testChannel, 100)
+	ds, err := e.store.DeadLetters(context.Background(), store.DeadLetterFilter{Channel: testChannel})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -951,8 +994,9 @@ func TestRecordDeadLetterParksRequest(t *testing.T) {
 		t.Fatalf("%d dead letters, want 1", len(ds))
 	}
 	d := ds[0]
-	if d.ID != res.EntryID || d.BatchID != "b-dlq" || d.Reason != models.ReasonRejected || d.Status != 400 ||
-		d.Message != "lines[0].inventory: nope" || d.Property != testProperty || !d.At.Equal(e.now) {
+	if fmt.Sprint(d.ID) != res.EntryID || d.BatchID != "b-dlq" || d.Reason != models.ReasonRejected || d.Status != 400 ||
+		d.Message != "lines[0].inventory: nope" || d.PropertyID != testProperty ||
+		!slices.Equal(d.MutationIDs, []string{"dl-0", "dl-1", "dl-2", "dl-3"}) || len(d.StayDates) != 4 {
 		t.Errorf("dead letter %+v", d)
 	}
 	if d.Request.IdempotencyKey() != req.IdempotencyKey() || !slices.Equal(d.Request.Refs, req.Refs) {
@@ -997,8 +1041,8 @@ func TestRecordDeadLetterRetryParksOnce(t *testing.T) {
 		Reason: models.ReasonLineFailed, Status: 207}
 	first := e.deadLetter(in)
 	second := e.deadLetter(in)
-	if first.EntryID == "" || second.EntryID != "" {
-		t.Errorf("entry ids %q then %q, want one then none", first.EntryID, second.EntryID)
+	if first.EntryID == "" || second.EntryID != first.EntryID {
+		t.Errorf("entry ids %q then %q, want the same entry", first.EntryID, second.EntryID)
 	}
 	if second.Updates != first.Updates {
 		t.Errorf("retry reports %d updates, first call %d", second.Updates, first.Updates)
@@ -1024,7 +1068,7 @@ func TestRecordDeadLetterWholeChunk(t *testing.T) {
 	ds := e.deadLetters()
 	var got []string
 	for _, d := range ds {
-		got = append(got, d.Property)
+		got = append(got, d.PropertyID)
 		if d.Reason != models.ReasonChildFailed || len(d.Request.Refs) != 4 {
 			t.Errorf("dead letter %+v", d)
 		}

@@ -2,23 +2,41 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"go.temporal.io/sdk/activity"
 
+	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
 
-// DiffChannel reads a channel's state back for every property the ledger knows and
-// compares it, cell by cell and family by family, with what the ledger says was
-// committed. Cells that drifted (the channel lost, never applied or changed a
-// value) become repair mutations at the committed version and bulk priority,
-// stored for a BatchSync to load. A channel configured without read-back cannot be
-// compared: every committed cell is re-sent instead, and counted as Resent.
+// DiffChannel reads a channel's state back, one property at a time, and compares
+// it with the desired state the store holds for every cell and family with a
+// desired version in [From, To] — acknowledged or not. A cell is repaired when the
+// channel does not hold the desired values (drift), or holds them without our
+// acknowledgement (a lost answer, or a push never confirmed): the repair re-sends
+// the desired values at the desired version, through the ordering gate, so nothing
+// older than what was sent ever goes out and a lost acknowledgement is confirmed,
+// never reverted. Repairs are stored as batch BatchID for a BatchSync to load.
+//
+// Every read pays: a limiter slot at bulk priority and one unit of quota, a 429's
+// Retry-After backs the whole channel off, and a 5xx is retried with backoff. A
+// channel configured without read-back (read_back: false, as OpenTravel must be)
+// cannot be compared: every cell with a desired version is re-sent instead, and
+// counted as Resent.
 func (a *Activities) DiffChannel(ctx context.Context, in models.DiffInput) (models.ChannelDrift, error) {
 	res := models.ChannelDrift{Channel: in.Channel}
-	cells, err := a.Store.LedgerCells(ctx, in.Channel, in.From, in.To)
-	if err != nil {
+	var cells []store.CellState
+	if err := a.Store.CellStates(ctx, in.Channel, in.From, in.To, func(c store.CellState) error {
+		if c.Desired.Version > 0 {
+			cells = append(cells, c)
+		}
+		return nil
+	}); err != nil {
 		return res, err
 	}
 	var repairs []models.Mutation
@@ -26,7 +44,7 @@ func (a *Activities) DiffChannel(ctx context.Context, in models.DiffInput) (mode
 		for _, lc := range cells {
 			res.Checked++
 			res.Resent++
-			repairs = append(repairs, repair(lc, fmt.Sprintf("%s-%d", in.BatchID, len(repairs)+1)))
+			repairs = append(repairs, repair(lc, fmt.Sprintf("%s/%d", in.BatchID, len(repairs)+1)))
 		}
 		cells = nil
 	}
@@ -36,37 +54,139 @@ func (a *Activities) DiffChannel(ctx context.Context, in models.DiffInput) (mode
 		for end < len(cells) && cells[end].Cell.PropertyID == property {
 			end++
 		}
-		st, err := a.Client.ReadBack(ctx, in.Channel, property, in.From, in.To)
+		st, err := a.readBack(ctx, in, property)
 		if err != nil {
-			return res, fmt.Errorf("read back %s/%s: %w", in.Channel, property, err)
+			return res, err
 		}
+		res.Reads++
 		held := map[[3]string]models.ARICell{}
 		for _, c := range st.Cells {
 			held[[3]string{c.RoomTypeCode, c.RatePlanCode, c.Date.String()}] = c
 		}
-		for _, lc := range cells[start:end] {
+		for _, cs := range cells[start:end] {
 			res.Checked++
-			c := lc.Cell
-			if holds(lc.Family, lc.Entry.Values, held[[3]string{c.RoomTypeCode, c.RatePlanCode, c.StayDate.String()}]) {
+			c := cs.Cell
+			switch {
+			case !holds(cs.Family, cs.Desired, held[[3]string{c.RoomTypeCode, c.RatePlanCode, c.StayDate.String()}]):
+				res.Drifted++
+			case cs.Acked.Version < cs.Desired.Version:
+				res.Unconfirmed++
+			default:
 				continue
 			}
-			res.Drifted++
-			repairs = append(repairs, repair(lc, fmt.Sprintf("%s-%d", in.BatchID, len(repairs)+1)))
+			repairs = append(repairs, repair(cs, fmt.Sprintf("%s/%d", in.BatchID, len(repairs)+1)))
 		}
 		activity.RecordHeartbeat(ctx, property)
 		start = end
 	}
 	if len(repairs) > 0 {
+		var err error
 		if res.PayloadKey, err = a.Store.SaveBatch(ctx, in.BatchID, repairs); err != nil {
 			return res, err
 		}
 	}
-	activity.GetLogger(ctx).Info("reconciled", "channel", in.Channel, "checked", res.Checked, "drifted", res.Drifted, "resent", res.Resent)
+	activity.GetLogger(ctx).Info("reconciled", "channel", in.Channel, "checked", res.Checked,
+		"drifted", res.Drifted, "unconfirmed", res.Unconfirmed, "resent", res.Resent, "reads", res.Reads)
 	return res, nil
 }
 
+// Read-back limits: a read waits inside the activity (heartbeating) for at most
+// maxReadWait at a time, and gives up after maxReadAttempts answers that were not a
+// success; the activity's bounded retry policy takes it from there.
+const (
+	maxReadWait     = 2 * time.Minute
+	maxReadAttempts = 8
+)
+
+// readBack reads one property's state of in.Channel, paying the limiter for it.
+func (a *Activities) readBack(ctx context.Context, in models.DiffInput, property string) (models.ARIState, error) {
+	cfg, ok := a.Channels[in.Channel]
+	if !ok {
+		return models.ARIState{}, FailureError(ErrRejected, Failure{Message: "unknown channel " + in.Channel})
+	}
+	attempt := activity.GetInfo(ctx).Attempt
+	for n := 1; ; n++ {
+		// A read is not a family's request: it counts in the family with the largest
+		// share, and has no lines, so the ordering gate is not consulted.
+		r := limiter.Request{Channel: in.Channel, Family: cfg.Shares.Largest(), Property: property,
+			Priority: models.PriorityBulk, Cost: 1, ID: fmt.Sprintf("read/%s/%s/%d/%d", in.BatchID, property, attempt, n)}
+		if err := a.waitForSlot(ctx, r); err != nil {
+			return models.ARIState{}, err
+		}
+		st, err := a.Client.ReadBack(ctx, in.Channel, property, in.From, in.To)
+		if err == nil {
+			return st, nil
+		}
+		var ce *channels.ChannelError
+		if !errors.As(err, &ce) || n >= maxReadAttempts {
+			return models.ARIState{}, fmt.Errorf("read back %s/%s: %w", in.Channel, property, err)
+		}
+		wait := time.Duration(0)
+		switch ce.Response.Class {
+		case channels.ClassThrottled:
+			if ce.Response.ServerWait && ce.Response.RetryAfter > 0 {
+				wait = ce.Response.RetryAfter
+				if err := a.Limiter.Backoff(ctx, in.Channel, wait); err != nil {
+					return models.ARIState{}, err
+				}
+			}
+		case channels.ClassTransient:
+		default:
+			return models.ARIState{}, fmt.Errorf("read back %s/%s: %w", in.Channel, property, err)
+		}
+		a.Metrics.push(in.Channel, "read", ce.Response.Class)
+		if wait <= 0 {
+			wait = time.Duration(n) * time.Second
+		}
+		if err := sleep(ctx, min(wait, maxReadWait)); err != nil {
+			return models.ARIState{}, err
+		}
+	}
+}
+
+// waitForSlot reserves r and waits, heartbeating, until its slot is due. A wait
+// longer than maxReadWait (a pause, the quota) is a typed RateLimited error.
+func (a *Activities) waitForSlot(ctx context.Context, r limiter.Request) error {
+	for {
+		d, err := a.Limiter.Reserve(ctx, r)
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.State == limiter.Send:
+			return nil
+		case d.Wait > maxReadWait:
+			return FailureError(ErrRateLimited, Failure{Wait: d.Wait, Tier: string(d.Tier), Paused: d.PausedReason,
+				Message: "read back " + r.Channel + ": " + string(d.State)})
+		}
+		if err := sleep(ctx, max(d.Wait, 10*time.Millisecond)); err != nil {
+			return err
+		}
+	}
+}
+
+// sleep waits d, heartbeating every few seconds, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		case <-tick.C:
+			if activity.IsActivity(ctx) {
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	}
+}
+
 // holds reports whether the channel's cell carries every value of family f that the
-// committed line set; fields the line left unset are not the ledger's to judge.
+// desired line set; fields the line left unset are not the desired state's to judge.
 func holds(f models.Family, want models.ARILine, got models.ARICell) bool {
 	same := func(a, b *int) bool { return a == nil || (b != nil && *a == *b) }
 	sameBool := func(a, b *bool) bool { return a == nil || (b != nil && *a == *b) }
@@ -82,11 +202,11 @@ func holds(f models.Family, want models.ARILine, got models.ARICell) bool {
 	return true
 }
 
-// repair is the mutation that sets a drifted cell back to its committed values. It is
-// a full sync, so bulk priority, except that a drifted stop-sell or zero inventory
-// stays urgent: ApplyDefaults decides, as for any PMS mutation.
-func repair(lc LedgerCell, id string) models.Mutation {
-	m := models.MutationOf(lc.Cell, lc.Family, lc.Entry.Values)
-	m.ID, m.Version, m.FullSync = id, lc.Entry.Version, true
+// repair is the mutation that re-sends a cell's desired values at the desired
+// version. It is a full sync, so bulk priority, except that a stop-sell or zero
+// inventory stays urgent: ApplyDefaults decides, as for any PMS mutation.
+func repair(cs store.CellState, id string) models.Mutation {
+	m := models.MutationOf(cs.Cell, cs.Family, cs.Desired)
+	m.ID, m.Version, m.FullSync = id, cs.Desired.Version, true
 	return m
 }

@@ -19,6 +19,10 @@
 -- resume   KEYS: pause, paused_until                  ARGV: op
 -- status   KEYS: pause, paused_until, daily, adaptive, sched, tat, breaker
 --          ARGV: op, daily quota, rate/min, margin ms
+-- gate_load   KEYS: gate                             ARGV: op, gate ttl ms, then field, version pairs
+-- gate_mark   KEYS: gate_epoch, tat...               ARGV: op, epoch, epoch ttl ms, rate/min, burst, margin ms
+--             -> the epoch in force
+-- gate_epoch  KEYS: gate_epoch                       ARGV: op -> the epoch, '' when none
 --
 -- The schedule (sched) is a sorted set of send slots, scored by Unix ms: the slots of
 -- the last window (sent, or held and passed) and every reserved future slot. A slot is
@@ -419,6 +423,48 @@ if op == 'status' then
   end
   return {reason, paused_for, used, math.ceil(midnight - now), foreign, foreign_for, r, in_window, ahead, next_in,
     bst, open_for, tonumber(brk[3] or '0')}
+end
+
+-- The gate rebuild after a Redis loss (rebuild.go). Loading only raises versions, so
+-- a send admitted meanwhile is never lowered; marking starts the channel's buckets
+-- empty (the window before the loss is unknown) and says the gate is whole again.
+if op == 'gate_load' then
+  local ttl = tonumber(ARGV[2])
+  local raised = 0
+  for i = 3, #ARGV, 2 do
+    local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0')
+    if tonumber(ARGV[i + 1]) > cur then
+      redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+      raised = raised + 1
+    end
+  end
+  if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+  return raised
+end
+
+if op == 'gate_mark' then
+  local cur = redis.call('GET', KEYS[1])
+  if cur then return cur end
+  local ttl = tonumber(ARGV[3])
+  local rate = tonumber(ARGV[4])
+  local burst = tonumber(ARGV[5])
+  local w = minute + tonumber(ARGV[6])
+  -- tat = now + burst intervals: the next slot is one interval away and the burst
+  -- refills at the declared pace, as if the channel's window were full.
+  local interval = w / math.max(1, rate)
+  local tat = now + burst * interval
+  for i = 2, #KEYS do
+    local old = tonumber(redis.call('GET', KEYS[i]) or '0')
+    if tat > old then
+      redis.call('SET', KEYS[i], string.format('%.3f', tat), 'PX', math.ceil(tat - now + w))
+    end
+  end
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ttl)
+  return ARGV[2]
+end
+
+if op == 'gate_epoch' then
+  return redis.call('GET', KEYS[1]) or ''
 end
 
 return redis.error_reply('paritysync limiter: unknown op ' .. tostring(op))

@@ -44,6 +44,18 @@ func (s FamilyShares) Of(f Family) int {
 	return 0
 }
 
+// Largest is the family with the largest share (the first of Families on a tie):
+// where work that belongs to no family, such as reading a channel back, counts.
+func (s FamilyShares) Largest() Family {
+	best := Families[0]
+	for _, f := range Families[1:] {
+		if s.Of(f) > s.Of(best) {
+			best = f
+		}
+	}
+	return best
+}
+
 // ChannelConfig is everything paritysync knows about one OTA channel: how to reach
 // it, the protocol it speaks and its limits.
 type ChannelConfig struct {

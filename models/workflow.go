@@ -26,7 +26,7 @@ const (
 )
 
 // MaxInlineMutations is the most mutations a BatchSync input carries inline; larger
-// batches travel by reference (a claim check in Redis).
+// batches travel by reference (a claim check in PostgreSQL).
 const MaxInlineMutations = 500
 
 // BatchWorkflowID is the workflow id of a batch.
@@ -145,6 +145,8 @@ type ChannelCounts struct {
 	Superseded   int    `json:"superseded"`
 	Rejected     int    `json:"rejected"`
 	DeadLettered int    `json:"dead_lettered"`
+	// Cancelled counts updates still waiting when the operator cancelled the batch.
+	Cancelled int `json:"cancelled,omitempty"`
 	// Deferred counts waits for a token or a Retry-After; it is not an outcome.
 	Deferred int `json:"deferred"`
 	Requests int `json:"requests"`
@@ -157,12 +159,15 @@ func (c *ChannelCounts) Add(o ChannelCounts) {
 	c.Superseded += o.Superseded
 	c.Rejected += o.Rejected
 	c.DeadLettered += o.DeadLettered
+	c.Cancelled += o.Cancelled
 	c.Deferred += o.Deferred
 	c.Requests += o.Requests
 }
 
 // Done is how many of c's updates have an outcome.
-func (c ChannelCounts) Done() int { return c.Committed + c.Superseded + c.Rejected + c.DeadLettered }
+func (c ChannelCounts) Done() int {
+	return c.Committed + c.Superseded + c.Rejected + c.DeadLettered + c.Cancelled
+}
 
 // MergeCounts sums counts per channel, sorted by channel. It ranges over no map, so
 // workflow code may call it.
@@ -195,6 +200,8 @@ type BatchStatus struct {
 	Paused    []string        `json:"paused,omitempty"`
 	Rejected  []Rejection     `json:"rejected,omitempty"`
 	Done      bool            `json:"done"`
+	// Cancelled is set when the operator cancelled the batch.
+	Cancelled bool `json:"cancelled,omitempty"`
 }
 
 // Totals sums the per-channel counts.
@@ -299,6 +306,12 @@ type DeadLetterResult struct {
 	EntryID string `json:"entry_id"`
 }
 
+// CancelInput asks CancelBatch to close a cancelled batch's outcomes.
+type CancelInput struct {
+	BatchID string `json:"batch_id"`
+	Reason  string `json:"reason,omitempty"`
+}
+
 // Dead-letter reasons.
 const (
 	ReasonRejected       = "rejected"
@@ -307,6 +320,10 @@ const (
 	ReasonRetryExhausted = "retry_budget_exhausted"
 	ReasonLineFailed     = "line_failed"
 	ReasonChildFailed    = "channel_sync_failed"
+	// ReasonPayloadLost: the batch's stored request is gone (released or past its
+	// retention); its cells are left to reconciliation, which re-sends their desired
+	// state.
+	ReasonPayloadLost = "payload_lost"
 )
 
 // WholeChunk as a DeadLetterInput.Index parks every request of the chunk.
@@ -316,7 +333,7 @@ const WholeChunk = -1
 func ReconcileWorkflowID(day Date) string { return "reconcile/" + day.String() }
 
 // ReconcileInput asks for the channels' state to be read back and compared with
-// the ledger for the next HorizonDays nights.
+// the desired state for the next HorizonDays nights.
 type ReconcileInput struct {
 	Channels    []string `json:"channels"`
 	HorizonDays int      `json:"horizon_days,omitempty"`
@@ -325,8 +342,8 @@ type ReconcileInput struct {
 // DefaultReconcileHorizon is how many nights ahead reconciliation checks by default.
 const DefaultReconcileHorizon = 30
 
-// DiffInput asks DiffChannel to compare one channel with the ledger over [From, To]
-// and to store what must be re-sent as batch BatchID.
+// DiffInput asks DiffChannel to compare one channel with the desired state over
+// [From, To] and to store what must be re-sent as batch BatchID.
 type DiffInput struct {
 	Channel string `json:"channel"`
 	From    Date   `json:"from"`
@@ -337,14 +354,20 @@ type DiffInput struct {
 // ChannelDrift is what reconciliation found on one channel.
 type ChannelDrift struct {
 	Channel string `json:"channel"`
-	// Checked counts ledger cells (per family) compared with the channel.
+	// Checked counts cells (per family) with a desired state compared with the
+	// channel, acknowledged or not.
 	Checked int `json:"checked"`
-	// Drifted counts cells whose channel values differ from the ledger's.
+	// Drifted counts cells whose channel values differ from the desired state.
 	Drifted int `json:"drifted"`
 	// Resent counts cells re-sent without a comparison, on a channel configured
 	// without read-back (read_back: false, as OpenTravel must be).
 	Resent int `json:"resent,omitempty"`
-	// PayloadKey holds the repair mutations when Drifted or Resent > 0.
+	// Unconfirmed counts cells whose channel holds the desired values without our
+	// acknowledgement of that version (a lost answer): re-sent to be confirmed.
+	Unconfirmed int `json:"unconfirmed"`
+	// Reads counts read-backs, each paid with a limiter slot.
+	Reads int `json:"reads"`
+	// PayloadKey holds the repair mutations when Drifted, Unconfirmed or Resent > 0.
 	PayloadKey string `json:"payload_key,omitempty"`
 	// Repair is the repair batch's outcome.
 	Repair *BatchStatus `json:"repair,omitempty"`

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs paritysync locally without Docker: a Temporal dev server (UI on 8233), Redis
-# (the one at REDIS_URL, or a local redis-server when none answers), the channel
+# (the one at REDIS_URL, or a local redis-server when none answers), a database of
+# its own on the local PostgreSQL (paritysync_stack, dropped by `down`), the channel
 # simulator and a worker.
 #
 #   scripts/stack.sh up      start the stack and leave it running (make up)
@@ -18,6 +19,12 @@ export TEMPORAL_ADDRESS=${TEMPORAL_ADDRESS:-127.0.0.1:7233}
 export TEMPORAL_UI_URL=${TEMPORAL_UI_URL:-http://127.0.0.1:8233}
 export PARITYSYNC_CHANNEL_URL=${PARITYSYNC_CHANNEL_URL:-http://127.0.0.1:8090}
 export PARITYSYNC_METRICS_ADDR=${PARITYSYNC_METRICS_ADDR:-127.0.0.1:9464}
+# The system of record: the stack's own database on the server at
+# PARITYSYNC_ADMIN_DATABASE_URL; the worker applies the migrations at start.
+PG_ADMIN_URL=${PARITYSYNC_ADMIN_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
+STACK_DB=${PARITYSYNC_STACK_DATABASE:-paritysync_stack}
+pg_base=${PG_ADMIN_URL%%\?*}
+export PARITYSYNC_DATABASE_URL=${PARITYSYNC_DATABASE_URL:-${pg_base%/*}/$STACK_DB${PG_ADMIN_URL#"$pg_base"}}
 SIM_ADDR=${PARITYSYNC_CHANNEL_URL#http://}
 DEMO_MUTATIONS=${DEMO_MUTATIONS:-2000}
 # The simulator and the worker share a demo credential through a file the worker
@@ -64,6 +71,8 @@ redis_hostport() {
 
 redis_up() { redis-cli -u "$REDIS_URL" ping 2>/dev/null | grep -q PONG; }
 
+pg_up() { psql "$PG_ADMIN_URL" -qAtc 'SELECT 1' >/dev/null 2>&1; }
+
 temporal_up() { "$BIN/temporal" operator cluster health --address "$TEMPORAL_ADDRESS" 2>/dev/null | grep -q SERVING; }
 
 up() {
@@ -78,6 +87,13 @@ up() {
     start redis redis-server --bind 127.0.0.1 --port "${hp##*:}" --save "" --appendonly no
     wait_for Redis 10 redis_up
   fi
+
+  command -v psql >/dev/null || die "psql not found: the PostgreSQL client creates the stack's database"
+  pg_up || die "no PostgreSQL at ${PG_ADMIN_URL%%\?*} (set PARITYSYNC_ADMIN_DATABASE_URL)"
+  if [ "$(psql "$PG_ADMIN_URL" -qAtc "SELECT 1 FROM pg_database WHERE datname = '$STACK_DB'")" != 1 ]; then
+    psql "$PG_ADMIN_URL" -qc "CREATE DATABASE $STACK_DB" >/dev/null
+  fi
+  say "PostgreSQL database $STACK_DB (the system of record)"
 
   if temporal_up; then
     say "Temporal answers at $TEMPORAL_ADDRESS (reusing it)"
@@ -117,15 +133,18 @@ down() {
     rm -f "$RUN/$name.pid"
   done
   rm -f "$RUN/temporal.db"
+  if command -v psql >/dev/null && pg_up; then
+    psql "$PG_ADMIN_URL" -qc "DROP DATABASE IF EXISTS $STACK_DB WITH (FORCE)" >/dev/null || true
+  fi
 }
 
 sim_stats() {
   local stats; stats=$(curl -fsS "$PARITYSYNC_CHANNEL_URL/stats")
   if command -v jq >/dev/null; then
     printf '%s' "$stats" | jq -r '
-      (["channel","requests","accepted","429s","5xx","duplicates","stale","max in 60 s","limit"] | @tsv),
-      (to_entries[] | [.key, .value.requests, .value.accepted, .value.throttled, .value.server_errors,
-        .value.duplicates, .value.stale_overwrites, .value.max_window_requests, .value.limit] | @tsv)' |
+      (["channel","requests","accepted","reads","429s","5xx","duplicates","stale","max in 60 s","limit"] | @tsv),
+      (to_entries[] | [.key, .value.requests, .value.accepted, .value.reads, .value.throttled, .value.server_errors,
+        .value.duplicates, .value.stale_received, .value.max_window_requests, .value.limit] | @tsv)' |
       column -t -s $'\t'
   else
     printf '%s\n' "$stats"

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -110,31 +111,34 @@ func lineOf(body []byte, offset int64) int {
 }
 
 func (c *cli) batchCmd() *cobra.Command {
-	return group("batch", "Start, submit and follow batches of mutations",
-		c.batchStartCmd(), c.batchSubmitCmd(), c.batchStatusCmd())
+	return group("batch", "Start, submit, follow and cancel batches of mutations",
+		append([]*cobra.Command{c.batchStartCmd(), c.batchSubmitCmd(), c.batchStatusCmd()}, c.lifecycleCmds()...)...)
 }
 
 func (c *cli) batchStartCmd() *cobra.Command {
 	var file, id string
-	var wait bool
+	var wait, rerun bool
 	cmd := &cobra.Command{
-		Use:   "start --file FILE [--id ID] [--wait]",
+		Use:   "start --file FILE [--id ID] [--wait] [--rerun]",
 		Short: "Start a batch (a JSON array or JSON lines of mutations)",
 		Long: `Start a BatchSync workflow for the mutations in FILE. The file is read and
 checked first, so a malformed file starts nothing. Big batches travel by reference
-(stored in Redis), small ones inline.
+(stored in PostgreSQL), small ones inline. An --id already running with the same
+content is attached to; other content, or a finished id, is refused without
+storing anything (--rerun starts a finished one again under a new id).
 
 With --wait, follow the batch (progress on stderr) and print its summary; the exit
 status is 3 when some mutations were rejected or dead-lettered. Ctrl-C stops
 following, not the batch.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.batchStart(cmd.Context(), file, id, wait)
+			return c.batchStart(cmd.Context(), file, id, wait, rerun)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "mutations: a JSON array or JSON lines (required)")
 	cmd.Flags().StringVar(&id, "id", "", "batch id (default: generated from the time and a random suffix)")
 	cmd.Flags().BoolVarP(&wait, "wait", "w", false, "follow the batch until it ends and print the summary")
+	cmd.Flags().BoolVar(&rerun, "rerun", false, "start a finished --id again, as a new batch <id>.rerun-<time>")
 	required(cmd, "file")
 	return cmd
 }
@@ -148,7 +152,7 @@ type started struct {
 	Status     *models.BatchStatus `json:"status,omitempty"`
 }
 
-func (c *cli) batchStart(ctx context.Context, file, id string, wait bool) error {
+func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool) error {
 	ms, err := readMutations(file)
 	if err != nil {
 		return err
@@ -163,6 +167,37 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait bool) error 
 	if batchID == "" {
 		batchID = time.Now().UTC().Format("20060102-150405") + "-" + uuid.NewString()[:8]
 	}
+	tc, err := d.temporal(ctx)
+	if err != nil {
+		return err
+	}
+	// An id in use is looked at before anything is stored: the same content running
+	// is attached to, anything else refused, and no payload is overwritten.
+	digest, err := contentDigest(ms)
+	if err != nil {
+		return err
+	}
+	attach, err := existingBatch(ctx, tc, models.BatchWorkflowID(batchID), digest)
+	if errors.Is(err, errBatchExists) && rerun && !attach {
+		batchID = rerunID(batchID, time.Now())
+		attach, err = existingBatch(ctx, tc, models.BatchWorkflowID(batchID), digest)
+	}
+	if err != nil {
+		return err
+	}
+	if attach {
+		wfID := models.BatchWorkflowID(batchID)
+		fmt.Fprintf(c.stdout, "attached to %s, running with the same content (nothing started, nothing stored)\n%s\n",
+			wfID, d.uiLink(wfID))
+		if !wait {
+			return nil
+		}
+		st, err := c.followBatch(ctx, tc, tc.GetWorkflow(ctx, wfID, ""), batchID, d.uiLink(wfID))
+		if err != nil {
+			return err
+		}
+		return c.summary(st)
+	}
 	in := models.BatchSyncInput{BatchID: batchID, Retry: models.DefaultRetryPolicy()}
 	if len(ms) > models.MaxInlineMutations {
 		// Big batches travel by reference: the workflow input stays small.
@@ -176,13 +211,14 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait bool) error 
 	} else {
 		in.Mutations = ms
 	}
-	tc, err := d.temporal(ctx)
-	if err != nil {
-		return err
-	}
 	wfID := models.BatchWorkflowID(batchID)
 	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: wfID, TaskQueue: d.settings.TaskQueue,
+		// A finished id is never run again under the same id (--rerun takes a new
+		// one), and a running one is never joined by a second start.
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		Memo:                     map[string]any{memoContent: digest},
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrBatchID).ValueSet(batchID)),
 	}, workflows.BatchSync, in)

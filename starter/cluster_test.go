@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,9 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/testsuite"
 
-	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
@@ -177,47 +174,9 @@ func TestRedisCluster(t *testing.T) {
 	}
 	require.True(t, movedSeen || len(uniq(masters)) == 1, "a single-node client sees MOVED on another master's channel")
 
-	// A batch: validated, coalesced and stored in chunks by PrepareBatch, then every
-	// request committed to the ledger, as the worker does after a 2xx.
+	// What lives in Redis is the limiter's: the batch, ledger and dead letters live
+	// in PostgreSQL. Every script runs on the master of its channel's slot.
 	now := time.Now()
-	v, err := models.NewValidator(channels, "", func() time.Time { return now })
-	require.NoError(t, err)
-	store := activities.NewStore(rdb, prefix)
-	acts := &activities.Activities{Store: store, Channels: models.ChannelMap(channels), Validator: v, ChunkSize: 25}
-	var env testsuite.WorkflowTestSuite
-	aenv := env.NewTestActivityEnvironment()
-	aenv.RegisterActivity(acts)
-	batch := models.SampleBatch(600, models.DateOf(now), now.Unix(), 7)
-	for i, m := range batch[:len(batch)/2] {
-		// Half of the batch again, for the added channels.
-		m.ID += "-x"
-		m.Channel = channels[len(models.DefaultChannels())+i%(len(channels)-len(models.DefaultChannels()))].Slug
-		batch = append(batch, m)
-	}
-	val, err := aenv.ExecuteActivity(acts.PrepareBatch, models.BatchSyncInput{BatchID: "cluster-" + strconv.FormatInt(now.UnixNano(), 36), Mutations: batch})
-	noMoved(t, "PrepareBatch", err)
-	var plan models.BatchPlan
-	require.NoError(t, val.Get(&plan))
-	require.NotEmpty(t, plan.Chunks)
-	committed := map[string]int{}
-	requests := 0
-	for _, ch := range plan.Chunks {
-		for i := range ch.Requests {
-			r, err := store.Request(ctx, ch.Key, i)
-			noMoved(t, "read stored request", err)
-			n, _, err := store.Commit(ctx, r, "conf-"+strconv.Itoa(requests), nil, now)
-			noMoved(t, "commit to the ledger", err)
-			committed[r.Channel] += n
-			requests++
-		}
-	}
-	t.Logf("batch: %d mutations -> %d chunks, %d requests, committed per channel %v", len(batch), len(plan.Chunks), requests, committed)
-	for slug, n := range committed {
-		cells, err := store.LedgerCells(ctx, slug, models.DateOf(now), models.DateOf(now).AddDays(800))
-		noMoved(t, "ledger scan of "+slug, err)
-		require.Len(t, cells, n, "the ledger scan of %s (on %s) finds every committed cell", slug, masters[slug])
-	}
-
 	// Limiter decisions on every channel: a full burst goes now, the rest hold slots,
 	// and the ordering gate and its lease run on the channel's master too.
 	lim := limiter.New(rdb, channels, limiter.Options{Prefix: prefix})
@@ -240,28 +199,16 @@ func TestRedisCluster(t *testing.T) {
 	}
 	t.Logf("limiter: sent now of 3×burst asks per channel %v", granted)
 
-	// Dead letters on every channel, read back through the CLI.
+	// The circuit breaker's state lives beside the rest, on every master too.
 	for _, c := range channels {
-		_, err := store.Park(ctx, activities.DeadLetter{BatchID: "cluster", Reason: "rejected", Status: 422,
-			Message: "test", At: now, Channel: c.Slug, Property: "prop_0000aaaa",
-			Request: models.ChannelRequest{Channel: c.Slug, Family: models.FamilyRates}}, "digest-"+c.Slug)
-		noMoved(t, "park on "+c.Slug, err)
+		_, _, err := lim.Outcome(ctx, c.Slug, false)
+		noMoved(t, "breaker outcome on "+c.Slug, err)
 	}
 	cliEnv := map[string]string{"REDIS_URL": redisURL, "PARITYSYNC_KEY_PREFIX": prefix, "PARITYSYNC_CHANNELS_FILE": channelsFile}
-	code, out, errOut := runCLI(t, cliEnv, "dlq", "list", "--output", "json")
-	require.NotContains(t, errOut, "MOVED")
-	require.Equal(t, exitOK, code, errOut)
-	var dead []deadLetterRow
-	require.NoError(t, json.Unmarshal([]byte(out), &dead))
-	require.Len(t, dead, len(channels), "one dead letter per channel, from every master")
-	for _, c := range channels {
-		require.True(t, slices.ContainsFunc(dead, func(d deadLetterRow) bool { return d.Channel == c.Slug }), c.Slug)
-	}
-
 	// quota through the CLI, with a tier per channel.
 	cliEnv["PARITYSYNC_CHANNEL_EXPEDIA_DAILY_QUOTA"] = "100"
 	require.NoError(t, rdb.Set(ctx, prefix+"{expedia}:daily", 90, time.Hour).Err())
-	code, out, errOut = runCLI(t, cliEnv, "quota", "--output", "json")
+	code, out, errOut := runCLI(t, cliEnv, "quota", "--output", "json")
 	require.NotContains(t, errOut, "MOVED")
 	require.Equal(t, exitPage, code, "expedia at 90 %% pages: %s", errOut)
 	var q struct {
@@ -273,6 +220,7 @@ func TestRedisCluster(t *testing.T) {
 		if r.Channel != "expedia" {
 			require.Equal(t, granted[r.Channel], r.DailyUsed, "%s: the quota counts the granted decisions", r.Channel)
 		}
+		require.Equal(t, 1, r.Failures, "%s: the breaker's streak is read from its master", r.Channel)
 	}
 	t.Logf("quota: %s", strings.Join(quotaSummary(q.Channels), ", "))
 }

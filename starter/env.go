@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
 
-	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
@@ -20,6 +20,7 @@ type deps struct {
 	channels []models.ChannelConfig
 	tc       client.Client
 	rdb      redis.UniversalClient
+	st       *store.Store
 }
 
 func (c *cli) deps() (*deps, error) {
@@ -64,12 +65,19 @@ func (d *deps) redis(ctx context.Context) (redis.UniversalClient, error) {
 	return rdb, nil
 }
 
-func (d *deps) store(ctx context.Context) (*activities.Store, error) {
-	rdb, err := d.redis(ctx)
-	if err != nil {
-		return nil, err
+// store opens the system of record (PARITYSYNC_DATABASE_URL). The worker applies
+// the migrations; a command run before any worker started finds no tables and says
+// so.
+func (d *deps) store(ctx context.Context) (*store.Store, error) {
+	if d.st != nil {
+		return d.st, nil
 	}
-	return activities.NewStore(rdb, d.settings.KeyPrefix), nil
+	st, err := store.Open(ctx, d.settings.DatabaseURL)
+	if err != nil {
+		return nil, &dial.UnreachableError{What: "postgres at " + models.MaskURL(d.settings.DatabaseURL), Err: err}
+	}
+	d.st = st
+	return st, nil
 }
 
 func (d *deps) limiter(ctx context.Context) (*limiter.Limiter, error) {
@@ -86,6 +94,9 @@ func (d *deps) close() {
 	}
 	if d.rdb != nil {
 		_ = d.rdb.Close()
+	}
+	if d.st != nil {
+		d.st.Close()
 	}
 }
 

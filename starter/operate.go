@@ -10,6 +10,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
@@ -127,21 +128,22 @@ func (c *cli) dlqCmd() *cobra.Command {
 	}
 	list.Flags().StringVarP(&channel, "channel", "c", "", "one channel (default: every configured channel)")
 	list.Flags().Int64VarP(&count, "count", "n", 50, "most entries per channel")
-	return group("dlq", "Read the dead-letter queue", list)
+	return group("dlq", "Read, export, acknowledge and replay the dead-letter queue", append([]*cobra.Command{list}, c.dlqCmds()...)...)
 }
 
 // deadLetterRow is one dead letter as dlq list prints it.
 type deadLetterRow struct {
-	Channel  string    `json:"channel"`
-	ID       string    `json:"id"`
-	At       time.Time `json:"at"`
-	BatchID  string    `json:"batch_id"`
-	Property string    `json:"property_id"`
-	Family   string    `json:"family"`
-	Lines    int       `json:"lines"`
-	Reason   string    `json:"reason"`
-	Status   int       `json:"status,omitempty"`
-	Message  string    `json:"message,omitempty"`
+	Channel   string    `json:"channel"`
+	ID        int64     `json:"id"`
+	At        time.Time `json:"at"`
+	BatchID   string    `json:"batch_id"`
+	Property  string    `json:"property_id"`
+	Family    string    `json:"family"`
+	Mutations []string  `json:"mutation_ids"`
+	Nights    string    `json:"nights"`
+	Reason    string    `json:"reason"`
+	Status    int       `json:"status,omitempty"`
+	Message   string    `json:"message,omitempty"`
 }
 
 func (c *cli) dlqList(ctx context.Context, channel string, count int64) error {
@@ -160,28 +162,40 @@ func (c *cli) dlqList(ctx context.Context, channel string, count int64) error {
 	}
 	rows := []deadLetterRow{}
 	for _, slug := range slugs {
-		entries, err := st.DeadLetters(ctx, slug, count)
+		entries, err := st.DeadLetters(ctx, store.DeadLetterFilter{Channel: slug, Limit: int(count)})
 		if err != nil {
 			return err
 		}
 		for _, e := range entries {
-			rows = append(rows, deadLetterRow{Channel: slug, ID: e.ID, At: e.At, BatchID: e.BatchID, Property: e.Property,
-				Family: string(e.Request.Family), Lines: len(e.Request.Lines), Reason: e.Reason, Status: e.Status, Message: e.Message})
+			rows = append(rows, deadLetterRow{Channel: slug, ID: e.ID, At: e.ParkedAt, BatchID: e.BatchID, Property: e.PropertyID,
+				Family: string(e.Family), Mutations: e.MutationIDs, Nights: nightsText(e.StayDates), Reason: e.Reason,
+				Status: e.Status, Message: e.Message})
 		}
 	}
 	if c.json() {
 		return c.writeJSON(rows)
 	}
-	t := newTable(c.stdout, "channel\tid\tat\tbatch\tproperty\tfamily\tlines\treason\tstatus\tmessage", 0)
+	t := newTable(c.stdout, "channel\tid\tat\tbatch\tproperty\tfamily\tupdates\tnights\treason\tstatus\tmessage", 0)
 	for _, r := range rows {
-		t.row("%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s", r.Channel, r.ID, r.At.Format("2006-01-02 15:04:05"),
-			r.BatchID, r.Property, r.Family, r.Lines, r.Reason, r.Status, r.Message)
+		t.row("%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s", r.Channel, r.ID, r.At.Format("2006-01-02 15:04:05"),
+			r.BatchID, r.Property, r.Family, len(r.Mutations), r.Nights, r.Reason, r.Status, r.Message)
 	}
 	if err := t.flush(); err != nil {
 		return err
 	}
 	c.diag("%d entries", len(rows))
 	return nil
+}
+
+// nightsText is a dead letter's stay dates, shortened to the first and last.
+func nightsText(ds []models.Date) string {
+	switch len(ds) {
+	case 0:
+		return "-"
+	case 1:
+		return ds[0].String()
+	}
+	return fmt.Sprintf("%s..%s (%d)", ds[0], ds[len(ds)-1], len(ds))
 }
 
 func (c *cli) quotaCmd() *cobra.Command {

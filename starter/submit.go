@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -54,13 +56,21 @@ func (c *cli) batchSubmit(ctx context.Context, file string) error {
 		return err
 	}
 	defer d.close()
+	// Every mutation gets its answer here: the smoother's batches record outcomes
+	// under their own ids, which the PMS never sees. Rejected ones are not sent.
+	v, err := models.NewValidator(d.channels, d.settings.PropertyPattern, time.Now)
+	if err != nil {
+		return err
+	}
+	v.Zones = d.settings.Zones
 	byChannel := map[string][]models.Mutation{}
 	var channels []string
 	var unknown []models.Rejection
 	for _, m := range ms {
-		if _, ok := d.channel(m.Channel); !ok {
-			unknown = append(unknown, models.Rejection{MutationID: m.ID, Channel: m.Channel,
-				Problems: []models.FieldError{{Field: "channel", Rule: models.RuleChannelUnknown}}})
+		m.ApplyDefaults(uuid.NewString)
+		if problems := v.Validate(m); len(problems) > 0 {
+			// Answered now, per mutation, and never sent.
+			unknown = append(unknown, models.Rejection{MutationID: m.ID, Channel: m.Channel, Problems: problems})
 			continue
 		}
 		if _, ok := byChannel[m.Channel]; !ok {

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/limiter"
@@ -39,6 +40,8 @@ func newApp(getenv Getenv, extra ...fx.Option) *fx.App {
 		fx.NopLogger,
 		fx.Supply(getenv),
 		fx.Provide(loadConfig, newRedis, newTemporal, newLimiter, newCredentials, newChannelClient, newActivities, newWorker, newMetrics),
+		// PostgreSQL, the system of record: opened and migrated at start.
+		store.Module,
 		fx.Invoke(func(worker.Worker, *http.Server) {}, registerLimiterGauges),
 	}
 	return fx.New(append(opts, extra...)...)
@@ -142,7 +145,7 @@ func newChannelClient(s models.Settings, creds channels.Credentials, chs []model
 	return channels.New(hc, s.ChannelURL, creds, chs, s.HTTPTimeout)
 }
 
-func newActivities(s models.Settings, chs []models.ChannelConfig, rdb redis.UniversalClient, lim *limiter.Limiter,
+func newActivities(s models.Settings, chs []models.ChannelConfig, st *store.Store, lim *limiter.Limiter,
 	cc *channels.Client, creds channels.Credentials, m *activities.Metrics) (*activities.Activities, error) {
 	v, err := models.NewValidator(chs, s.PropertyPattern, time.Now)
 	if err != nil {
@@ -151,7 +154,7 @@ func newActivities(s models.Settings, chs []models.ChannelConfig, rdb redis.Univ
 	v.Zones = s.Zones
 	m.Zero(slugs(chs))
 	return &activities.Activities{
-		Limiter: lim, Client: cc, Tokens: creds, Store: activities.NewStore(rdb, s.KeyPrefix),
+		Limiter: lim, Client: cc, Tokens: creds, Store: st,
 		Channels: models.ChannelMap(chs), Validator: v, ChunkSize: s.ChunkSize, Metrics: m,
 	}, nil
 }

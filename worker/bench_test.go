@@ -119,12 +119,13 @@ func (b *bench) print(w interface{ Write([]byte) (int, error) }) {
 func benchDay() models.Date { return models.DateOf(time.Now()).AddDays(30) }
 
 // rateChanges is one rate change per (property, night) for n properties × nights,
-// each its own request when the channel carries one line per request.
+// each its own request when the channel carries one line per request: the price
+// differs from night to night, so no two nights merge into one line.
 func rateChanges(channel string, props, nights int, version int64, priority int, amount string) []models.Mutation {
 	var out []models.Mutation
-	a := decimal.RequireFromString(amount)
 	for p := range props {
 		for n := range nights {
+			a := decimal.RequireFromString(amount).Add(decimal.New(int64(n), 0))
 			out = append(out, models.Mutation{
 				ID: uuid.NewString(), Channel: channel, PropertyID: fmt.Sprintf("prop_%08x", p+1),
 				RoomTypeCode: "DBL", RatePlanCode: "BAR", StayDate: benchDay().AddDays(n),
@@ -135,8 +136,8 @@ func rateChanges(channel string, props, nights int, version int64, priority int,
 	return out
 }
 
-// startBatch starts a BatchSync and returns its run.
-func (s *e2eStack) startBatch(t *testing.T, batchID string, ms []models.Mutation) client.WorkflowRun {
+// startMutations starts a BatchSync of ms inline and returns its run.
+func (s *e2eStack) startMutations(t *testing.T, batchID string, ms []models.Mutation) client.WorkflowRun {
 	t.Helper()
 	in := models.BatchSyncInput{BatchID: batchID, Mutations: ms, Retry: models.DefaultRetryPolicy()}
 	run, err := s.tc.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
@@ -146,15 +147,6 @@ func (s *e2eStack) startBatch(t *testing.T, batchID string, ms []models.Mutation
 	}, workflows.BatchSync, in)
 	require.NoError(t, err)
 	return run
-}
-
-func waitBatch(t *testing.T, run client.WorkflowRun, timeout time.Duration) models.BatchStatus {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var st models.BatchStatus
-	require.NoError(t, run.Get(ctx, &st))
-	return st
 }
 
 // arrivals are the times the simulator saw valid pushes to channel (any status).
@@ -232,7 +224,7 @@ func (b *bench) saturated() {
 			Channels: map[string]stackChannel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
 		// 54 properties, one night each: 54 one-line rates requests.
 		ms := rateChanges("expedia", n, 1, time.Now().Unix(), 5, "120.00")
-		st := waitBatch(b.t, s.startBatch(b.t, "bench-sat-"+uuid.NewString()[:8], ms), 15*time.Minute)
+		st := waitBatch(b.t, s.startMutations(b.t, "bench-sat-"+uuid.NewString()[:8], ms), 15*time.Minute)
 		require.Equal(b.t, n, st.Totals().Committed)
 		ts := arrivals(s, "expedia", nil)
 		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
@@ -264,7 +256,7 @@ func (b *bench) changeLatencies(s *e2eStack, channel string, changes []models.Mu
 	var runs []client.WorkflowRun
 	for _, m := range changes {
 		starts[m.PropertyID] = time.Now()
-		runs = append(runs, s.startBatch(b.t, "bench-chg-"+uuid.NewString()[:8], []models.Mutation{m}))
+		runs = append(runs, s.startMutations(b.t, "bench-chg-"+uuid.NewString()[:8], []models.Mutation{m}))
 		time.Sleep(gap)
 	}
 	for _, r := range runs {
@@ -287,7 +279,7 @@ func (b *bench) urgent() {
 	s := b.stack(stackOptions{
 		Channels: map[string]stackChannel{"booking_com": {PerMinute: rate, Burst: 6, MaxLines: 1}}})
 	bulk := rateChanges("booking_com", 150, 1, time.Now().Unix(), 5, "99.00")
-	run := s.startBatch(b.t, "bench-bulk-"+uuid.NewString()[:8], bulk)
+	run := s.startMutations(b.t, "bench-bulk-"+uuid.NewString()[:8], bulk)
 	time.Sleep(20 * time.Second) // saturated by now
 	var stops []models.Mutation
 	for i := range 20 {
@@ -317,7 +309,7 @@ func (b *bench) turns() {
 		for i := range ms {
 			ms[i].RoomTypeCode = fmt.Sprintf("R%d", k)
 		}
-		runs = append(runs, s.startBatch(b.t, "bench-year-"+uuid.NewString()[:8], ms))
+		runs = append(runs, s.startMutations(b.t, "bench-year-"+uuid.NewString()[:8], ms))
 	}
 	time.Sleep(20 * time.Second)
 	// Property 2 sends one change at a time, same priority.
@@ -359,8 +351,8 @@ func (b *bench) race() {
 		}
 		a, c = append(a, mk(va, pa)), append(c, mk(vb, pb))
 	}
-	ra := s.startBatch(b.t, "bench-race-a-"+uuid.NewString()[:8], a)
-	rb := s.startBatch(b.t, "bench-race-b-"+uuid.NewString()[:8], c)
+	ra := s.startMutations(b.t, "bench-race-a-"+uuid.NewString()[:8], a)
+	rb := s.startMutations(b.t, "bench-race-b-"+uuid.NewString()[:8], c)
 	sa, sb := waitBatch(b.t, ra, 10*time.Minute), waitBatch(b.t, rb, 10*time.Minute)
 	ta, tb := sa.Totals(), sb.Totals()
 	require.Equal(b.t, 200, ta.Done())
@@ -431,7 +423,7 @@ func (b *bench) cost() {
 		Channels: map[string]stackChannel{"expedia": {PerMinute: rate, Burst: 6, MaxLines: 1}}})
 	id := "bench-cost-" + uuid.NewString()[:8]
 	ms := rateChanges("expedia", n, 1, time.Now().Unix(), 5, "130.00")
-	st := waitBatch(b.t, s.startBatch(b.t, id, ms), 10*time.Minute)
+	st := waitBatch(b.t, s.startMutations(b.t, id, ms), 10*time.Minute)
 	delivered := s.sim.Stats()["expedia"].Accepted
 	require.Equal(b.t, n, st.Totals().Committed)
 	actions, events := historyCost(b.t, s.tc, id)
@@ -444,7 +436,7 @@ func (b *bench) cost() {
 	s2 := b.stack(stackOptions{})
 	id2 := "bench-sample-" + uuid.NewString()[:8]
 	sample := models.SampleBatch(2000, models.DateOf(time.Now()), time.Now().Unix(), 1)
-	st2 := waitBatch(b.t, s2.startBatch(b.t, id2, sample), 10*time.Minute)
+	st2 := waitBatch(b.t, s2.startMutations(b.t, id2, sample), 10*time.Minute)
 	a2, e2 := historyCost(b.t, s2.tc, id2)
 	b.row("realistic sample, 2,000 mutations on the default channels",
 		fmt.Sprintf("%.4f actions per mutation (%d actions, %d events, %d requests)", float64(a2)/2000, a2, e2,
@@ -465,7 +457,7 @@ func (b *bench) pause() {
 			require.NoError(b.t, lim.Pause(context.Background(), "agoda", "benchmark pause"))
 			time.AfterFunc(12*time.Second, func() { _ = lim.Resume(context.Background(), "agoda") })
 		}
-		st := waitBatch(b.t, s.startBatch(b.t, id, ms), 5*time.Minute)
+		st := waitBatch(b.t, s.startMutations(b.t, id, ms), 5*time.Minute)
 		require.Equal(b.t, 5, st.Totals().Committed)
 		_, events := historyCost(b.t, s.tc, id)
 		return events
@@ -595,7 +587,7 @@ func (b *bench) versus() {
 	ms2 := rateChanges("expedia", n, 1, time.Now().Unix()+1, 5, "161.00")
 	id := "bench-vs-" + uuid.NewString()[:8]
 	start = time.Now()
-	st := waitBatch(b.t, s.startBatch(b.t, id, ms2), 20*time.Minute)
+	st := waitBatch(b.t, s.startMutations(b.t, id, ms2), 20*time.Minute)
 	ours := time.Since(start)
 	require.Equal(b.t, n, st.Totals().Committed)
 	all := arrivals(s, "expedia", nil)

@@ -42,7 +42,7 @@ func TestCircuitBreakerStopsEveryWorker(t *testing.T) {
 			Version: time.Now().Unix(), Priority: 3})
 	}
 	start := time.Now()
-	run := s.startBatch(t, "breaker-"+uuid.NewString()[:8], ms)
+	run := s.startMutations(t, "breaker-"+uuid.NewString()[:8], ms)
 	time.Sleep(12 * time.Second)
 	st, err := s.lim.Status(context.Background(), "agoda")
 	require.NoError(t, err)

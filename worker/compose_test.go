@@ -284,6 +284,10 @@ func TestComposeWorkerEnvironment(t *testing.T) {
 	if err != nil || redisURL.Scheme != "redis" || redisURL.Host != "redis:6379" {
 		t.Errorf("REDIS_URL=%q, want redis://redis:6379/…", s.RedisURL)
 	}
+	dbURL, err := url.Parse(s.DatabaseURL)
+	if err != nil || dbURL.Scheme != "postgres" || dbURL.Host != "postgresql:5432" || dbURL.Path != "/paritysync" {
+		t.Errorf("PARITYSYNC_DATABASE_URL=%q, want postgres://…@postgresql:5432/paritysync", s.DatabaseURL)
+	}
 	if s.TemporalAddress != "temporal:7233" {
 		t.Errorf("TEMPORAL_ADDRESS=%q, want temporal:7233", s.TemporalAddress)
 	}
@@ -303,7 +307,7 @@ func TestComposeWorkerEnvironment(t *testing.T) {
 	}
 
 	deps := dependsOnOf(t, w)
-	for _, d := range []string{"redis", "temporal", "otasim"} {
+	for _, d := range []string{"postgresql", "redis", "temporal", "otasim"} {
 		if _, ok := deps[d]; !ok {
 			t.Errorf("worker: depends_on %v, want %s", deps, d)
 		}
@@ -331,7 +335,7 @@ func TestComposeWorkerEnvironmentIsRead(t *testing.T) {
 	if _, err := loadConfig(getenv); err != nil {
 		t.Fatalf("loadConfig: %v", err)
 	}
-	if !read["REDIS_URL"] || !read["PARITYSYNC_TOKEN"] {
+	if !read["REDIS_URL"] || !read["PARITYSYNC_TOKEN"] || !read["PARITYSYNC_DATABASE_URL"] {
 		t.Fatalf("getenv recorded %d names, missing REDIS_URL or PARITYSYNC_TOKEN: the recorder is not wired", len(read))
 	}
 	for name := range env {

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/activities/store/storetest"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
@@ -88,17 +89,21 @@ type e2eStack struct {
 	queue  string
 	// metrics is the worker's /metrics registry.
 	metrics *prometheus.Registry
+	app     *fx.App
+	apps    []*fx.App
 }
 
 func (s *e2eStack) getenv(k string) string { return s.env[k] }
 
-func startStack(t *testing.T, srv *testsuite.DevServer, limits map[string]int) *e2eStack {
+// startStack starts a simulator and a worker on srv; env changes the worker's
+// environment before it starts.
+func startStack(t *testing.T, srv *testsuite.DevServer, limits map[string]int, env ...func(map[string]string)) *e2eStack {
 	t.Helper()
 	chs := map[string]stackChannel{}
 	for slug, perMinute := range limits {
 		chs[slug] = stackChannel{PerMinute: perMinute, Burst: max(2, perMinute/10), MaxLines: 4}
 	}
-	return startStackWith(t, srv, stackOptions{Channels: chs})
+	return startStackWith(t, srv, stackOptions{Channels: chs, Edit: env})
 }
 
 // stackChannel overrides one channel's limits for a stack.
@@ -112,6 +117,8 @@ type stackOptions struct {
 	Channels map[string]stackChannel
 	Workers  int
 	Env      map[string]string
+	// Edit changes the worker environment last.
+	Edit []func(map[string]string)
 }
 
 func startStackWith(t *testing.T, srv *testsuite.DevServer, o stackOptions) *e2eStack {
@@ -135,6 +142,8 @@ func startStackWith(t *testing.T, srv *testsuite.DevServer, o stackOptions) *e2e
 		"PARITYSYNC_TOKEN":        "e2e-token",
 		"PARITYSYNC_METRICS_ADDR": "127.0.0.1:0",
 		"PARITYSYNC_CHUNK_SIZE":   "5",
+		// A schema of its own on the local PostgreSQL, dropped at the end.
+		"PARITYSYNC_DATABASE_URL": storetest.Schema(t, "e2e"),
 	}
 	for slug, c := range o.Channels {
 		up := strings.ToUpper(slug)
@@ -145,6 +154,9 @@ func startStackWith(t *testing.T, srv *testsuite.DevServer, o stackOptions) *e2e
 	for k, v := range o.Env {
 		s.env[k] = v
 	}
+	for _, f := range o.Edit {
+		f(s.env)
+	}
 	chs, err := models.LoadChannels("", s.getenv)
 	require.NoError(t, err)
 	// The simulator enforces exactly the limits the worker is configured with.
@@ -152,25 +164,15 @@ func startStackWith(t *testing.T, srv *testsuite.DevServer, o stackOptions) *e2e
 	httpSrv := httptest.NewServer(s.sim)
 	s.env["PARITYSYNC_CHANNEL_URL"] = httpSrv.URL
 
-	var apps []*fx.App
-	for i := range max(1, o.Workers) {
-		var extra []fx.Option
-		if i == 0 {
-			extra = append(extra, fx.Populate(&s.acts, &s.lim, &s.metrics))
-		}
-		app := newApp(s.getenv, extra...)
-		require.NoError(t, app.Err())
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		require.NoError(t, app.Start(ctx))
-		cancel()
-		apps = append(apps, app)
+	for range max(1, o.Workers) {
+		s.startWorker(t)
 	}
 	s.tc = srv.Client()
 
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		for _, app := range apps {
+		for _, app := range s.apps {
 			_ = app.Stop(ctx)
 		}
 		httpSrv.Close()
@@ -182,6 +184,23 @@ func startStackWith(t *testing.T, srv *testsuite.DevServer, o stackOptions) *e2e
 		_ = rdb.Close()
 	})
 	return s
+}
+
+// startWorker starts one more worker on the stack's task queue (again, after a test
+// stopped one); s.app is the newest. The first one's activities, limiter and
+// metrics registry are the stack's, for tests that call them directly.
+func (s *e2eStack) startWorker(t *testing.T) {
+	t.Helper()
+	var extra []fx.Option
+	if len(s.apps) == 0 {
+		extra = append(extra, fx.Populate(&s.acts, &s.lim, &s.metrics))
+	}
+	s.app = newApp(s.getenv, extra...)
+	s.apps = append(s.apps, s.app)
+	require.NoError(t, s.app.Err())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, s.app.Start(ctx))
 }
 
 func (s *e2eStack) runBatch(t *testing.T, batchID string, ms []models.Mutation) models.BatchStatus {

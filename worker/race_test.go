@@ -45,8 +45,8 @@ func TestRacingBatchesNeverSendAnOlderVersion(t *testing.T) {
 		}
 		want[prop+"/"+night.String()] = *newer.Amount
 	}
-	ra := s.startBatch(t, "race-a-"+uuid.NewString()[:8], a)
-	rb := s.startBatch(t, "race-b-"+uuid.NewString()[:8], b)
+	ra := s.startMutations(t, "race-a-"+uuid.NewString()[:8], a)
+	rb := s.startMutations(t, "race-b-"+uuid.NewString()[:8], b)
 	for _, st := range []models.BatchStatus{waitBatch(t, ra, 5*time.Minute), waitBatch(t, rb, 5*time.Minute)} {
 		tot := st.Totals()
 		t.Logf("%s: %+v", st.BatchID, tot)

@@ -34,6 +34,7 @@ type batchSync struct {
 type runningChild struct {
 	id      string
 	channel string
+	fut     workflow.ChildWorkflowFuture
 }
 
 func (b *batchSync) status() models.BatchStatus {
@@ -90,11 +91,16 @@ func (b *batchSync) run(ctx workflow.Context) (models.BatchStatus, error) {
 		b.forward(ctx, models.SignalResumeChannel, sig)
 	})
 
+	// An operator's cancel (starter batch cancel) stops starting chunks and asks the
+	// running ones to stop.
+	cancelled := false
+	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) { cancelled = true })
+
 	maxRunning := b.in.MaxRunningChildren
 	if maxRunning <= 0 {
 		maxRunning = DefaultMaxRunningChildren
 	}
-	for {
+	for !cancelled {
 		long := historyFull(ctx)
 		for !long && len(b.running) < maxRunning && b.next < len(b.plan.Chunks) {
 			b.start(ctx, sel, b.plan.Chunks[b.next])
@@ -114,8 +120,17 @@ func (b *batchSync) run(ctx workflow.Context) (models.BatchStatus, error) {
 		}
 		sel.Select(ctx)
 	}
+	if cancelled {
+		return b.cancel(ctx)
+	}
 	for sel.HasPending() {
 		sel.Select(ctx) // apply signals that arrived with the last result
+	}
+	// Every update has its outcome in the store: the payload and requests can go.
+	rctx := withActivity(ctx, time.Minute, models.PriorityDefault)
+	if err := workflow.ExecuteActivity(rctx, acts.ReleaseBatch, b.in.BatchID).Get(ctx, nil); err != nil {
+		// Prune drops them after their retention anyway.
+		log.Warn("release batch", "error", err)
 	}
 	st := b.status()
 	st.Done = true
@@ -133,14 +148,17 @@ func (b *batchSync) start(ctx workflow.Context, sel workflow.Selector, c models.
 		TaskQueue:             workflow.GetInfo(ctx).TaskQueueName,
 		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_TERMINATE,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
-		Priority:              temporal.Priority{PriorityKey: c.Priority},
+		// A cancelled batch waits for its children to stop before it closes the
+		// outcomes, so nothing is sent after them.
+		WaitForCancellation: true,
+		Priority:            temporal.Priority{PriorityKey: c.Priority},
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			attrChannel.ValueSet(c.Channel), attrBatchID.ValueSet(b.in.BatchID), attrPriority.ValueSet(int64(c.Priority))),
 	})
 	in := models.ChannelSyncInput{BatchID: b.in.BatchID, Chunk: c, Window: b.in.Window, Retry: b.in.Retry,
 		Paused: b.paused[c.Channel], Counts: models.ChannelCounts{Channel: c.Channel, Total: c.Updates}}
 	fut := workflow.ExecuteChildWorkflow(cctx, ChannelSync, in)
-	b.running = append(b.running, runningChild{id: id, channel: c.Channel})
+	b.running = append(b.running, runningChild{id: id, channel: c.Channel, fut: fut})
 	sel.AddFuture(fut, func(f workflow.Future) {
 		var counts models.ChannelCounts
 		if err := f.Get(ctx, &counts); err != nil {
@@ -154,6 +172,34 @@ func (b *batchSync) start(ctx workflow.Context, sel workflow.Selector, c models.
 		b.results = append(b.results, counts)
 		b.remove(id)
 	})
+}
+
+// cancel ends a batch the operator cancelled: it waits for the running children
+// to stop (each lets its in-flight push finish and record its outcome), then gives
+// every update still without an outcome the outcome cancelled, and ends the batch as
+// cancelled with the counts as stored.
+func (b *batchSync) cancel(ctx workflow.Context) (models.BatchStatus, error) {
+	log := workflow.GetLogger(ctx)
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	for _, r := range b.running {
+		_ = r.fut.Get(dctx, nil) // cancelled, or finished meanwhile
+	}
+	b.running = nil
+	var counts []models.ChannelCounts
+	actx := withActivity(dctx, time.Minute, models.PriorityUrgent)
+	if err := workflow.ExecuteActivity(actx, acts.CancelBatch, models.CancelInput{BatchID: b.in.BatchID,
+		Reason: "batch cancelled by operator"}).Get(dctx, &counts); err != nil {
+		log.Error("close a cancelled batch's outcomes", "error", err)
+	} else {
+		// The store's counts replace the plan's: they include what the children
+		// recorded before they stopped.
+		b.plan.Decided, b.results = counts, nil
+	}
+	st := b.status()
+	st.Done, st.Cancelled = true, true
+	t := st.Totals()
+	log.Info("batch cancelled", "committed", t.Committed, "cancelled", t.Cancelled, "total", t.Total)
+	return st, temporal.NewCanceledError(st)
 }
 
 // parkChunk dead-letters every request of chunk c.

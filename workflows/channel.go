@@ -72,6 +72,9 @@ func (s *channelSync) run(ctx workflow.Context) (models.ChannelCounts, error) {
 		})
 	}
 	if err := workflow.Await(ctx, func() bool { return s.busy == 0 }); err != nil {
+		// Cancelled: let the lanes' in-flight pushes finish and record their outcomes.
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		_ = workflow.Await(dctx, func() bool { return s.busy == 0 })
 		return s.counts, err
 	}
 	if len(s.queue) > 0 {
@@ -111,6 +114,10 @@ func (s *channelSync) listen(ctx workflow.Context) {
 // take hands out the next request index, or false when the chunk is done or the
 // run's history is long enough to continue as new.
 func (s *channelSync) take(ctx workflow.Context) (int, bool) {
+	if ctx.Err() != nil {
+		// The batch was cancelled: the parent closes what is left.
+		return 0, false
+	}
 	if historyFull(ctx) {
 		s.stopped = true
 	}
@@ -200,7 +207,7 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 	if slot != nil && slot.Wait > s.shortWait() {
 		s.sleepToSlot(ctx, slot.Wait)
 	}
-	transient, deferrals := 0, 0
+	transient, deferrals, quotaWaits := 0, 0, 0
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 && historyFull(ctx) {
 			return nil, false
@@ -223,6 +230,9 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 				s.deadLetter(ctx, i, lines, models.ReasonLineFailed, 207, res.Failed[0].Code+": "+res.Failed[0].Message)
 			}
 			return res.Next, true
+		}
+		if temporal.IsCanceledError(err) || ctx.Err() != nil {
+			return nil, true // cancelled with the batch, which closes the outcome
 		}
 		var appErr *temporal.ApplicationError
 		if !errors.As(err, &appErr) {
@@ -273,9 +283,21 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 				return nil, true
 			}
 			in.RefreshCredential = true
-		case activities.ErrQuotaExhausted:
-			s.deadLetter(ctx, i, nil, models.ReasonQuotaExhausted, f.Status, f.Message)
+		case activities.ErrPayloadLost:
+			s.deadLetter(ctx, i, nil, models.ReasonPayloadLost, 0, f.Message)
 			return nil, true
+		case activities.ErrQuotaExhausted:
+			// The day's quota is spent: the limiter holds every worker off the
+			// channel until it resets, and this request waits for the reset with one
+			// durable timer and goes again. A quota still spent after MaxQuotaWaits
+			// resets is parked.
+			s.counts.Deferred++
+			quotaWaits++
+			if quotaWaits > MaxQuotaWaits {
+				s.deadLetter(ctx, i, nil, models.ReasonQuotaExhausted, f.Status, f.Message)
+				return nil, true
+			}
+			_ = workflow.Sleep(ctx, max(f.Wait, time.Minute))
 		default:
 			s.deadLetter(ctx, i, nil, models.ReasonRejected, f.Status, f.Message)
 			return nil, true
@@ -289,6 +311,9 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 func (s *channelSync) sleepToSlot(ctx workflow.Context, wait time.Duration) {
 	_ = workflow.Sleep(ctx, max(time.Millisecond, wait-s.shortWait()/2))
 }
+
+// MaxQuotaWaits is how many quota resets a request waits for before it is parked.
+const MaxQuotaWaits = 2
 
 // shortWait is the longest held-slot wait the activity spends in process; a lane
 // starts the push at once for such a slot instead of setting a timer.

@@ -21,10 +21,6 @@ const (
 	// MaxHistory is where a run stops taking new work and continues as new, well
 	// under Temporal's 10,000-event guidance.
 	MaxHistory = 4000
-	// MaxActivityAttempts bounds Temporal's retries of an infrastructure failure
-	// (Redis or the store unreachable, a worker lost): about 3 minutes at 1 s
-	// doubling to 30 s. After that ChannelSync dead-letters the request.
-	MaxActivityAttempts = 10
 )
 
 // acts is a nil receiver used only to name activity methods type-safely.
@@ -37,8 +33,14 @@ var (
 	attrPriority = temporal.NewSearchAttributeKeyInt64(models.SearchAttrPriority)
 )
 
+// MaxActivityAttempts bounds Temporal's retries of an infrastructure failure (Redis
+// or PostgreSQL unreachable, a worker lost mid-activity): about six minutes of
+// backoff, after which the caller parks what it was doing with a reason.
+const MaxActivityAttempts = 15
+
 // withActivity sets the options every paritysync activity runs with: Temporal
-// retries only infrastructure failures, never the typed channel outcomes.
+// retries only infrastructure failures, never the typed channel outcomes, and
+// never without a bound.
 func withActivity(ctx workflow.Context, timeout time.Duration, priority int) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: timeout,
@@ -50,6 +52,9 @@ func withActivity(ctx workflow.Context, timeout time.Duration, priority int) wor
 			NonRetryableErrorTypes: activities.NonRetryableErrors,
 		},
 		Priority: temporal.Priority{PriorityKey: priority},
+		// A cancelled batch waits for an in-flight push to end, so its outcome is
+		// recorded before the batch closes the rest as cancelled.
+		WaitForCancellation: true,
 	})
 }
 

@@ -13,9 +13,10 @@ import (
 )
 
 // Reconcile reads every channel's state back for the coming nights, compares it
-// with the ledger, and re-sends what drifted as a BatchSync per channel: a full
-// sync at bulk priority, with drifted stop-sells kept urgent. A Temporal Schedule
-// runs it nightly (starter reconcile schedule).
+// with the desired state, and re-sends at their desired versions the cells that
+// drifted or were never confirmed, as a BatchSync per channel: a full sync at bulk
+// priority, with stop-sells kept urgent. It then prunes the store. A Temporal
+// Schedule runs it nightly (starter reconcile schedule).
 func Reconcile(ctx workflow.Context, in models.ReconcileInput) (models.ReconcileResult, error) {
 	day := models.DateOf(workflow.Now(ctx))
 	res := models.ReconcileResult{Day: day}
@@ -34,10 +35,11 @@ func Reconcile(ctx workflow.Context, in models.ReconcileInput) (models.Reconcile
 		Priority:            temporal.Priority{PriorityKey: models.PriorityBulk},
 	})
 
+	info := workflow.GetInfo(ctx)
 	diffs := make([]workflow.Future, len(in.Channels))
 	for i, ch := range in.Channels {
 		diffs[i] = workflow.ExecuteActivity(actx, acts.DiffChannel, models.DiffInput{
-			Channel: ch, From: day, To: day.AddDays(horizon - 1), BatchID: repairBatchID(day, ch),
+			Channel: ch, From: day, To: day.AddDays(horizon - 1), BatchID: repairBatchID(info.WorkflowExecution.RunID, ch),
 		})
 	}
 	var errs []error
@@ -53,7 +55,7 @@ func Reconcile(ctx workflow.Context, in models.ReconcileInput) (models.Reconcile
 			// Nothing drifted, and nothing to re-send.
 			continue
 		}
-		batchID := repairBatchID(day, ch)
+		batchID := repairBatchID(info.WorkflowExecution.RunID, ch)
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 			WorkflowID:        models.BatchWorkflowID(batchID),
 			TaskQueue:         workflow.GetInfo(ctx).TaskQueueName,
@@ -80,11 +82,17 @@ func Reconcile(ctx workflow.Context, in models.ReconcileInput) (models.Reconcile
 		}
 		res.Channels[i].Repair = &st
 	}
+	// The nightly run also keeps the store within its retention.
+	if err := workflow.ExecuteActivity(withActivity(ctx, 10*time.Minute, models.PriorityBulk), acts.PruneStore).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("prune store", "error", err)
+	}
 	workflow.GetLogger(ctx).Info("reconciled", "day", day.String(), "channels", len(in.Channels), "errors", len(errs))
 	return res, errors.Join(errs...)
 }
 
-// repairBatchID names the batch that repairs one channel's drift on one day.
-func repairBatchID(day models.Date, channel string) string {
-	return fmt.Sprintf("reconcile-%s-%s", day, channel)
+// repairBatchID names the batch that repairs one channel's drift found by one run
+// of Reconcile: run ids never repeat, so neither do repair batches, however many
+// repairs run on one day.
+func repairBatchID(runID, channel string) string {
+	return fmt.Sprintf("repair-%s-%s", runID, channel)
 }

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -25,6 +26,8 @@ type unitSuite struct {
 	testsuite.WorkflowTestSuite
 	env    *testsuite.TestWorkflowEnvironment
 	timers []time.Duration
+	// released lists the batches whose payload was released.
+	released []string
 }
 
 func TestWorkflows(t *testing.T) { suite.Run(t, new(unitSuite)) }
@@ -41,6 +44,12 @@ func (s *unitSuite) newEnv() {
 	s.env.RegisterWorkflow(BatchSync)
 	s.env.RegisterWorkflow(ChannelSync)
 	s.env.RegisterActivity(&activities.Activities{})
+	s.released = nil
+	s.env.OnActivity(acts.PruneStore, mock.Anything).Return(store.Pruned{}, nil).Maybe()
+	s.env.OnActivity(acts.ReleaseBatch, mock.Anything, mock.Anything).Return(func(_ context.Context, id string) error {
+		s.released = append(s.released, id)
+		return nil
+	}).Maybe()
 	s.timers = nil
 	s.env.SetOnTimerScheduledListener(func(_ string, d time.Duration) { s.timers = append(s.timers, d) })
 }
@@ -232,6 +241,7 @@ func (s *unitSuite) TestMixedBatchCountsEveryOutcome() {
 	for _, c := range st.Channels {
 		s.Equal(c.Total, c.Done(), "every update of %s has an outcome", c.Channel)
 	}
+	s.Equal([]string{"b1"}, s.released, "a finished batch releases its payload once")
 }
 
 func (s *unitSuite) TestUrgentChunksStartFirst() {
@@ -348,7 +358,7 @@ func (s *unitSuite) TestReconcileRepairsOnlyDriftedChannels() {
 		return in.Channel == "expedia" && in.To.DaysSince(in.From) == 6
 	})).Return(models.ChannelDrift{Channel: "expedia", Checked: 40, Drifted: 3, PayloadKey: "k"}, nil).Once()
 	s.env.OnWorkflow(BatchSync, mock.Anything, mock.MatchedBy(func(in models.BatchSyncInput) bool {
-		return in.PayloadKey == "k" && strings.HasPrefix(in.BatchID, "reconcile-") && strings.HasSuffix(in.BatchID, "-expedia")
+		return in.PayloadKey == "k" && strings.HasPrefix(in.BatchID, "repair-") && strings.HasSuffix(in.BatchID, "-expedia")
 	})).Return(models.BatchStatus{Done: true, Channels: []models.ChannelCounts{{Channel: "expedia", Total: 3, Committed: 3}}}, nil).Once()
 
 	s.env.ExecuteWorkflow(Reconcile, models.ReconcileInput{Channels: []string{"agoda", "expedia"}, HorizonDays: 7})
@@ -360,6 +370,14 @@ func (s *unitSuite) TestReconcileRepairsOnlyDriftedChannels() {
 	s.Nil(res.Channels[0].Repair, "no drift, no repair batch")
 	s.Require().NotNil(res.Channels[1].Repair)
 	s.Equal(3, res.Channels[1].Repair.Totals().Committed)
+}
+
+func TestRepairBatchIDsNeverCollide(t *testing.T) {
+	// Two runs on one day (a nightly one and an operator's) repair separately.
+	a, b := repairBatchID("run-a", "agoda"), repairBatchID("run-b", "agoda")
+	if a == b {
+		t.Fatalf("two runs name their repair of agoda %q", a)
+	}
 }
 
 func (s *unitSuite) TestReconcileWithoutChannelsFails() {

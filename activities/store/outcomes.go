@@ -157,7 +157,7 @@ ORDER BY o.family NULLS FIRST`, batchID, mutationID)
 
 // BatchCounts tallies the recorded outcomes of a batch per channel, as the batch's
 // status reports them: Total counts updates with an outcome, Rejected whole
-// mutations. Cancelled updates count in Total only. Operators and the end-to-end
+// mutations. Operators and the end-to-end
 // tests call it to check that a batch's outcomes add up.
 func (s *Store) BatchCounts(ctx context.Context, batchID string) ([]models.ChannelCounts, error) {
 	rows, _ := s.pool.Query(ctx, `
@@ -184,6 +184,8 @@ GROUP BY 1, 2`, batchID)
 			c.Rejected += n
 		case models.OutcomeDeadLettered:
 			c.DeadLettered += n
+		case models.OutcomeCancelled:
+			c.Cancelled += n
 		}
 		return nil
 	}); err != nil {

@@ -2,59 +2,22 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net/url"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
+	"github.com/paritysync/paritysync/activities/store/storetest"
 	"github.com/paritysync/paritysync/models"
 )
-
-// testDatabaseURL is the database the tests create their schemas in.
-func testDatabaseURL() string {
-	if u := os.Getenv("PARITYSYNC_TEST_DATABASE_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-}
 
 // testSchema creates a schema of its own for one test, drops it when the test ends
 // and returns the URL that selects it.
 func testSchema(tb testing.TB) string {
 	tb.Helper()
-	ctx := context.Background()
-	base := testDatabaseURL()
-	admin, err := pgx.Connect(ctx, base)
-	if err != nil {
-		tb.Skipf("store tests need PostgreSQL at %s (set PARITYSYNC_TEST_DATABASE_URL): %v", base, err)
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "storetest_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		tb.Fatalf("create schema: %v", err)
-	}
-	tb.Cleanup(func() {
-		defer admin.Close(context.Background())
-		if _, err := admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			tb.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		tb.Fatalf("parse %s: %v", base, err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return storetest.Schema(tb, "storetest")
 }
 
 // openStore opens a store on url, closed when the test ends.

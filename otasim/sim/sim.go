@@ -50,6 +50,9 @@ type ChannelStats struct {
 	// family, whether or not that earlier push was applied. A client that orders its
 	// pushes keeps it at 0; a real channel would apply such a push.
 	StaleReceived int `json:"stale_received"`
+	// Reads counts reads of channel state (GET) admitted within the limit; reads
+	// share the push window, so they count toward MaxWindowRequests too.
+	Reads int `json:"reads"`
 	// AuthFailures counts 401 answers.
 	AuthFailures int `json:"auth_failures"`
 	// Invalid counts 4xx answers to malformed requests.
@@ -60,8 +63,9 @@ type ChannelStats struct {
 	FaultsInjected int `json:"faults_injected"`
 	// NightsApplied counts nights written to the channel's state.
 	NightsApplied int `json:"nights_applied"`
-	// MaxWindowRequests is the most valid pushes that arrived in any 60 s window
-	// of one limit key; a client that respects the limit keeps it <= Limit.
+	// MaxWindowRequests is the most valid pushes and state reads that arrived in
+	// any 60 s window of one limit key; a client that respects the limit keeps it
+	// <= Limit.
 	MaxWindowRequests int `json:"max_window_requests"`
 	// DailyUsed is the quota spent today (UTC); DailyQuota 0 means unlimited.
 	DailyUsed  int `json:"daily_used"`
@@ -529,36 +533,46 @@ func (s *Simulator) tokenValid(tok string, now time.Time) bool {
 func (s *Simulator) serveState(w http.ResponseWriter, r *http.Request, ch *channel) {
 	s.mu.Lock()
 	now := s.now()
-	rep := s.state(ch, r, now)
-	ch.rateHeaders("", now, rep.header)
+	rep, key := s.state(ch, r, now)
+	ch.rateHeaders(key, now, rep.header)
 	s.mu.Unlock()
 	rep.write(w)
 }
 
-// state answers GET {base}/ari. Reads are not rate limited: reconciliation reads a
-// night's worth of state and a real channel gives reads their own budget.
-func (s *Simulator) state(ch *channel, r *http.Request, now time.Time) reply {
+// state answers GET {base}/ari, and the limit key it counted in. Reads count in
+// the same sliding window as pushes, as on channels that meter every call: a read
+// over the limit is a 429 with Retry-After.
+func (s *Simulator) state(ch *channel, r *http.Request, now time.Time) (reply, string) {
 	if !s.authorized(r.Header.Get("Authorization"), now) {
 		ch.stats.AuthFailures++
-		return errorReply(http.StatusUnauthorized, models.ErrorUnauthorized, "bearer token missing, unknown or expired")
+		return errorReply(http.StatusUnauthorized, models.ErrorUnauthorized, "bearer token missing, unknown or expired"), ""
 	}
 	q := r.URL.Query()
 	prop := q.Get("property_id")
 	if prop == "" {
-		return errorReply(http.StatusBadRequest, models.ErrorInvalid, "property_id: required")
+		return errorReply(http.StatusBadRequest, models.ErrorInvalid, "property_id: required"), ""
 	}
 	from, err := models.ParseDate(q.Get("from"))
 	if err != nil {
-		return errorReply(http.StatusBadRequest, models.ErrorInvalid, "from: "+err.Error())
+		return errorReply(http.StatusBadRequest, models.ErrorInvalid, "from: "+err.Error()), ""
 	}
 	to, err := models.ParseDate(q.Get("to"))
 	if err != nil {
-		return errorReply(http.StatusBadRequest, models.ErrorInvalid, "to: "+err.Error())
+		return errorReply(http.StatusBadRequest, models.ErrorInvalid, "to: "+err.Error()), ""
 	}
 	if to.Before(from) || to.DaysSince(from) >= maxStateNights {
 		return errorReply(http.StatusBadRequest, models.ErrorInvalid,
-			fmt.Sprintf("to: must be within %d nights on or after from", maxStateNights))
+			fmt.Sprintf("to: must be within %d nights on or after from", maxStateNights)), ""
 	}
+	key := ch.limitKey(prop)
+	ch.stats.MaxWindowRequests = max(ch.stats.MaxWindowRequests, getWindow(ch.arrivals, key).add(now))
+	win := getWindow(ch.windows, key)
+	if win.count(now) >= ch.cfg.RatePerMinute {
+		ch.stats.Throttled++
+		return ch.throttle(http.StatusTooManyRequests, win.nextFree(now), now), key
+	}
+	win.add(now)
+	ch.stats.Reads++
 	st := models.ARIState{PropertyID: prop, Cells: []models.ARICell{}}
 	for k, c := range ch.cells[prop] {
 		if !k.date.Before(from) && !k.date.After(to) {
@@ -574,7 +588,7 @@ func (s *Simulator) state(ch *channel, r *http.Request, now time.Time) reply {
 		}
 		return a.Date.Time().Compare(b.Date.Time())
 	})
-	return jsonReply(http.StatusOK, st)
+	return jsonReply(http.StatusOK, st), key
 }
 
 // limitKey is the sliding-window key of a push: the property for property-scoped

@@ -690,3 +690,27 @@ func TestRequestLogEndpointIsBoundedAndFilters(t *testing.T) {
 		t.Errorf("error does not name the parameter: %s", bad.Body)
 	}
 }
+
+// Reads share the push window: a read past the limit is a 429 with Retry-After, and
+// pushes after reads that filled the window are refused too.
+func TestStateReadsCountInTheWindow(t *testing.T) {
+	s, clk := newSim(t, func(c *Config) { c.Channels[0].RatePerMinute = 3 })
+	getState(t, s, "p1", "2030-03-11", "2030-03-12")
+	getState(t, s, "p1", "2030-03-11", "2030-03-12")
+	wantStatus(t, post(s, "k1", token, ratesBody("p1", 1, "80.00", "2030-03-11", "2030-03-11")), http.StatusOK)
+	req := httptest.NewRequest(http.MethodGet, "/ota/ari?property_id=p1&from=2030-03-11&to=2030-03-12", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	wantStatus(t, rec, http.StatusTooManyRequests)
+	if rec.Header().Get(models.HeaderRetryAfter) == "" {
+		t.Error("a throttled read carries no Retry-After")
+	}
+	wantStatus(t, post(s, "k2", token, ratesBody("p1", 2, "81.00", "2030-03-11", "2030-03-11")), http.StatusTooManyRequests)
+	st := s.Stats()["ota"]
+	if st.Reads != 2 || st.Throttled != 2 || st.MaxWindowRequests != 5 {
+		t.Errorf("stats %+v: want 2 reads, 2 throttled, 5 arrivals in the window", st)
+	}
+	clk.Add(61 * time.Second)
+	getState(t, s, "p1", "2030-03-11", "2030-03-12")
+}

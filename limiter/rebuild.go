@@ -1,0 +1,109 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/paritysync/paritysync/models"
+)
+
+// The ordering gate is Redis's working copy of what the system of record keeps: the
+// newest version sent per night. After Redis restarts empty, the gate's owner loads
+// it back (LoadGate) and then marks the channel's gate as whole (MarkGateRebuilt),
+// which also starts the channel's buckets empty. The mark is a random epoch in
+//
+//	<prefix>{<channel>}:gate_epoch    TTL Options.GateTTL, renewed by every rebuild
+//
+// A Redis loss deletes it. A caller that read epoch E before Reserve and reads E
+// again after Reserve admitted a request knows the gate that admitted it was whole;
+// any other answer means "do not send: rebuild and ask again".
+
+// GateNight is the newest version sent for one night of a room and rate plan.
+type GateNight struct {
+	Room, Plan string
+	Night      models.Date
+	Version    int64
+}
+
+// gateFieldsPerCall bounds one gate_load call, so a rebuild never blocks Redis for
+// long.
+const gateFieldsPerCall = 2000
+
+func (ck channelKeys) gateEpoch() string { return ck.base + "gate_epoch" }
+
+// GateEpoch returns channel's gate epoch, "" when the gate has not been rebuilt since
+// Redis last lost it (or since it first started).
+func (l *Limiter) GateEpoch(ctx context.Context, channel string) (string, error) {
+	ck, err := l.channel(channel)
+	if err != nil {
+		return "", fmt.Errorf("gate epoch %s: %w", channel, err)
+	}
+	epoch, err := script.Run(ctx, l.rdb, []string{ck.gateEpoch()}, "gate_epoch").Text()
+	if err != nil {
+		return "", fmt.Errorf("gate epoch %s: %w", channel, err)
+	}
+	return epoch, nil
+}
+
+// LoadGate raises the gate of (channel, property, family) to at least the given
+// versions; versions already newer stay. It returns how many nights it raised.
+func (l *Limiter) LoadGate(ctx context.Context, channel, property string, f models.Family, nights []GateNight) (int, error) {
+	ck, err := l.channel(channel)
+	if err != nil {
+		return 0, fmt.Errorf("load gate %s: %w", channel, err)
+	}
+	key := ck.base + "gate:" + property + ":" + string(f)
+	raised := 0
+	for len(nights) > 0 {
+		part := nights[:min(gateFieldsPerCall, len(nights))]
+		nights = nights[len(part):]
+		args := make([]any, 0, 2+2*len(part))
+		args = append(args, "gate_load", l.opts.GateTTL.Milliseconds())
+		for _, n := range part {
+			args = append(args, n.Room+"|"+n.Plan+"|"+fmt.Sprint(dayNumber(n.Night)), n.Version)
+		}
+		got, err := script.Run(ctx, l.rdb, []string{key}, args...).Int()
+		if err != nil {
+			return raised, fmt.Errorf("load gate %s/%s/%s: %w", channel, property, f, err)
+		}
+		raised += got
+	}
+	return raised, nil
+}
+
+// GateScope is a (property, family) whose gate was rebuilt.
+type GateScope struct {
+	Property string
+	Family   models.Family
+}
+
+// MarkGateRebuilt records that channel's gate is whole again under epoch, unless
+// another worker marked it first, and returns the epoch in force. Marking starts
+// the channel's window empty — per channel, or for each given scope on a channel
+// that limits per property — so the first requests after a Redis loss are paced,
+// not a full burst on top of what the channel's own window may still hold.
+func (l *Limiter) MarkGateRebuilt(ctx context.Context, channel, epoch string, scopes []GateScope) (string, error) {
+	ck, err := l.channel(channel)
+	if err != nil {
+		return "", fmt.Errorf("mark gate %s: %w", channel, err)
+	}
+	if epoch == "" {
+		return "", fmt.Errorf("mark gate %s: empty epoch: %w", channel, ErrInvalidRequest)
+	}
+	keys := []string{ck.gateEpoch()}
+	for _, s := range scopes {
+		if k := ck.base + "tat:" + ck.scope(s.Property, s.Family); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	if ck.cfg.Scope != models.ScopeProperty && len(keys) == 1 {
+		keys = append(keys, ck.base+"tat:"+ck.scope("", ""))
+	}
+	got, err := script.Run(ctx, l.rdb, keys, "gate_mark", epoch, l.opts.GateTTL.Milliseconds(),
+		ck.cfg.RatePerMinute, max(1, ck.cfg.Burst), l.opts.Margin.Milliseconds()).Text()
+	if err != nil {
+		return "", fmt.Errorf("mark gate %s: %w", channel, err)
+	}
+	return got, nil
+}

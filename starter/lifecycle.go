@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/models"
+)
+
+// A batch's lifecycle from the operator's side: starting an id once, cancelling,
+// a truthful status read from the system of record, every outcome.
+
+// memoContent is the memo field holding the SHA-256 of a batch's mutations, so a
+// second start of the same id can tell the same batch from another one.
+const memoContent = "content_sha256"
+
+// contentDigest is the SHA-256 of ms as JSON.
+func contentDigest(ms []models.Mutation) (string, error) {
+	body, err := json.Marshal(ms)
+	if err != nil {
+		return "", fmt.Errorf("encode batch: %w", err)
+	}
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// errBatchExists refuses a start whose id is taken by other content or by a
+// finished batch.
+var errBatchExists = errors.New("batch id in use")
+
+// existingBatch looks wfID up before anything is stored. It returns nil when the id
+// is free; attach = true when a running batch has the same content (the caller
+// follows it instead of starting, and stores nothing); an error wrapping
+// errBatchExists otherwise.
+func existingBatch(ctx context.Context, tc client.Client, wfID, digest string) (attach bool, err error) {
+	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look up %s: %w", wfID, err)
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	var theirs string
+	if f := info.GetMemo().GetFields()[memoContent]; f != nil {
+		_ = json.Unmarshal(f.GetData(), &theirs)
+	}
+	status := info.GetStatus()
+	switch {
+	case status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING && theirs == digest:
+		return true, nil
+	case status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		return false, fmt.Errorf("%s is running with other content (its payload is untouched); pick another --id: %w",
+			wfID, errBatchExists)
+	}
+	return false, fmt.Errorf("%s already ran (%s); --rerun starts it again under a new id: %w",
+		wfID, strings.ToLower(strings.TrimPrefix(status.String(), "WORKFLOW_EXECUTION_STATUS_")), errBatchExists)
+}
+
+// rerunID names a re-run of a finished batch: a new batch, whose outcomes are its own.
+func rerunID(batchID string, now time.Time) string {
+	return batchID + ".rerun-" + now.UTC().Format("20060102-150405")
+}
+
+// batchWorkflowID accepts a batch id or its workflow id.
+func batchWorkflowID(arg string) (string, string) {
+	if id, ok := strings.CutPrefix(arg, models.BatchWorkflowID("")); ok {
+		return id, arg
+	}
+	return arg, models.BatchWorkflowID(arg)
+}
+
+// outcomes reads batch batchID's recorded outcomes per channel, for follow.
+func (d *deps) outcomes(batchID string) func(context.Context) ([]models.ChannelCounts, error) {
+	return func(ctx context.Context) ([]models.ChannelCounts, error) {
+		st, err := d.store(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return st.BatchCounts(ctx, batchID)
+	}
+}
+
+// liveCounts is st's per-channel totals with the outcomes recorded so far, or st's
+// own counts (whole chunks) when the store cannot be read.
+func liveCounts(ctx context.Context, outcomes func(context.Context) ([]models.ChannelCounts, error), st models.BatchStatus) []models.ChannelCounts {
+	if outcomes == nil {
+		return st.Channels
+	}
+	stored, err := outcomes(ctx)
+	if err != nil {
+		return st.Channels
+	}
+	out := make([]models.ChannelCounts, 0, len(st.Channels))
+	for _, c := range st.Channels {
+		live := models.ChannelCounts{Channel: c.Channel, Total: c.Total, Deferred: c.Deferred, Requests: c.Requests}
+		for _, s := range stored {
+			if s.Channel == c.Channel {
+				live.Committed, live.Superseded, live.Rejected = s.Committed, s.Superseded, s.Rejected
+				live.DeadLettered, live.Cancelled = s.DeadLettered, s.Cancelled
+			}
+		}
+		out = append(out, live)
+	}
+	return out
+}
+
+// batchCancel cancels a batch and waits until it has closed its outcomes.
+func batchCancel(args []string, out io.Writer, getenv func(string) string) error {
+	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
+		return usageError{"batch cancel: want exactly one batch id"}
+	}
+	batchID, wfID := batchWorkflowID(args[0])
+	d, err := loadDeps(getenv)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tc, err := d.temporal(ctx)
+	if err != nil {
+		return err
+	}
+	if err := tc.CancelWorkflow(ctx, wfID, ""); err != nil {
+		return fmt.Errorf("cancel %s: %w", wfID, err)
+	}
+	fmt.Fprintf(out, "cancelling %s: running chunks finish their in-flight request, the rest is cancelled\n", wfID)
+	var st models.BatchStatus
+	err = tc.GetWorkflow(ctx, wfID, "").Get(ctx, &st)
+	var canceled *temporal.CanceledError
+	switch {
+	case errors.As(err, &canceled):
+	case err != nil:
+		return fmt.Errorf("batch %s: %w", wfID, err)
+	}
+	return printStoredCounts(ctx, d, batchID, out)
+}
+
+// printStoredCounts prints a batch's outcomes as the store holds them.
+func printStoredCounts(ctx context.Context, d *deps, batchID string, out io.Writer) error {
+	st, err := d.store(ctx)
+	if err != nil {
+		return err
+	}
+	counts, err := st.BatchCounts(ctx, batchID)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "channel\twith outcome\tcommitted\tsuperseded\trejected\tdead-lettered\tcancelled\t")
+	var t models.ChannelCounts
+	for _, c := range append(counts, models.ChannelCounts{Channel: "all"}) {
+		if c.Channel == "all" {
+			c = t
+			c.Channel = "all"
+		}
+		t.Add(c)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", c.Channel, c.Total, c.Committed, c.Superseded, c.Rejected,
+			c.DeadLettered, c.Cancelled)
+	}
+	return tw.Flush()
+}
+
+// batchStatus reports a batch truthfully: its state from Temporal (running, done,
+// cancelled, terminated …), its per-update progress from the system of record,
+// and, while it runs and a worker answers, its chunks and pauses.
+func batchStatus(args []string, out io.Writer, getenv func(string) string) error {
+	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
+		return usageError{"batch status: want exactly one batch id"}
+	}
+	batchID, wfID := batchWorkflowID(args[0])
+	d, err := loadDeps(getenv)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tc, err := d.temporal(ctx)
+	if err != nil {
+		return err
+	}
+	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return fmt.Errorf("no batch %s", batchID)
+	}
+	if err != nil {
+		return fmt.Errorf("look up %s: %w", wfID, err)
+	}
+	status := desc.GetWorkflowExecutionInfo().GetStatus()
+	state := map[enumspb.WorkflowExecutionStatus]string{
+		enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:          "running",
+		enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:        "done",
+		enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:         "cancelled",
+		enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:       "terminated (its updates without an outcome are re-sent by reconciliation)",
+		enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:           "failed",
+		enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:        "timed out",
+		enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW: "running",
+	}[status]
+	fmt.Fprintf(out, "%s: %s\n", wfID, state)
+	if status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := queryStatus(qctx, tc, wfID)
+		qcancel()
+		if err != nil {
+			fmt.Fprintln(out, "no worker answered the status query (is a worker running on task queue "+
+				d.settings.TaskQueue+"?); progress below is from the store")
+		} else {
+			fmt.Fprintf(out, "%d mutations, chunks %d finished / %d running / %d total\n",
+				st.Mutations, st.Finished, st.Running, st.Chunks)
+			if len(st.Paused) > 0 {
+				fmt.Fprintf(out, "paused: %s\n", strings.Join(st.Paused, ", "))
+			}
+		}
+	}
+	if err := printStoredCounts(ctx, d, batchID, out); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, d.uiLink(wfID))
+	return nil
+}
+
+// batchOutcomes lists a batch's outcomes: all rejections (batch rejections ID), or
+// one mutation's fate (batch outcome ID --mutation M), as a table or JSON lines.
+func batchOutcomes(rejections bool, args []string, out io.Writer, getenv func(string) string) error {
+	name := map[bool]string{true: "batch rejections", false: "batch outcome"}[rejections]
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	mutation := fs.String("mutation", "", "the mutation id (batch outcome)")
+	asJSON := fs.Bool("json", false, "JSON lines instead of a table")
+	var id string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		id, args = args[0], args[1:]
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if id == "" || fs.NArg() > 0 || (!rejections && *mutation == "") {
+		return usageError{name + ": want a batch id" + map[bool]string{true: "", false: " and --mutation"}[rejections]}
+	}
+	batchID, _ := batchWorkflowID(id)
+	d, err := loadDeps(getenv)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	ctx := context.Background()
+	st, err := d.store(ctx)
+	if err != nil {
+		return err
+	}
+	var list []store.MutationOutcome
+	if rejections {
+		err = st.BatchOutcomes(ctx, batchID, models.OutcomeRejected, func(o store.MutationOutcome) error {
+			list = append(list, o)
+			return nil
+		})
+	} else {
+		list, err = st.Outcomes(ctx, batchID, *mutation)
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		for _, o := range list {
+			if err := enc.Encode(o); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "mutation\tchannel\tfamily\toutcome\treason")
+	for _, o := range list {
+		fam := string(o.Family)
+		if fam == "" {
+			fam = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", o.MutationID, o.Channel, fam, o.Outcome, o.Reason)
+	}
+	_ = tw.Flush()
+	if !rejections && len(list) == 0 {
+		fmt.Fprintf(out, "no outcome yet for %s in %s (still on its way, or not in the batch)\n", *mutation, batchID)
+		return nil
+	}
+	fmt.Fprintf(out, "%d %s\n", len(list), map[bool]string{true: "rejections", false: "outcomes"}[rejections])
+	return nil
+}
