@@ -432,8 +432,8 @@ if op == 'gate_load' then
   local ttl = tonumber(ARGV[2])
   local raised = 0
   for i = 3, #ARGV, 2 do
-    local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0')
-    if tonumber(ARGV[i + 1]) > cur then
+    local cur = redis.call('HGET', KEYS[1], ARGV[i])
+    if not cur or newer(ARGV[i + 1], cur) then
       redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
       raised = raised + 1
     end
