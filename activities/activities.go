@@ -237,7 +237,7 @@ func (a *Activities) storeChunks(ctx context.Context, batchID string, reqs []mod
 	plan *models.BatchPlan, counts map[string]*models.ChannelCounts) error {
 	size := a.ChunkSize
 	if size <= 0 {
-		size = 25
+		size = models.DefaultSettings().ChunkSize
 	}
 	type group struct {
 		channel  string

@@ -66,7 +66,7 @@ func DefaultSettings() Settings {
 		KeyPrefix:         "paritysync:",
 		HTTPTimeout:       10 * time.Second,
 		MetricsAddr:       "127.0.0.1:9464",
-		ChunkSize:         25,
+		ChunkSize:         100,
 		PropertyPattern:   `^prop_[0-9a-f]{8}$`,
 		MaxActivities:     32,
 		ShutdownTimeout:   30 * time.Second,
