@@ -339,7 +339,9 @@ func (c *cli) batchStatusCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "status BATCH_ID",
 		Short: "Ask a batch for its counts (BATCH_ID or batch/BATCH_ID)",
-		Long: `Query a running or finished batch for its per-channel counts. The exit status is
+		Long: `Show a batch's state as Temporal records it (running, done, cancelled,
+terminated) and its progress per update from the store, which answers even when no
+worker does. With --output json: the batch's own status query, whose exit status is
 3 when some mutations were rejected or dead-lettered.`,
 		Args: exactArgs(1, "exactly one batch id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -349,6 +351,11 @@ func (c *cli) batchStatusCmd() *cobra.Command {
 }
 
 func (c *cli) batchStatus(ctx context.Context, id string) error {
+	if !c.json() {
+		// The state from Temporal (running, done, cancelled, terminated) and the
+		// progress per update from the store, even with no worker answering.
+		return batchStatus([]string{id}, c.stdout, c.getenv)
+	}
 	d, err := c.deps()
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paritysync/paritysync/activities/store/storetest"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
 )
@@ -98,6 +99,8 @@ func TestEndToEndProtocols(t *testing.T) {
 		"REDIS_URL": redisURL, "TEMPORAL_ADDRESS": srv.FrontendHostPort(), "PARITYSYNC_TASK_QUEUE": s.queue,
 		"PARITYSYNC_KEY_PREFIX": s.prefix, "PARITYSYNC_TOKEN": "e2e-token", "PARITYSYNC_METRICS_ADDR": "127.0.0.1:0",
 		"PARITYSYNC_CHANNELS_FILE": chFile,
+		// A schema of its own on the local PostgreSQL, dropped at the end.
+		"PARITYSYNC_DATABASE_URL": storetest.Schema(t, "e2e"),
 	}
 	chs, err := models.LoadChannels(chFile, s.getenv)
 	require.NoError(t, err)

@@ -136,7 +136,7 @@ func TestBatchLifecycle(t *testing.T) {
 
 		other := writeBatchFile(t, ms[:10])
 		out, code = s.starter(t, bin, "batch", "start", "--file", other, "--id", id)
-		require.Equal(t, 1, code)
+		require.Equal(t, 70, code, "refused: a general error")
 		require.Contains(t, out, "other content")
 		stored, err := st.LoadBatch(context.Background(), models.BatchWorkflowID(id))
 		require.NoError(t, err)
@@ -158,7 +158,7 @@ func TestBatchLifecycle(t *testing.T) {
 		require.Contains(t, out, "cancelled")
 
 		out, code = s.starter(t, bin, "batch", "start", "--file", file, "--id", id)
-		require.Equal(t, 1, code)
+		require.Equal(t, 70, code, "refused: a general error")
 		require.Contains(t, out, "already ran")
 		out, code = s.starter(t, bin, "batch", "start", "--file", file, "--id", id, "--rerun")
 		require.Zero(t, code)
