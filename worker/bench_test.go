@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -25,7 +26,6 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
@@ -468,14 +468,9 @@ func (b *bench) pause() {
 		"< 100 events per run")
 }
 
-// noopActivities has the shape of the real activities with PushRequest doing nothing.
-type noopActivities struct{ real *activities.Activities }
-
-func (n *noopActivities) PrepareBatch(ctx context.Context, in models.BatchSyncInput) (models.BatchPlan, error) {
-	return n.real.PrepareBatch(ctx, in)
-}
-
-func (n *noopActivities) PushRequest(context.Context, models.PushInput) (models.PushResult, error) {
+// noopPush is PushRequest doing nothing: the same workflows around no limiter and no
+// channel.
+func noopPush(context.Context, models.PushInput) (models.PushResult, error) {
 	return models.PushResult{Committed: 1}, nil
 }
 
@@ -497,9 +492,15 @@ func (b *bench) throughput() {
 	w := sdkworker.New(s.tc, noopQueue, sdkworker.Options{MaxConcurrentActivityExecutionSize: 32})
 	w.RegisterWorkflow(workflows.BatchSync)
 	w.RegisterWorkflow(workflows.ChannelSync)
-	noop := &noopActivities{real: real}
-	w.RegisterActivityWithOptions(noop.PrepareBatch, activity.RegisterOptions{Name: "PrepareBatch"})
-	w.RegisterActivityWithOptions(noop.PushRequest, activity.RegisterOptions{Name: "PushRequest"})
+	// Every activity as the worker has it, but PushRequest, which does nothing.
+	rv := reflect.ValueOf(real)
+	for i := range rv.NumMethod() {
+		name := rv.Type().Method(i).Name
+		if name != "PushRequest" {
+			w.RegisterActivityWithOptions(rv.Method(i).Interface(), activity.RegisterOptions{Name: name})
+		}
+	}
+	w.RegisterActivityWithOptions(noopPush, activity.RegisterOptions{Name: "PushRequest"})
 	require.NoError(b.t, w.Start())
 	defer w.Stop()
 
