@@ -52,8 +52,9 @@ bench:
 # simulator (about 30 minutes); prints one table. BENCH=urgent,race runs a subset.
 BENCH ?= all
 bench-e2e: $(BIN)/temporal
-	PARITYSYNC_BENCH=$(BENCH) PARITYSYNC_BENCH_OUT=$(CURDIR)/.run/bench-e2e.md TEMPORAL_CLI=$(BIN)/temporal \
-		go test -count=1 -run TestBenchPushEngine -v -timeout 90m ./worker
+	mkdir -p .run
+	scripts/with-db.sh bench env PARITYSYNC_BENCH=$(BENCH) PARITYSYNC_BENCH_OUT=$(CURDIR)/.run/bench-e2e.md \
+		TEMPORAL_CLI=$(BIN)/temporal go test -count=1 -run TestBenchPushEngine -v -timeout 90m ./worker
 
 clean: down
 	rm -rf $(BIN) .run
