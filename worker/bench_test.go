@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"reflect"
 	"slices"
 	"strings"
@@ -60,6 +62,7 @@ func TestBenchPushEngine(t *testing.T) {
 		{"pause", b.pause},
 		{"throughput", b.throughput},
 		{"versus", b.versus},
+		{"trace", b.trace},
 	}
 	for _, sc := range scenarios {
 		if sel != "all" && !slices.Contains(strings.Split(sel, ","), sc.name) {
@@ -607,4 +610,79 @@ func (b *bench) versus() {
 
 func client2(id, queue string) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{ID: id, TaskQueue: queue}
+}
+
+// trace replays a burst pattern (every 2 minutes, 40 rates requests within 4 s and
+// one urgent stop-sell) both through `starter simulate` and through the worker
+// against the simulator, and reports the sends per minute of each.
+func (b *bench) trace() {
+	const rate, burst, bursts = 30, 3, 2
+	type row struct {
+		at       time.Duration
+		prop     string
+		priority int
+		family   models.Family
+	}
+	var rows []row
+	var csv strings.Builder
+	csv.WriteString("at_seconds,channel,family,property_id,priority\n")
+	for k := range bursts {
+		start := time.Duration(k) * 2 * time.Minute
+		for i := range 40 {
+			rows = append(rows, row{start + time.Duration(i)*100*time.Millisecond, fmt.Sprintf("prop_%08x", k*100+i+1), 5, models.FamilyRates})
+		}
+		rows = append(rows, row{start + 2*time.Second, fmt.Sprintf("prop_%08x", 0xc000+k), 1, models.FamilyRestrictions})
+	}
+	for _, r := range rows {
+		fmt.Fprintf(&csv, "%.1f,expedia,%s,%s,%d\n", r.at.Seconds(), r.family, r.prop, r.priority)
+	}
+	dir := b.t.TempDir()
+	tracePath := dir + "/trace.csv"
+	require.NoError(b.t, os.WriteFile(tracePath, []byte(csv.String()), 0o600))
+	cmd := exec.Command("go", "run", "../starter", "simulate", "--trace", tracePath, "--output", "json")
+	cmd.Env = append(os.Environ(), "PARITYSYNC_CHANNEL_EXPEDIA_RATE_PER_MINUTE="+fmt.Sprint(rate),
+		"PARITYSYNC_CHANNEL_EXPEDIA_BURST="+fmt.Sprint(burst))
+	out, err := cmd.Output()
+	require.NoError(b.t, err, "starter simulate")
+	var simulated []struct {
+		Minutes []struct {
+			Sent int `json:"sent"`
+		} `json:"minutes"`
+	}
+	require.NoError(b.t, json.Unmarshal(out, &simulated))
+	require.Len(b.t, simulated, 1)
+
+	s := b.stack(stackOptions{Channels: map[string]stackChannel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
+	start := time.Now()
+	var runs []client.WorkflowRun
+	for _, r := range rows {
+		time.Sleep(time.Until(start.Add(r.at)))
+		m := models.Mutation{ID: uuid.NewString(), Channel: "expedia", PropertyID: r.prop, RoomTypeCode: "DBL",
+			RatePlanCode: "BAR", StayDate: benchDay(), Version: time.Now().UnixNano(), Priority: r.priority}
+		if r.family == models.FamilyRestrictions {
+			stop := true
+			m.StopSell = &stop
+		} else {
+			a := decimal.New(120, 0)
+			m.Amount, m.Currency = &a, "EUR"
+		}
+		runs = append(runs, s.startMutations(b.t, "bench-trace-"+uuid.NewString()[:8], []models.Mutation{m}))
+	}
+	for _, r := range runs {
+		waitBatch(b.t, r, 10*time.Minute)
+	}
+	var worker []int
+	for _, t := range arrivals(s, "expedia", nil) {
+		i := int(t.Sub(start) / time.Minute)
+		for len(worker) <= i {
+			worker = append(worker, 0)
+		}
+		worker[i]++
+	}
+	var sim []int
+	for _, m := range simulated[0].Minutes {
+		sim = append(sim, m.Sent)
+	}
+	b.row(fmt.Sprintf("the same burst trace (%d bursts of 41, expedia %d/min burst %d): sends per minute", bursts, rate, burst),
+		fmt.Sprintf("starter simulate %v; worker against otasim %v", sim, worker), "the same counts")
 }
