@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/stretchr/testify/mock"
@@ -15,10 +16,10 @@ func (s *unitSuite) TestCancelledBatchClosesEveryOutcome() {
 	plan := models.BatchPlan{BatchID: "b1", Mutations: 20, Chunks: []models.Chunk{
 		chunk("booking_com", 3, 0, 5, 10), chunk("expedia", 3, 0, 5, 10)}}
 	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
-	pushes := 0
+	var pushes atomic.Int32 // mocked activities run on goroutines of their own
 	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
 		func(context.Context, models.PushInput) (models.PushResult, error) {
-			pushes++
+			pushes.Add(1)
 			return models.PushResult{Committed: 2}, nil
 		}).After(20 * time.Second)
 	var closed []string
@@ -26,8 +27,9 @@ func (s *unitSuite) TestCancelledBatchClosesEveryOutcome() {
 		func(_ context.Context, in models.CancelInput) ([]models.ChannelCounts, error) {
 			closed = append(closed, in.BatchID)
 			// What the store holds: the pushes that ended, the rest cancelled.
+			n := int(pushes.Load())
 			return []models.ChannelCounts{
-				{Channel: "booking_com", Total: 10, Committed: pushes, Cancelled: 10 - pushes},
+				{Channel: "booking_com", Total: 10, Committed: n, Cancelled: 10 - n},
 				{Channel: "expedia", Total: 10, Cancelled: 10},
 			}, nil
 		}).Once()
