@@ -121,7 +121,8 @@ func liveCounts(ctx context.Context, outcomes func(context.Context) ([]models.Ch
 	return out
 }
 
-// batchCancel cancels a batch and waits until it has closed its outcomes.
+// batchCancel cancels a batch and waits until it has closed its outcomes. For a
+// batch that ended without closing them (terminated), it closes them itself.
 func batchCancel(args []string, out io.Writer, getenv func(string) string) error {
 	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
 		return usageError{"batch cancel: want exactly one batch id"}
@@ -137,6 +138,30 @@ func batchCancel(args []string, out io.Writer, getenv func(string) string) error
 	tc, err := d.temporal(ctx)
 	if err != nil {
 		return err
+	}
+	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	if err != nil {
+		return fmt.Errorf("look up %s: %w", wfID, err)
+	}
+	switch desc.GetWorkflowExecutionInfo().GetStatus() {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED,
+		enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
+		// Ended without closing its outcomes (terminated from the UI, say): what
+		// still waits is cancelled here, and reconciliation re-sends those cells.
+		st, err := d.store(ctx)
+		if err != nil {
+			return err
+		}
+		n, err := st.CancelPending(ctx, batchID, "batch ended without an outcome for it")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s had ended without closing its outcomes: %d updates cancelled\n", wfID, n)
+		return printStoredCounts(ctx, d, batchID, out)
+	default:
+		fmt.Fprintf(out, "%s already ended\n", wfID)
+		return printStoredCounts(ctx, d, batchID, out)
 	}
 	if err := tc.CancelWorkflow(ctx, wfID, ""); err != nil {
 		return fmt.Errorf("cancel %s: %w", wfID, err)
@@ -210,7 +235,7 @@ func batchStatus(args []string, out io.Writer, getenv func(string) string) error
 		enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:          "running",
 		enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:        "done",
 		enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:         "cancelled",
-		enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:       "terminated (its updates without an outcome are re-sent by reconciliation)",
+		enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:       "terminated (batch cancel closes its waiting updates; reconciliation re-sends their cells)",
 		enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:           "failed",
 		enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:        "timed out",
 		enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW: "running",

@@ -172,4 +172,20 @@ func TestBatchLifecycle(t *testing.T) {
 		require.Equal(t, c.Rejected, strings.Count(out, `"outcome":"rejected"`), "every rejection is listed")
 	})
 
+	t.Run("a terminated batch's waiting updates are closed by cancel", func(t *testing.T) {
+		ms := models.SampleBatch(300, today, time.Now().Unix()+100, 13)
+		id := "term-" + uuid.NewString()[:8]
+		s.startBatch(t, models.BatchSyncInput{BatchID: id, Mutations: ms, Retry: models.DefaultRetryPolicy()})
+		require.Eventually(t, func() bool { return storedTotal(t, st, id).Committed > 0 }, 2*time.Minute, 200*time.Millisecond)
+		require.NoError(t, s.tc.TerminateWorkflow(context.Background(), models.BatchWorkflowID(id), "", "operator"))
+		out, code := s.starter(t, bin, "batch", "cancel", id)
+		require.Zero(t, code)
+		require.Contains(t, out, "ended without closing its outcomes")
+		// A push a dying child had in flight may still be acknowledged after this:
+		// the update keeps its first outcome, so the count does not change.
+		c := storedTotal(t, st, id)
+		t.Logf("terminated, then closed: %+v", c)
+		require.Equal(t, expectedUpdates(t, ms), c.Total, "every update has an outcome")
+		require.Positive(t, c.Cancelled)
+	})
 }

@@ -16,7 +16,7 @@ func (s *unitSuite) TestCancelledBatchClosesEveryOutcome() {
 	plan := models.BatchPlan{BatchID: "b1", Mutations: 20, Chunks: []models.Chunk{
 		chunk("booking_com", 3, 0, 5, 10), chunk("expedia", 3, 0, 5, 10)}}
 	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
-	var pushes atomic.Int32 // activities run on their own goroutines
+	var pushes atomic.Int32 // mocked activities run on goroutines of their own
 	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
 		func(context.Context, models.PushInput) (models.PushResult, error) {
 			pushes.Add(1)
@@ -27,8 +27,9 @@ func (s *unitSuite) TestCancelledBatchClosesEveryOutcome() {
 		func(_ context.Context, in models.CancelInput) ([]models.ChannelCounts, error) {
 			closed = append(closed, in.BatchID)
 			// What the store holds: the pushes that ended, the rest cancelled.
+			n := int(pushes.Load())
 			return []models.ChannelCounts{
-				{Channel: "booking_com", Total: 10, Committed: int(pushes.Load()), Cancelled: 10 - int(pushes.Load())},
+				{Channel: "booking_com", Total: 10, Committed: n, Cancelled: 10 - n},
 				{Channel: "expedia", Total: 10, Cancelled: 10},
 			}, nil
 		}).Once()

@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -314,7 +315,15 @@ func (s *unitSuite) continuedInput(into any) {
 
 func (s *unitSuite) TestChannelSyncContinuesAsNewWithItsProgress() {
 	// Each push takes 10 s of workflow time; the history fills up at 35 s.
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 2}, nil).After(10 * time.Second)
+	var mu sync.Mutex // mocked activities run on goroutines of their own
+	pushed := map[int]bool{}
+	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			pushed[in.Index] = true
+			return models.PushResult{Committed: 2}, nil
+		}).After(10 * time.Second)
 	s.env.RegisterDelayedCallback(func() { s.env.SetCurrentHistoryLength(MaxHistory) }, 35*time.Second)
 
 	s.env.ExecuteWorkflow(ChannelSync, models.ChannelSyncInput{BatchID: "b1", Chunk: chunk("agoda", 3, 0, 20, 40), Window: 2})
@@ -324,7 +333,19 @@ func (s *unitSuite) TestChannelSyncContinuesAsNewWithItsProgress() {
 	s.NotEmpty(next.Remaining)
 	s.Less(len(next.Remaining), 20)
 	s.Equal(2*(20-len(next.Remaining)), next.Counts.Committed, "progress carried into the next run")
-	s.Equal(next.Remaining[0], 20-len(next.Remaining), "the next run starts where this one stopped")
+	// The next run gets exactly what this one did not push: each lane hands back the
+	// request it had taken next, whichever of the lanes' pushes finished first.
+	mu.Lock()
+	defer mu.Unlock()
+	var want []int
+	for i := range 20 {
+		if !pushed[i] {
+			want = append(want, i)
+		}
+	}
+	left := slices.Clone(next.Remaining)
+	slices.Sort(left)
+	s.Equal(want, left, "the next run starts where this one stopped: %v", next.Remaining)
 }
 
 func (s *unitSuite) TestBatchSyncContinuesAsNewWithItsPlan() {
