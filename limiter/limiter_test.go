@@ -155,6 +155,24 @@ func TestScheduleKeepsTheDeclaredWindowAndBurstAndUsesAllOfIt(t *testing.T) {
 		float64(span)/float64(ideal), maxInWindow(slots, time.Minute))
 }
 
+func TestBulkWorkLeavesTheBurstToUrgentWork(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("bulkburst", 60, 5, 1000)}, Options{Prefix: prefix})
+	if d := mustReserve(t, l, req("bulkburst", 5)); d.State != Send {
+		t.Fatalf("first bulk request: %+v, want send", d)
+	}
+	if d := mustReserve(t, l, req("bulkburst", 5)); d.State != Wait || d.Wait < 900*time.Millisecond {
+		t.Fatalf("second bulk request: %+v, want a paced slot, not the burst", d)
+	}
+	// Default-priority work on an idle schedule still has its burst.
+	l2 := New(rdb, []models.ChannelConfig{testChannel("defburst", 60, 5, 1000)}, Options{Prefix: prefix})
+	for i := range 5 {
+		if d := mustReserve(t, l2, req("defburst", 3)); d.State != Send {
+			t.Fatalf("default priority %d: %+v, want the burst", i, d)
+		}
+	}
+}
+
 func TestReservationHoldsItsSlot(t *testing.T) {
 	rdb, prefix := testRedis(t)
 	l := New(rdb, []models.ChannelConfig{testChannel("hold", 60, 1, 1000)}, Options{Prefix: prefix})

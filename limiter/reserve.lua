@@ -168,7 +168,11 @@ if op == 'reserve' then
     slot = e.s
   else
     local interval = w / r
-    local tau = (burst - 1) * interval
+    -- Bulk work (priority 4 and 5) never uses the burst: it leaves the burst to more
+    -- urgent work and keeps a saturated window evenly paced, so an urgent request
+    -- finds a slot to take within one interval instead of a gap a burst left.
+    local tau = 0
+    if prio <= 3 then tau = (burst - 1) * interval end
     local tat = tonumber(redis.call('GET', KEYS[6]) or '0')
     local tail = math.max(now, tat - tau)
     -- The pace is kept to a microsecond in Redis; less than a millisecond is now.

@@ -225,8 +225,9 @@ func (b *bench) saturated() {
 		const rate, burst, n = 30, 3, 54
 		s := b.stack(stackOptions{Workers: workers,
 			Channels: map[string]stackChannel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
-		// 54 properties, one night each: 54 one-line rates requests.
-		ms := rateChanges("expedia", n, 1, time.Now().Unix(), 5, "120.00")
+		// 54 properties, one night each: 54 one-line rates requests at the default
+		// priority (bulk work, priority 4 and 5, leaves the burst to urgent work).
+		ms := rateChanges("expedia", n, 1, time.Now().Unix(), models.PriorityDefault, "120.00")
 		st := waitBatch(b.t, s.startMutations(b.t, "bench-sat-"+uuid.NewString()[:8], ms), 15*time.Minute)
 		require.Equal(b.t, n, st.Totals().Committed)
 		ts := arrivals(s, "expedia", nil)
@@ -588,7 +589,7 @@ func (b *bench) versus() {
 	plainActions, _ := runCost(b.t, s.tc, plainID, "")
 
 	// paritysync: new prices for the same cells, so the channel sees new content.
-	ms2 := rateChanges("expedia", n, 1, time.Now().Unix()+1, 5, "161.00")
+	ms2 := rateChanges("expedia", n, 1, time.Now().Unix()+1, models.PriorityDefault, "161.00")
 	id := "bench-vs-" + uuid.NewString()[:8]
 	start = time.Now()
 	st := waitBatch(b.t, s.startMutations(b.t, id, ms2), 20*time.Minute)
