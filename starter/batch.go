@@ -14,12 +14,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
+	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
-	"github.com/paritysync/paritysync/workflows"
 )
 
 // readMutations reads a JSON array or JSON lines of mutations. Unknown fields are
@@ -171,60 +169,44 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 	if err != nil {
 		return err
 	}
-	// An id in use is looked at before anything is stored: the same content running
-	// is attached to, anything else refused, and no payload is overwritten.
-	digest, err := contentDigest(ms)
-	if err != nil {
-		return err
-	}
-	attach, err := existingBatch(ctx, tc, models.BatchWorkflowID(batchID), digest)
-	if errors.Is(err, errBatchExists) && rerun && !attach {
+	// The claim check of a big batch opens the store only when it is needed.
+	saver := saverFunc(func(ctx context.Context, batchID string, ms []models.Mutation) (string, error) {
+		st, err := d.store(ctx)
+		if err != nil {
+			return "", err
+		}
+		return st.SaveBatch(ctx, batchID, ms)
+	})
+	b, err := ops.StartBatch(ctx, tc, d.settings.TaskQueue, saver, ops.Batch{ID: batchID, Mutations: ms})
+	var conflict *ops.ConflictError
+	if errors.As(err, &conflict) && rerun && !conflict.Running {
 		batchID = rerunID(batchID, time.Now())
-		attach, err = existingBatch(ctx, tc, models.BatchWorkflowID(batchID), digest)
+		b, err = ops.StartBatch(ctx, tc, d.settings.TaskQueue, saver, ops.Batch{ID: batchID, Mutations: ms})
+	}
+	if errors.As(err, &conflict) {
+		hint := "pick another --id"
+		if !conflict.Running {
+			hint = "--rerun starts it again under a new id"
+		}
+		return fmt.Errorf("%w; %s", err, hint)
 	}
 	if err != nil {
 		return err
 	}
-	if attach {
-		wfID := models.BatchWorkflowID(batchID)
+	wfID := b.WorkflowID
+	if b.Attached {
 		fmt.Fprintf(c.stdout, "attached to %s, running with the same content (nothing started, nothing stored)\n%s\n",
 			wfID, d.uiLink(wfID))
 		if !wait {
 			return nil
 		}
-		st, err := c.followBatch(ctx, tc, tc.GetWorkflow(ctx, wfID, ""), batchID, d.uiLink(wfID))
+		st, err := c.followBatch(ctx, tc, b.Run, batchID, d.uiLink(wfID))
 		if err != nil {
 			return err
 		}
 		return c.summary(st)
 	}
-	in := models.BatchSyncInput{BatchID: batchID, Retry: models.DefaultRetryPolicy()}
-	if len(ms) > models.MaxInlineMutations {
-		// Big batches travel by reference: the workflow input stays small.
-		st, err := d.store(ctx)
-		if err != nil {
-			return err
-		}
-		if in.PayloadKey, err = st.SaveBatch(ctx, batchID, ms); err != nil {
-			return err
-		}
-	} else {
-		in.Mutations = ms
-	}
-	wfID := models.BatchWorkflowID(batchID)
-	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: wfID, TaskQueue: d.settings.TaskQueue,
-		// A finished id is never run again under the same id (--rerun takes a new
-		// one), and a running one is never joined by a second start.
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		Memo:                     map[string]any{memoContent: digest},
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrBatchID).ValueSet(batchID)),
-	}, workflows.BatchSync, in)
-	if err != nil {
-		return fmt.Errorf("start batch %s: %w", batchID, err)
-	}
+	run := b.Run
 	out := started{BatchID: batchID, WorkflowID: wfID, Mutations: len(ms), UI: d.uiLink(wfID)}
 	if !wait {
 		if c.json() {
@@ -246,6 +228,14 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 		return verdict(st)
 	}
 	return c.summary(st)
+}
+
+// saverFunc is a function keeping a big batch's claim check.
+type saverFunc func(ctx context.Context, batchID string, ms []models.Mutation) (string, error)
+
+// SaveBatch calls f.
+func (f saverFunc) SaveBatch(ctx context.Context, batchID string, ms []models.Mutation) (string, error) {
+	return f(ctx, batchID, ms)
 }
 
 // followBatch follows a started batch; when the operator interrupts, it says that
@@ -297,15 +287,7 @@ func progress(c models.ChannelCounts) string {
 }
 
 func queryStatus(ctx context.Context, tc client.Client, wfID string) (models.BatchStatus, error) {
-	var st models.BatchStatus
-	v, err := tc.QueryWorkflow(ctx, wfID, "", models.QueryStatus)
-	if err != nil {
-		return st, fmt.Errorf("query %s: %w", wfID, err)
-	}
-	if err := v.Get(&st); err != nil {
-		return st, fmt.Errorf("decode status of %s: %w", wfID, err)
-	}
-	return st, nil
+	return ops.QueryStatus(ctx, tc, wfID)
 }
 
 // verdict is errReported unless every update was committed or superseded.

@@ -8,15 +8,9 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"time"
-
-	"github.com/google/uuid"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/paritysync/paritysync/activities/store"
-	"github.com/paritysync/paritysync/models"
-	"github.com/paritysync/paritysync/workflows"
+	"github.com/paritysync/paritysync/intake/ops"
 )
 
 // Dead letters you can act on: export them, acknowledge them, replay them.
@@ -138,38 +132,16 @@ func dlqReplay(ctx context.Context, d *deps, st *store.Store, entries []store.De
 		fmt.Fprintln(out, "no dead letters selected")
 		return nil
 	}
-	var ms []models.Mutation
-	for _, e := range entries {
-		ms = append(ms, e.Mutations()...)
-	}
-	batchID := "replay-" + time.Now().UTC().Format("20060102-150405") + "-" + uuid.NewString()[:8]
-	in := models.BatchSyncInput{BatchID: batchID, Retry: models.DefaultRetryPolicy(), ResendSalt: batchID}
-	if len(ms) > models.MaxInlineMutations {
-		var err error
-		if in.PayloadKey, err = st.SaveBatch(ctx, batchID, ms); err != nil {
-			return err
-		}
-	} else {
-		in.Mutations = ms
-	}
 	tc, err := d.temporal(ctx)
 	if err != nil {
 		return err
 	}
-	wfID := models.BatchWorkflowID(batchID)
-	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: wfID, TaskQueue: d.settings.TaskQueue,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrBatchID).ValueSet(batchID)),
-	}, workflows.BatchSync, in)
-	if err != nil {
-		return fmt.Errorf("start replay %s: %w", batchID, err)
-	}
-	n, err := st.AckDeadLetters(ctx, entryIDs(entries), "replayed as batch "+batchID)
+	r, err := ops.ReplayDeadLetters(ctx, tc, d.settings.TaskQueue, st, entries)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "replaying %d entries (%d updates) as %s; %d acknowledged\n%s\n", len(entries), len(ms), wfID, n,
+	batchID, wfID, run := r.BatchID, r.WorkflowID, r.Run
+	fmt.Fprintf(out, "replaying %d entries (%d updates) as %s; %d acknowledged\n%s\n", r.Entries, r.Updates, wfID, r.Acked,
 		d.uiLink(wfID))
 	if !wait {
 		return nil

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -14,64 +12,15 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
 )
 
 // A batch's lifecycle from the operator's side: starting an id once, cancelling,
 // a truthful status read from the system of record, every outcome.
-
-// memoContent is the memo field holding the SHA-256 of a batch's mutations, so a
-// second start of the same id can tell the same batch from another one.
-const memoContent = "content_sha256"
-
-// contentDigest is the SHA-256 of ms as JSON.
-func contentDigest(ms []models.Mutation) (string, error) {
-	body, err := json.Marshal(ms)
-	if err != nil {
-		return "", fmt.Errorf("encode batch: %w", err)
-	}
-	sum := sha256.Sum256(body)
-	return hex.EncodeToString(sum[:]), nil
-}
-
-// errBatchExists refuses a start whose id is taken by other content or by a
-// finished batch.
-var errBatchExists = errors.New("batch id in use")
-
-// existingBatch looks wfID up before anything is stored. It returns nil when the id
-// is free; attach = true when a running batch has the same content (the caller
-// follows it instead of starting, and stores nothing); an error wrapping
-// errBatchExists otherwise.
-func existingBatch(ctx context.Context, tc client.Client, wfID, digest string) (attach bool, err error) {
-	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
-	var notFound *serviceerror.NotFound
-	if errors.As(err, &notFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("look up %s: %w", wfID, err)
-	}
-	info := desc.GetWorkflowExecutionInfo()
-	var theirs string
-	if f := info.GetMemo().GetFields()[memoContent]; f != nil {
-		_ = json.Unmarshal(f.GetData(), &theirs)
-	}
-	status := info.GetStatus()
-	switch {
-	case status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING && theirs == digest:
-		return true, nil
-	case status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-		return false, fmt.Errorf("%s is running with other content (its payload is untouched); pick another --id: %w",
-			wfID, errBatchExists)
-	}
-	return false, fmt.Errorf("%s already ran (%s); --rerun starts it again under a new id: %w",
-		wfID, strings.ToLower(strings.TrimPrefix(status.String(), "WORKFLOW_EXECUTION_STATUS_")), errBatchExists)
-}
 
 // rerunID names a re-run of a finished batch: a new batch, whose outcomes are its own.
 func rerunID(batchID string, now time.Time) string {
@@ -139,43 +88,36 @@ func batchCancel(args []string, out io.Writer, getenv func(string) string) error
 	if err != nil {
 		return err
 	}
-	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	st, err := d.store(ctx)
 	if err != nil {
-		return fmt.Errorf("look up %s: %w", wfID, err)
+		return err
 	}
-	switch desc.GetWorkflowExecutionInfo().GetStatus() {
-	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-	case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED,
-		enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
+	if running, err := isRunning(ctx, tc, wfID); err == nil && running {
+		fmt.Fprintf(out, "cancelling %s: running chunks finish their in-flight request, the rest is cancelled\n", wfID)
+	}
+	c, err := ops.CancelBatch(ctx, tc, st, batchID)
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.Was == ops.StateRunning:
+	case c.Was == ops.StateTerminated || c.Was == ops.StateFailed || c.Was == ops.StateTimedOut:
 		// Ended without closing its outcomes (terminated from the UI, say): what
-		// still waits is cancelled here, and reconciliation re-sends those cells.
-		st, err := d.store(ctx)
-		if err != nil {
-			return err
-		}
-		n, err := st.CancelPending(ctx, batchID, "batch ended without an outcome for it")
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "%s had ended without closing its outcomes: %d updates cancelled\n", wfID, n)
-		return printStoredCounts(ctx, d, batchID, out)
+		// still waited is cancelled now, and reconciliation re-sends those cells.
+		fmt.Fprintf(out, "%s had ended without closing its outcomes: %d updates cancelled\n", wfID, c.Closed)
 	default:
 		fmt.Fprintf(out, "%s already ended\n", wfID)
-		return printStoredCounts(ctx, d, batchID, out)
-	}
-	if err := tc.CancelWorkflow(ctx, wfID, ""); err != nil {
-		return fmt.Errorf("cancel %s: %w", wfID, err)
-	}
-	fmt.Fprintf(out, "cancelling %s: running chunks finish their in-flight request, the rest is cancelled\n", wfID)
-	var st models.BatchStatus
-	err = tc.GetWorkflow(ctx, wfID, "").Get(ctx, &st)
-	var canceled *temporal.CanceledError
-	switch {
-	case errors.As(err, &canceled):
-	case err != nil:
-		return fmt.Errorf("batch %s: %w", wfID, err)
 	}
 	return printStoredCounts(ctx, d, batchID, out)
+}
+
+// isRunning reports whether workflow wfID runs.
+func isRunning(ctx context.Context, tc client.Client, wfID string) (bool, error) {
+	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	if err != nil {
+		return false, fmt.Errorf("look up %s: %w", wfID, err)
+	}
+	return desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
 }
 
 // printStoredCounts prints a batch's outcomes as the store holds them.
@@ -222,37 +164,31 @@ func batchStatus(args []string, out io.Writer, getenv func(string) string) error
 	if err != nil {
 		return err
 	}
-	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
-	var notFound *serviceerror.NotFound
-	if errors.As(err, &notFound) {
+	st, err := d.store(ctx)
+	if err != nil {
+		return err
+	}
+	r, err := ops.BatchState(ctx, tc, st, batchID)
+	if errors.Is(err, ops.ErrNoBatch) {
 		return fmt.Errorf("no batch %s", batchID)
 	}
 	if err != nil {
-		return fmt.Errorf("look up %s: %w", wfID, err)
+		return err
 	}
-	status := desc.GetWorkflowExecutionInfo().GetStatus()
-	state := map[enumspb.WorkflowExecutionStatus]string{
-		enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:          "running",
-		enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:        "done",
-		enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:         "cancelled",
-		enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:       "terminated (batch cancel closes its waiting updates; reconciliation re-sends their cells)",
-		enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:           "failed",
-		enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:        "timed out",
-		enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW: "running",
-	}[status]
-	fmt.Fprintf(out, "%s: %s\n", wfID, state)
-	if status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
-		st, err := queryStatus(qctx, tc, wfID)
-		qcancel()
-		if err != nil {
+	state := r.State
+	if state == ops.StateTerminated {
+		state = "terminated (batch cancel closes its waiting updates; reconciliation re-sends their cells)"
+	}
+	fmt.Fprintf(out, "%s: %s\n", wfID, strings.ReplaceAll(state, "_", " "))
+	if r.State == ops.StateRunning {
+		if r.Live == nil {
 			fmt.Fprintln(out, "no worker answered the status query (is a worker running on task queue "+
 				d.settings.TaskQueue+"?); progress below is from the store")
 		} else {
 			fmt.Fprintf(out, "%d mutations, chunks %d finished / %d running / %d total\n",
-				st.Mutations, st.Finished, st.Running, st.Chunks)
-			if len(st.Paused) > 0 {
-				fmt.Fprintf(out, "paused: %s\n", strings.Join(st.Paused, ", "))
+				r.Live.Mutations, r.Live.Finished, r.Live.Running, r.Live.Chunks)
+			if len(r.Live.Paused) > 0 {
+				fmt.Fprintf(out, "paused: %s\n", strings.Join(r.Live.Paused, ", "))
 			}
 		}
 	}

@@ -7,10 +7,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
@@ -59,46 +58,15 @@ func (c *cli) channelPause(ctx context.Context, pause bool, name, reason string)
 	if err != nil {
 		return err
 	}
-	if pause {
-		err = lim.Pause(ctx, name, reason)
-	} else {
-		err = lim.Resume(ctx, name)
-	}
-	if err != nil {
-		return err
-	}
 	tc, err := d.temporal(ctx)
 	if err != nil {
 		return err
 	}
-	signal := models.SignalResumeChannel
-	if pause {
-		signal = models.SignalPauseChannel
-	}
-	var token []byte
-	n := 0
-	for {
-		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Query:         "WorkflowType = 'BatchSync' AND ExecutionStatus = 'Running'",
-			NextPageToken: token,
-		})
-		if err != nil {
-			return fmt.Errorf("list running batches: %w", err)
-		}
-		for _, e := range resp.Executions {
-			if e.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-				continue
-			}
-			id := e.Execution.WorkflowId
-			if err := tc.SignalWorkflow(ctx, id, "", signal, models.PauseSignal{Channel: name, Reason: reason}); err != nil {
-				c.diag("signal %s: %v", id, err)
-				continue
-			}
-			n++
-		}
-		if token = resp.NextPageToken; len(token) == 0 {
-			break
-		}
+	n, err := ops.SetPause(ctx, tc, lim, name, pause, reason, func(id string, err error) {
+		c.diag("signal %s: %v", id, err)
+	})
+	if err != nil {
+		return err
 	}
 	if c.json() {
 		return c.writeJSON(struct {
@@ -218,27 +186,7 @@ A failure to read the state exits 64 or more (see starter --help), never 0–3.`
 }
 
 // quotaRow is one channel's limiter state as quota prints it.
-type quotaRow struct {
-	Channel         string       `json:"channel"`
-	DailyUsed       int          `json:"daily_used"`
-	DailyLimit      int          `json:"daily_limit"`
-	UsedPercent     float64      `json:"used_percent"`
-	Tier            limiter.Tier `json:"tier"`
-	ResetsInSeconds float64      `json:"resets_in_seconds"`
-	Paused          string       `json:"paused,omitempty"`
-	BackoffSeconds  float64      `json:"backoff_seconds"`
-	// WindowLimit is the limit in force (0 for a per-property channel); InWindow and
-	// Ahead the slots of the current 60 s window and the held future ones; Foreign
-	// what others use of the window, by the channel's rate-limit headers.
-	WindowLimit int `json:"window_limit"`
-	InWindow    int `json:"in_window"`
-	Ahead       int `json:"reserved_ahead"`
-	Foreign     int `json:"foreign,omitempty"`
-	// Breaker is the circuit breaker's state; Failures the streak of 5xx answers
-	// and timeouts that opens it.
-	Breaker  string `json:"breaker"`
-	Failures int    `json:"failures"`
-}
+type quotaRow = ops.QuotaRow
 
 // tierExitCode is the exit status of a quota tier.
 func tierExitCode(t limiter.Tier) int {
@@ -267,22 +215,13 @@ func (c *cli) quota(ctx context.Context, channel string) error {
 	if err != nil {
 		return err
 	}
-	rows := make([]quotaRow, 0, len(slugs))
+	rows, err := ops.Quota(ctx, lim, slugs)
+	if err != nil {
+		return err
+	}
 	worst := exitOK
-	for _, slug := range slugs {
-		s, err := lim.Status(ctx, slug)
-		if err != nil {
-			return err
-		}
-		r := quotaRow{Channel: slug, DailyUsed: s.DailyUsed, DailyLimit: s.DailyLimit, Tier: s.Tier,
-			ResetsInSeconds: s.QuotaResetsIn.Seconds(), Paused: s.PausedReason,
-			BackoffSeconds: s.PausedFor.Seconds(), WindowLimit: s.Limit, InWindow: s.InWindow, Ahead: s.Ahead,
-			Foreign: s.Foreign, Breaker: s.Breaker, Failures: s.Failures}
-		if s.DailyLimit > 0 {
-			r.UsedPercent = float64(s.DailyUsed) * 100 / float64(s.DailyLimit)
-		}
-		rows = append(rows, r)
-		worst = max(worst, tierExitCode(s.Tier))
+	for _, r := range rows {
+		worst = max(worst, tierExitCode(r.Tier))
 	}
 	if c.json() {
 		if err := c.writeJSON(struct {
@@ -309,16 +248,6 @@ func (c *cli) quota(ctx context.Context, channel string) error {
 	return nil
 }
 
-var tierRank = map[limiter.Tier]int{limiter.TierOK: 0, limiter.TierWarn: 1, limiter.TierPage: 2, limiter.TierThrottle: 3, limiter.TierStop: 4}
-
-func worstTier(rows []quotaRow) limiter.Tier {
-	w := limiter.TierOK
-	for _, r := range rows {
-		if tierRank[r.Tier] > tierRank[w] {
-			w = r.Tier
-		}
-	}
-	return w
-}
+func worstTier(rows []quotaRow) limiter.Tier { return ops.WorstTier(rows) }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -2,19 +2,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
+	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
-	"github.com/paritysync/paritysync/workflows"
 )
 
 // submitSize is how many mutations one submit update carries.
@@ -127,8 +124,7 @@ func (c *cli) batchSubmit(ctx context.Context, file string) error {
 // submitError makes a smoother's admission refusal a refusedError (exit 75): the
 // PMS submits again later; anything else stays an error.
 func submitError(err error) error {
-	var ae *temporal.ApplicationError
-	if errors.As(err, &ae) && ae.Type() == models.ErrSmootherFull {
+	if ops.IsSmootherFull(err) {
 		return refusedError{err}
 	}
 	return err
@@ -136,21 +132,5 @@ func submitError(err error) error {
 
 // submit sends one submit update, starting the channel's smoother if it is not running.
 func submit(ctx context.Context, tc client.Client, queue, channel string, ms []models.Mutation) (models.SubmitResult, error) {
-	start := tc.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
-		ID: models.SmootherWorkflowID(channel), TaskQueue: queue,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrChannel).ValueSet(channel)),
-	}, workflows.BurstSmoother, models.SmootherInput{Channel: channel})
-	h, err := tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: start,
-		UpdateOptions: client.UpdateWorkflowOptions{
-			UpdateName: models.UpdateSubmit, Args: []any{ms}, WaitForStage: client.WorkflowUpdateStageCompleted,
-		},
-	})
-	var res models.SubmitResult
-	if err == nil {
-		err = h.Get(ctx, &res)
-	}
-	return res, err
+	return ops.Submit(ctx, tc, queue, channel, ms)
 }

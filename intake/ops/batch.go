@@ -1,0 +1,289 @@
+// Package ops holds paritysync's operations as a PMS or an operator performs them:
+// start, read and cancel a batch, hand changes to a channel's smoother, pause and
+// resume a channel, read the quota, replay dead letters. The starter (a command
+// line) and intake (the HTTP API) both call these; each keeps only its own
+// presentation.
+package ops
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/workflows"
+)
+
+// MemoContent is the memo field holding the SHA-256 of a batch's mutations, so a
+// second start of the same id can tell the same batch from another one.
+const MemoContent = "content_sha256"
+
+// ContentDigest is the SHA-256 of ms as JSON.
+func ContentDigest(ms []models.Mutation) (string, error) {
+	body, err := json.Marshal(ms)
+	if err != nil {
+		return "", fmt.Errorf("encode batch: %w", err)
+	}
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// ErrBatchExists is wrapped by a ConflictError.
+var ErrBatchExists = errors.New("batch id in use")
+
+// ConflictError refuses a start whose id is taken: by other content, or by a batch
+// that already ended (SameContent says whether its mutations were these).
+type ConflictError struct {
+	WorkflowID  string
+	Running     bool
+	SameContent bool
+	// State is the Temporal state of the existing run, in lower case ("completed").
+	State string
+}
+
+func (e *ConflictError) Error() string {
+	if e.Running {
+		return e.WorkflowID + " is running with other content (its payload is untouched)"
+	}
+	return fmt.Sprintf("%s already ran (%s)", e.WorkflowID, e.State)
+}
+
+func (e *ConflictError) Unwrap() error { return ErrBatchExists }
+
+// ExistingBatch looks wfID up before anything is stored. It returns nil when the id
+// is free; attach = true when a running batch has the same content (the caller
+// follows it instead of starting, and stores nothing); a *ConflictError otherwise.
+func ExistingBatch(ctx context.Context, tc client.Client, wfID, digest string) (attach bool, err error) {
+	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look up %s: %w", wfID, err)
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	var theirs string
+	if f := info.GetMemo().GetFields()[MemoContent]; f != nil {
+		_ = json.Unmarshal(f.GetData(), &theirs)
+	}
+	status := info.GetStatus()
+	running := status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	if running && theirs == digest {
+		return true, nil
+	}
+	return false, &ConflictError{WorkflowID: wfID, Running: running, SameContent: theirs == digest,
+		State: strings.ToLower(strings.TrimPrefix(status.String(), "WORKFLOW_EXECUTION_STATUS_"))}
+}
+
+// BatchSaver keeps a big batch's mutations (the claim check); *store.Store is one.
+type BatchSaver interface {
+	SaveBatch(ctx context.Context, batchID string, ms []models.Mutation) (string, error)
+}
+
+// Batch is a batch to start.
+type Batch struct {
+	ID        string
+	Mutations []models.Mutation
+	// ResendSalt marks a deliberate re-send (a dead-letter replay).
+	ResendSalt string
+}
+
+// Started is a started (or attached) batch.
+type Started struct {
+	BatchID    string
+	WorkflowID string
+	// Attached is set when the same batch was already running: nothing was started
+	// and nothing stored.
+	Attached bool
+	Run      client.WorkflowRun
+}
+
+// StartBatch starts BatchSync for b. An id in use is looked at before anything is
+// stored: the same content running is attached to, anything else refused with a
+// *ConflictError, and no payload is overwritten. Big batches travel by reference
+// (saver holds them); small ones inline.
+func StartBatch(ctx context.Context, tc client.Client, queue string, saver BatchSaver, b Batch) (Started, error) {
+	wfID := models.BatchWorkflowID(b.ID)
+	out := Started{BatchID: b.ID, WorkflowID: wfID}
+	digest, err := ContentDigest(b.Mutations)
+	if err != nil {
+		return out, err
+	}
+	attach, err := ExistingBatch(ctx, tc, wfID, digest)
+	if err != nil {
+		return out, err
+	}
+	if attach {
+		out.Attached, out.Run = true, tc.GetWorkflow(ctx, wfID, "")
+		return out, nil
+	}
+	in := models.BatchSyncInput{BatchID: b.ID, Retry: models.DefaultRetryPolicy(), ResendSalt: b.ResendSalt}
+	if len(b.Mutations) > models.MaxInlineMutations {
+		if in.PayloadKey, err = saver.SaveBatch(ctx, b.ID, b.Mutations); err != nil {
+			return out, err
+		}
+	} else {
+		in.Mutations = b.Mutations
+	}
+	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: wfID, TaskQueue: queue,
+		// A finished id is never run again under the same id, and a running one is
+		// never joined by a second start.
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		Memo:                     map[string]any{MemoContent: digest},
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrBatchID).ValueSet(b.ID)),
+	}, workflows.BatchSync, in)
+	var already *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &already) {
+		// Another start of the same id won the race since the look-up: decide again.
+		if attach, err = ExistingBatch(ctx, tc, wfID, digest); err != nil {
+			return out, err
+		}
+		out.Attached, out.Run = attach, tc.GetWorkflow(ctx, wfID, "")
+		return out, nil
+	}
+	if err != nil {
+		return out, fmt.Errorf("start batch %s: %w", b.ID, err)
+	}
+	out.Run = run
+	return out, nil
+}
+
+// Batch states as BatchState reports them.
+const (
+	StateRunning    = "running"
+	StateDone       = "done"
+	StateCancelled  = "cancelled"
+	StateTerminated = "terminated"
+	StateFailed     = "failed"
+	StateTimedOut   = "timed_out"
+)
+
+var states = map[enumspb.WorkflowExecutionStatus]string{
+	enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:          StateRunning,
+	enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW: StateRunning,
+	enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:        StateDone,
+	enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:         StateCancelled,
+	enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:       StateTerminated,
+	enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:           StateFailed,
+	enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:        StateTimedOut,
+}
+
+// ErrNoBatch is a batch id Temporal does not know.
+var ErrNoBatch = errors.New("no such batch")
+
+// BatchReport is a batch as the system of record and Temporal see it.
+type BatchReport struct {
+	BatchID    string
+	WorkflowID string
+	// State is Temporal's view: running, done, cancelled, terminated, failed, timed_out.
+	State string
+	// Live is the batch's own status query, while it runs and a worker answers.
+	Live *models.BatchStatus
+	// Counts are the outcomes recorded per channel (the store answers even when no
+	// worker does).
+	Counts []models.ChannelCounts
+}
+
+// BatchState reports a batch truthfully: its state from Temporal, its outcomes
+// from the store and, while it runs and a worker answers, its chunks and pauses.
+func BatchState(ctx context.Context, tc client.Client, st *store.Store, batchID string) (BatchReport, error) {
+	wfID := models.BatchWorkflowID(batchID)
+	r := BatchReport{BatchID: batchID, WorkflowID: wfID}
+	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return r, fmt.Errorf("batch %s: %w", batchID, ErrNoBatch)
+	}
+	if err != nil {
+		return r, fmt.Errorf("look up %s: %w", wfID, err)
+	}
+	r.State = states[desc.GetWorkflowExecutionInfo().GetStatus()]
+	if r.State == StateRunning {
+		// A batch with no worker polling would hold the answer for the whole
+		// deadline; the store's counts answer anyway.
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if live, err := QueryStatus(qctx, tc, wfID); err == nil {
+			r.Live = &live
+		}
+		cancel()
+	}
+	if r.Counts, err = st.BatchCounts(ctx, batchID); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// QueryStatus asks a running batch for its status.
+func QueryStatus(ctx context.Context, tc client.Client, wfID string) (models.BatchStatus, error) {
+	var st models.BatchStatus
+	v, err := tc.QueryWorkflow(ctx, wfID, "", models.QueryStatus)
+	if err != nil {
+		return st, fmt.Errorf("query %s: %w", wfID, err)
+	}
+	if err := v.Get(&st); err != nil {
+		return st, fmt.Errorf("decode status of %s: %w", wfID, err)
+	}
+	return st, nil
+}
+
+// Cancelled is what CancelBatch did.
+type Cancelled struct {
+	// Was is the batch's state before: running (now cancelled), or the state it had
+	// already ended in.
+	Was string
+	// Closed counts updates CancelBatch closed itself, for a batch that had ended
+	// without closing its outcomes (terminated, failed, timed out).
+	Closed int
+}
+
+// CancelBatch cancels a running batch and waits until it has closed its outcomes.
+// For a batch that ended without closing them (terminated from the UI, say), it
+// cancels what still waits itself; reconciliation re-sends those cells. A batch
+// that already ended normally is left as it is.
+func CancelBatch(ctx context.Context, tc client.Client, st *store.Store, batchID string) (Cancelled, error) {
+	wfID := models.BatchWorkflowID(batchID)
+	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return Cancelled{}, fmt.Errorf("batch %s: %w", batchID, ErrNoBatch)
+	}
+	if err != nil {
+		return Cancelled{}, fmt.Errorf("look up %s: %w", wfID, err)
+	}
+	status := desc.GetWorkflowExecutionInfo().GetStatus()
+	c := Cancelled{Was: states[status]}
+	switch status {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED,
+		enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
+		c.Closed, err = st.CancelPending(ctx, batchID, "batch ended without an outcome for it")
+		return c, err
+	default:
+		return c, nil
+	}
+	if err := tc.CancelWorkflow(ctx, wfID, ""); err != nil {
+		return c, fmt.Errorf("cancel %s: %w", wfID, err)
+	}
+	var final models.BatchStatus
+	err = tc.GetWorkflow(ctx, wfID, "").Get(ctx, &final)
+	var canceled *temporal.CanceledError
+	if err != nil && !errors.As(err, &canceled) {
+		return c, fmt.Errorf("batch %s: %w", wfID, err)
+	}
+	return c, nil
+}

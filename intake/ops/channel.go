@@ -1,0 +1,178 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/paritysync/paritysync/limiter"
+	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/workflows"
+)
+
+// Submit hands ms to channel's burst smoother in one update, starting the smoother
+// if it is not running. A refusal by admission control is an error for which
+// IsSmootherFull is true.
+func Submit(ctx context.Context, tc client.Client, queue, channel string, ms []models.Mutation) (models.SubmitResult, error) {
+	start := tc.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID: models.SmootherWorkflowID(channel), TaskQueue: queue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrChannel).ValueSet(channel)),
+	}, workflows.BurstSmoother, models.SmootherInput{Channel: channel})
+	h, err := tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateName: models.UpdateSubmit, Args: []any{ms}, WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	var res models.SubmitResult
+	if err == nil {
+		err = h.Get(ctx, &res)
+	}
+	return res, err
+}
+
+// IsSmootherFull reports whether err is a smoother's admission refusal.
+func IsSmootherFull(err error) bool {
+	var ae *temporal.ApplicationError
+	return errors.As(err, &ae) && ae.Type() == models.ErrSmootherFull
+}
+
+// SmootherStatus asks channel's smoother for its status.
+func SmootherStatus(ctx context.Context, tc client.Client, channel string) (models.SmootherStatus, error) {
+	var st models.SmootherStatus
+	v, err := tc.QueryWorkflow(ctx, models.SmootherWorkflowID(channel), "", models.QueryStatus)
+	if err != nil {
+		return st, fmt.Errorf("query %s: %w", models.SmootherWorkflowID(channel), err)
+	}
+	if err := v.Get(&st); err != nil {
+		return st, fmt.Errorf("decode smoother status: %w", err)
+	}
+	return st, nil
+}
+
+// SmootherRetryAfter is how long a PMS should wait before submitting n mutations
+// again to a smoother holding pending ones: the debounce, plus the time the
+// channel needs, at its declared pace and full requests, to drain what must leave
+// before n fit under the admission limit. Coalescing only makes it shorter. It is
+// at least a second and at most five minutes.
+func SmootherRetryAfter(ch models.ChannelConfig, pending, n int) time.Duration {
+	excess := max(pending+n-models.DefaultMaxPending, 0)
+	perSecond := float64(max(ch.RatePerMinute, 1)) * float64(max(ch.MaxLinesPerRequest, 1)) / 60
+	wait := models.DefaultDebounce + time.Duration(float64(excess)/perSecond*float64(time.Second))
+	return min(max(wait.Round(time.Second), time.Second), 5*time.Minute)
+}
+
+// SetPause pauses (reason non-empty) or resumes channel in the shared limiter, so
+// every worker and new batch waits, and signals every running BatchSync, which
+// forwards it to its children. It returns how many batches were signalled;
+// signal failures (a batch ending meanwhile) go to onSignalErr.
+func SetPause(ctx context.Context, tc client.Client, lim *limiter.Limiter, channel string, pause bool, reason string,
+	onSignalErr func(workflowID string, err error)) (int, error) {
+	var err error
+	if pause {
+		err = lim.Pause(ctx, channel, reason)
+	} else {
+		err = lim.Resume(ctx, channel)
+	}
+	if err != nil {
+		return 0, err
+	}
+	signal := models.SignalResumeChannel
+	if pause {
+		signal = models.SignalPauseChannel
+	}
+	var token []byte
+	n := 0
+	for {
+		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query:         "WorkflowType = 'BatchSync' AND ExecutionStatus = 'Running'",
+			NextPageToken: token,
+		})
+		if err != nil {
+			return n, fmt.Errorf("list running batches: %w", err)
+		}
+		for _, e := range resp.Executions {
+			if e.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				continue
+			}
+			id := e.Execution.WorkflowId
+			if err := tc.SignalWorkflow(ctx, id, "", signal, models.PauseSignal{Channel: channel, Reason: reason}); err != nil {
+				if onSignalErr != nil {
+					onSignalErr(id, err)
+				}
+				continue
+			}
+			n++
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			return n, nil
+		}
+	}
+}
+
+// QuotaRow is one channel's limiter state.
+type QuotaRow struct {
+	Channel         string       `json:"channel"`
+	DailyUsed       int          `json:"daily_used"`
+	DailyLimit      int          `json:"daily_limit"`
+	UsedPercent     float64      `json:"used_percent"`
+	Tier            limiter.Tier `json:"tier"`
+	ResetsInSeconds float64      `json:"resets_in_seconds"`
+	Paused          string       `json:"paused,omitempty"`
+	BackoffSeconds  float64      `json:"backoff_seconds"`
+	// WindowLimit is the limit in force (0 for a per-property channel); InWindow and
+	// Ahead the slots of the current 60 s window and the held future ones; Foreign
+	// what others use of the window, by the channel's rate-limit headers.
+	WindowLimit int `json:"window_limit"`
+	InWindow    int `json:"in_window"`
+	Ahead       int `json:"reserved_ahead"`
+	Foreign     int `json:"foreign,omitempty"`
+	// Breaker is the circuit breaker's state; Failures the streak of 5xx answers
+	// and timeouts that opens it.
+	Breaker  string `json:"breaker"`
+	Failures int    `json:"failures"`
+}
+
+// Quota reads each channel's limiter state.
+func Quota(ctx context.Context, lim *limiter.Limiter, channels []string) ([]QuotaRow, error) {
+	rows := make([]QuotaRow, 0, len(channels))
+	for _, slug := range channels {
+		s, err := lim.Status(ctx, slug)
+		if err != nil {
+			return nil, err
+		}
+		r := QuotaRow{Channel: slug, DailyUsed: s.DailyUsed, DailyLimit: s.DailyLimit, Tier: s.Tier,
+			ResetsInSeconds: s.QuotaResetsIn.Seconds(), Paused: s.PausedReason,
+			BackoffSeconds: s.PausedFor.Seconds(), WindowLimit: s.Limit, InWindow: s.InWindow, Ahead: s.Ahead,
+			Foreign: s.Foreign, Breaker: s.Breaker, Failures: s.Failures}
+		if s.DailyLimit > 0 {
+			r.UsedPercent = math.Round(float64(s.DailyUsed)*1000/float64(s.DailyLimit)) / 10
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// TierRank orders the quota tiers, ok lowest.
+var TierRank = map[limiter.Tier]int{limiter.TierOK: 0, limiter.TierWarn: 1, limiter.TierPage: 2,
+	limiter.TierThrottle: 3, limiter.TierStop: 4}
+
+// WorstTier is the highest tier among rows.
+func WorstTier(rows []QuotaRow) limiter.Tier {
+	w := limiter.TierOK
+	for _, r := range rows {
+		if TierRank[r.Tier] > TierRank[w] {
+			w = r.Tier
+		}
+	}
+	return w
+}
