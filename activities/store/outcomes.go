@@ -198,3 +198,25 @@ GROUP BY 1, 2`, batchID)
 	sort.Slice(out, func(i, j int) bool { return out[i].Channel < out[j].Channel })
 	return out, nil
 }
+
+// OutcomesByMutation returns the outcomes of mutation mutationID in every batch
+// whose id starts with batchPrefix (the burst smoothers' batches carry a webhook
+// change under an id the PMS never sees), oldest first.
+func (s *Store) OutcomesByMutation(ctx context.Context, batchPrefix, mutationID string) ([]MutationOutcome, error) {
+	rows, _ := s.pool.Query(ctx, `
+SELECT o.mutation_id, ch.slug, coalesce(o.family::text, ''), o.outcome::text, coalesce(o.reason, ''), o.recorded_at
+FROM outcomes o JOIN batches b ON b.id = o.batch JOIN channels ch ON ch.id = o.channel
+WHERE o.mutation_id = $2 AND starts_with(b.batch_id, $1)
+ORDER BY o.recorded_at, o.family NULLS FIRST`, batchPrefix, mutationID)
+	var out []MutationOutcome
+	var o MutationOutcome
+	var family, outcome string
+	if _, err := pgx.ForEachRow(rows, []any{&o.MutationID, &o.Channel, &family, &outcome, &o.Reason, &o.RecordedAt}, func() error {
+		o.Family, o.Outcome = models.Family(family), models.Outcome(outcome)
+		out = append(out, o)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("outcomes of %s: %w", mutationID, err)
+	}
+	return out, nil
+}

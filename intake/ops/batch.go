@@ -98,6 +98,9 @@ type Batch struct {
 	Mutations []models.Mutation
 	// ResendSalt marks a deliberate re-send (a dead-letter replay).
 	ResendSalt string
+	// Digest tells this batch's content from another's under the same id; empty
+	// means ContentDigest(Mutations). The HTTP API passes the body's own digest.
+	Digest string
 }
 
 // Started is a started (or attached) batch.
@@ -117,9 +120,12 @@ type Started struct {
 func StartBatch(ctx context.Context, tc client.Client, queue string, saver BatchSaver, b Batch) (Started, error) {
 	wfID := models.BatchWorkflowID(b.ID)
 	out := Started{BatchID: b.ID, WorkflowID: wfID}
-	digest, err := ContentDigest(b.Mutations)
-	if err != nil {
-		return out, err
+	digest := b.Digest
+	if digest == "" {
+		var err error
+		if digest, err = ContentDigest(b.Mutations); err != nil {
+			return out, err
+		}
 	}
 	attach, err := ExistingBatch(ctx, tc, wfID, digest)
 	if err != nil {

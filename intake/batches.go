@@ -1,0 +1,247 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/intake/ops"
+	"github.com/paritysync/paritysync/models"
+)
+
+// batchAccepted is the 202 answer to POST /v1/batches.
+type batchAccepted struct {
+	BatchID    string `json:"batch_id"`
+	WorkflowID string `json:"workflow_id"`
+	// Attached: the same Idempotency-Key and body named this batch before; nothing
+	// new was started.
+	Attached  bool   `json:"attached"`
+	State     string `json:"state,omitempty"`
+	Mutations int    `json:"mutations"`
+	Accepted  int    `json:"accepted"`
+	// Rejected lists every refused row with each field and rule; each also has a
+	// recorded rejected outcome (GET …/rejections).
+	Rejected  []models.RowProblem `json:"rejected"`
+	StatusURL string              `json:"status_url"`
+	UI        string              `json:"ui"`
+}
+
+// unknownChannel stands for the channel of a row that could not be read far enough
+// to name one.
+const unknownChannel = "unknown"
+
+// postBatch starts a batch: the rows that are valid are started, every refused row
+// is recorded as rejected and listed in the answer. An unreadable body starts and
+// stores nothing.
+func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r, s.cfg.MaxBatchBody)
+	if !ok {
+		return
+	}
+	decoded, err := models.DecodeMutations(body, models.DecodeLimits{MaxMutations: s.cfg.MaxBatchRows})
+	var be *models.BodyError
+	if errors.As(err, &be) {
+		writeProblem(w, r, http.StatusBadRequest, probUnreadable, be.Error(), func(p *problem) {
+			p.Line, p.Rule = be.Line, be.Rule
+		})
+		return
+	}
+	if err != nil {
+		writeProblem(w, r, http.StatusBadRequest, probUnreadable, err.Error())
+		return
+	}
+	valid, problems := s.validator.Check(decoded)
+	if len(valid) == 0 {
+		writeProblem(w, r, http.StatusUnprocessableEntity, probInvalid,
+			fmt.Sprintf("all %d rows were refused; nothing was started", decoded.Rows), func(p *problem) { p.Problems = problems })
+		return
+	}
+	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
+	if len(key) > 255 {
+		writeProblem(w, r, http.StatusBadRequest, probBadRequest, "Idempotency-Key: must be at most 255 characters")
+		return
+	}
+	id := batchID(tenantOf(r.Context()), key, s.now(), uuid.NewString()[:8])
+	setLogBatch(r, id)
+	sum := sha256.Sum256(body)
+	b, err := ops.StartBatch(r.Context(), s.tc, s.cfg.Settings.TaskQueue, s.st,
+		ops.Batch{ID: id, Mutations: valid, Digest: hex.EncodeToString(sum[:])})
+	var conflict *ops.ConflictError
+	switch {
+	case errors.As(err, &conflict) && conflict.SameContent:
+		// The same key and body, already finished: the same batch.
+		b = ops.Started{BatchID: id, WorkflowID: models.BatchWorkflowID(id), Attached: true}
+	case errors.As(err, &conflict):
+		writeProblem(w, r, http.StatusUnprocessableEntity, probConflict,
+			"Idempotency-Key "+key+" named batch "+id+" with another body; use a new key for new content",
+			func(p *problem) { p.BatchID = id })
+		return
+	case err != nil:
+		s.internal(w, r, err)
+		return
+	}
+	// Recorded after the start, so a refused key stores nothing; an attach records
+	// them again, which keeps the first record.
+	if err := s.recordRejections(r, id, decoded, problems); err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	if problems == nil {
+		problems = []models.RowProblem{}
+	}
+	state := ops.StateRunning
+	if b.Attached && b.Run == nil {
+		state = conflict.State
+	}
+	writeJSON(w, http.StatusAccepted, batchAccepted{BatchID: id, WorkflowID: b.WorkflowID, Attached: b.Attached,
+		State: state, Mutations: decoded.Rows, Accepted: len(valid), Rejected: problems,
+		StatusURL: "/v1/batches/" + id, UI: s.uiLink(b.WorkflowID)})
+}
+
+// recordRejections records a rejected outcome for every refused row, with all its
+// problems as the reason. A row without a readable id is named line-N.
+func (s *Server) recordRejections(r *http.Request, batchID string, d models.Decoded, problems []models.RowProblem) error {
+	if len(problems) == 0 {
+		return nil
+	}
+	channelOf := map[int]string{}
+	for i, m := range d.Mutations {
+		channelOf[d.Indexes[i]] = m.Channel
+	}
+	var out []store.MutationOutcome
+	byIndex := map[int]int{}
+	for _, p := range problems {
+		reason := p.Field + ": " + p.Rule
+		if i, ok := byIndex[p.Index]; ok {
+			out[i].Reason += "; " + reason
+			continue
+		}
+		id := p.ID
+		if id == "" {
+			id = fmt.Sprintf("line-%d", p.Line)
+		}
+		ch := channelOf[p.Index]
+		if _, known := s.channels[ch]; !known {
+			ch = unknownChannel
+		}
+		byIndex[p.Index] = len(out)
+		out = append(out, store.MutationOutcome{MutationID: id, Channel: ch, Outcome: models.OutcomeRejected, Reason: reason})
+	}
+	_, err := s.st.RecordOutcomes(r.Context(), batchID, out)
+	return err
+}
+
+// batchView is GET /v1/batches/{id}.
+type batchView struct {
+	BatchID    string                 `json:"batch_id"`
+	WorkflowID string                 `json:"workflow_id"`
+	State      string                 `json:"state"`
+	Counts     []models.ChannelCounts `json:"counts"`
+	Totals     models.ChannelCounts   `json:"totals"`
+	// Progress is the batch's own status query while it runs and a worker answers.
+	Progress *models.BatchStatus `json:"progress,omitempty"`
+	UI       string              `json:"ui"`
+}
+
+func (s *Server) getBatch(w http.ResponseWriter, r *http.Request) {
+	id, ok := ownBatch(w, r)
+	if !ok {
+		return
+	}
+	rep, err := ops.BatchState(r.Context(), s.tc, s.st, id)
+	if errors.Is(err, ops.ErrNoBatch) {
+		writeProblem(w, r, http.StatusNotFound, probNotFound, "no batch "+id)
+		return
+	}
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	v := batchView{BatchID: id, WorkflowID: rep.WorkflowID, State: rep.State, Counts: rep.Counts,
+		Progress: rep.Live, UI: s.uiLink(rep.WorkflowID)}
+	if v.Counts == nil {
+		v.Counts = []models.ChannelCounts{}
+	}
+	v.Totals = models.BatchStatus{Channels: rep.Counts}.Totals()
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) deleteBatch(w http.ResponseWriter, r *http.Request) {
+	id, ok := ownBatch(w, r)
+	if !ok {
+		return
+	}
+	c, err := ops.CancelBatch(r.Context(), s.tc, s.st, id)
+	if errors.Is(err, ops.ErrNoBatch) {
+		writeProblem(w, r, http.StatusNotFound, probNotFound, "no batch "+id)
+		return
+	}
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	counts, err := s.st.BatchCounts(r.Context(), id)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	if counts == nil {
+		counts = []models.ChannelCounts{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"batch_id": id, "was": c.Was, "closed": c.Closed, "counts": counts})
+}
+
+// outcomeList is a list of outcomes.
+type outcomeList struct {
+	BatchID  string                  `json:"batch_id,omitempty"`
+	Outcomes []store.MutationOutcome `json:"outcomes"`
+}
+
+func (s *Server) getRejections(w http.ResponseWriter, r *http.Request) {
+	id, ok := ownBatch(w, r)
+	if !ok {
+		return
+	}
+	list := []store.MutationOutcome{}
+	if err := s.st.BatchOutcomes(r.Context(), id, models.OutcomeRejected, func(o store.MutationOutcome) error {
+		list = append(list, o)
+		return nil
+	}); err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, outcomeList{BatchID: id, Outcomes: list})
+}
+
+func (s *Server) getOutcomes(w http.ResponseWriter, r *http.Request) {
+	id, ok := ownBatch(w, r)
+	if !ok {
+		return
+	}
+	m := r.URL.Query().Get("mutation")
+	if m == "" {
+		writeProblem(w, r, http.StatusBadRequest, probBadRequest, "query parameter mutation: required")
+		return
+	}
+	list, err := s.st.Outcomes(r.Context(), id, m)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	if list == nil {
+		list = []store.MutationOutcome{}
+	}
+	writeJSON(w, http.StatusOK, outcomeList{BatchID: id, Outcomes: list})
+}
+
+// internal answers 500 and logs the error; the PMS sees no internals.
+func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
+	s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+	writeProblem(w, r, http.StatusInternalServerError, probInternal, "the request failed; it is logged")
+}

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/intake/ops"
+	"github.com/paritysync/paritysync/limiter"
+	"github.com/paritysync/paritysync/models"
+)
+
+// Answers to one webhook change.
+const (
+	changeAccepted = "accepted" // in the channel's smoother; its outcome follows
+	changeRejected = "rejected" // invalid: never sent; Problems say why
+	changeRefused  = "refused"  // admission control: send it again after RetryAfter
+)
+
+// changeResult answers one change of a webhook post.
+type changeResult struct {
+	Index  int    `json:"index"`
+	Line   int    `json:"line"`
+	ID     string `json:"id,omitempty"`
+	Status string `json:"status"`
+	// OutcomeURL is where an accepted change's outcome will be.
+	OutcomeURL string              `json:"outcome_url,omitempty"`
+	Problems   []models.RowProblem `json:"problems,omitempty"`
+	RetryAfter int                 `json:"retry_after,omitempty"`
+}
+
+// changesAnswer is the 202 answer to POST /v1/changes.
+type changesAnswer struct {
+	Accepted int            `json:"accepted"`
+	Rejected int            `json:"rejected"`
+	Refused  int            `json:"refused"`
+	Changes  []changeResult `json:"changes"`
+}
+
+// changeBatchPrefix starts the id of every batch a burst smoother flushes.
+const changeBatchPrefix = "smoother-"
+
+// smootherID is the id a change travels under in the smoothers: the tenant's,
+// so tenants never read or overwrite each other's changes.
+func smootherID(tenant, id string) string { return tenant + ":" + id }
+
+// postChanges hands small changes to the channels' burst smoothers. Each change is
+// answered: accepted, rejected (field and rule) or refused by admission control
+// (the channel's smoother is full, or its daily quota cannot absorb the change).
+// Any refusal makes the answer a 429 problem with Retry-After; the accepted ones in
+// it are accepted all the same (sending them again is harmless: same version).
+func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r, s.cfg.MaxChangeBody)
+	if !ok {
+		return
+	}
+	decoded, err := models.DecodeMutations(body, models.DecodeLimits{MaxMutations: s.cfg.MaxChanges})
+	var be *models.BodyError
+	if errors.As(err, &be) {
+		writeProblem(w, r, http.StatusBadRequest, probUnreadable, be.Error(), func(p *problem) {
+			p.Line, p.Rule = be.Line, be.Rule
+		})
+		return
+	}
+	if err != nil {
+		writeProblem(w, r, http.StatusBadRequest, probUnreadable, err.Error())
+		return
+	}
+	tenant := tenantOf(r.Context())
+	_, problems := s.validator.Check(decoded)
+	results := make([]changeResult, decoded.Rows)
+	for i := range results {
+		results[i] = changeResult{Index: i, Status: changeAccepted}
+	}
+	for _, p := range problems {
+		res := &results[p.Index]
+		res.Status, res.Line, res.Problems = changeRejected, p.Line, append(res.Problems, p)
+		if p.ID != "" {
+			res.ID = p.ID
+		}
+	}
+	byChannel := map[string][]int{} // channel → indexes into decoded.Mutations
+	for i, m := range decoded.Mutations {
+		res := &results[decoded.Indexes[i]]
+		res.Line, res.ID = decoded.Lines[i], m.ID
+		if res.Status == changeAccepted {
+			byChannel[m.Channel] = append(byChannel[m.Channel], i)
+		}
+	}
+	channels := make([]string, 0, len(byChannel))
+	for ch := range byChannel {
+		channels = append(channels, ch)
+	}
+	sort.Strings(channels)
+	retry := 0
+	refuse := func(i int, after time.Duration, field, rule, detail string) {
+		res := &results[decoded.Indexes[i]]
+		res.Status, res.RetryAfter = changeRefused, retrySeconds(after)
+		res.Problems = []models.RowProblem{{Line: res.Line, Index: res.Index, ID: res.ID, Field: field, Rule: rule, Detail: detail}}
+		retry = max(retry, res.RetryAfter)
+	}
+	for _, ch := range channels {
+		idx := byChannel[ch]
+		st, err := s.lim.Status(r.Context(), ch)
+		if err != nil {
+			s.internal(w, r, err)
+			return
+		}
+		var take []models.Mutation
+		var taken []int
+		for _, i := range idx {
+			m := decoded.Mutations[i]
+			m.ApplyDefaults(nil)
+			// The quota tiers of the limiter: at the stop nothing goes until the reset;
+			// at throttle, priority 4 and 5 wait for it.
+			if st.Tier == limiter.TierStop || (st.Tier == limiter.TierThrottle && m.Priority >= 4) {
+				refuse(i, st.QuotaResetsIn, "channel", ruleQuota,
+					fmt.Sprintf("%s used %d of its %d daily requests (tier %s)", ch, st.DailyUsed, st.DailyLimit, st.Tier))
+				continue
+			}
+			m.ID = smootherID(tenant, m.ID)
+			take, taken = append(take, m), append(taken, i)
+		}
+		if len(take) == 0 {
+			continue
+		}
+		_, err = ops.Submit(r.Context(), s.tc, s.cfg.Settings.TaskQueue, ch, take)
+		if ops.IsSmootherFull(err) {
+			pending := models.DefaultMaxPending
+			if sst, qerr := ops.SmootherStatus(r.Context(), s.tc, ch); qerr == nil {
+				pending = sst.Pending
+			}
+			after := ops.SmootherRetryAfter(s.channels[ch], pending, len(take))
+			for _, i := range taken {
+				refuse(i, after, "channel", ruleSmootherFull, fmt.Sprintf("%s's smoother holds %d changes", ch, pending))
+			}
+			continue
+		}
+		if err != nil {
+			s.internal(w, r, err)
+			return
+		}
+		for _, i := range taken {
+			results[decoded.Indexes[i]].OutcomeURL = "/v1/changes/" + decoded.Mutations[i].ID
+		}
+	}
+	ans := changesAnswer{Changes: results}
+	for _, res := range results {
+		switch res.Status {
+		case changeAccepted:
+			ans.Accepted++
+		case changeRejected:
+			ans.Rejected++
+		case changeRefused:
+			ans.Refused++
+		}
+	}
+	for _, ch := range channels {
+		for _, i := range byChannel[ch] {
+			s.metrics.changes.WithLabelValues(ch, results[decoded.Indexes[i]].Status).Inc()
+		}
+	}
+	if ans.Rejected > 0 {
+		s.metrics.changes.WithLabelValues("", changeRejected).Add(float64(ans.Rejected))
+	}
+	if ans.Refused > 0 {
+		kind := probSmootherFull
+		for _, res := range results {
+			if res.Status == changeRefused && res.Problems[0].Rule == ruleQuota {
+				kind = probQuota
+			}
+		}
+		writeProblem(w, r, http.StatusTooManyRequests, kind,
+			fmt.Sprintf("%d of %d changes refused by admission control (%d accepted, %d rejected); send the refused ones again after %d s",
+				ans.Refused, len(results), ans.Accepted, ans.Rejected, retry),
+			func(p *problem) { p.RetryAfter, p.Changes = retry, results })
+		return
+	}
+	writeJSON(w, http.StatusAccepted, ans)
+}
+
+// Admission rules of a refused change.
+const (
+	ruleSmootherFull = "must wait until the channel's smoother has room"
+	ruleQuota        = "must wait until the channel's daily quota resets"
+)
+
+// getChange answers an accepted change's outcomes, per endpoint family; an empty
+// list while it is on its way.
+func (s *Server) getChange(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	list, err := s.st.OutcomesByMutation(r.Context(), changeBatchPrefix, smootherID(tenantOf(r.Context()), id))
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	if list == nil {
+		list = []store.MutationOutcome{}
+	}
+	for i := range list {
+		list[i].MutationID = id
+	}
+	writeJSON(w, http.StatusOK, outcomeList{Outcomes: list})
+}

@@ -1,0 +1,124 @@
+// Command intake is paritysync's PMS-facing HTTP API: batches of mutations, webhook
+// changes into the channels' burst smoothers with admission control, outcomes,
+// channel pause and resume, the quota and the dead-letter queue. The contract is
+// GET /openapi.yaml; the README's "HTTP API" section has curl examples.
+//
+// Configuration: PARITYSYNC_INTAKE_ADDR (default 127.0.0.1:8080),
+// PARITYSYNC_API_KEYS_FILE (required: one "tenant:<sha256 hex of the key>" per line,
+// re-read when it changes), and the settings the worker and starter share
+// (TEMPORAL_ADDRESS, REDIS_URL, PARITYSYNC_DATABASE_URL, PARITYSYNC_CHANNELS_FILE …).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+
+	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/dial"
+	"github.com/paritysync/paritysync/models"
+)
+
+// DefaultAddr is where intake listens without PARITYSYNC_INTAKE_ADDR.
+const DefaultAddr = "127.0.0.1:8080"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Getenv, nil)
+	stop()
+	if err != nil {
+		slog.Error("intake", "error", err)
+		os.Exit(1)
+	}
+}
+
+// run serves until ctx ends, then shuts down gracefully: it stops accepting, lets
+// requests in flight finish (up to PARITYSYNC_SHUTDOWN_TIMEOUT) and closes its
+// connections. ready, when set, receives the listening address.
+func run(ctx context.Context, getenv func(string) string, ready chan<- string) error {
+	dial.QuietRedisLogs()
+	s, err := models.LoadSettings(getenv)
+	if err != nil {
+		return err
+	}
+	chs, err := models.LoadChannels(s.ChannelsFile, getenv)
+	if err != nil {
+		return err
+	}
+	addr := strings.TrimSpace(getenv("PARITYSYNC_INTAKE_ADDR"))
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	keysFile := strings.TrimSpace(getenv("PARITYSYNC_API_KEYS_FILE"))
+	if keysFile == "" {
+		return errors.New("PARITYSYNC_API_KEYS_FILE: required (one tenant:<sha256 hex of the key> per line)")
+	}
+	log := slog.Default()
+	log.Info("effective config", "settings", s.String(), "addr", addr, "api_keys_file", keysFile)
+	keys, err := newKeyring(keysFile, func(err error) { log.Error("API keys file not reloaded; the keys last read stay", "error", err) })
+	if err != nil {
+		return err
+	}
+	tc, err := dial.Temporal(ctx, s, client.Options{Logger: tlog.NewStructuredLogger(log)})
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	rdb, err := dial.Redis(ctx, s.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	st, err := store.Open(ctx, s.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("postgres at %s: %w", models.MaskURL(s.DatabaseURL), err)
+	}
+	defer st.Close()
+	srv, err := NewServer(Config{Settings: s, Channels: chs}, tc, rdb, st, keys, log)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		// A 32 MiB batch over a slow link still fits.
+		ReadTimeout:  2 * time.Minute,
+		WriteTimeout: 2 * time.Minute,
+		IdleTimeout:  2 * time.Minute,
+		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("PARITYSYNC_INTAKE_ADDR %s: %w", addr, err)
+	}
+	log.Info("intake listening", "addr", ln.Addr().String())
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("intake shutting down", "grace", s.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("intake stopped")
+	return nil
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/intake/ops"
+	"github.com/paritysync/paritysync/models"
+)
+
+// channelOf is the path's channel when it is configured; otherwise it answers 404.
+func (s *Server) channelOf(w http.ResponseWriter, r *http.Request) (string, bool) {
+	ch := r.PathValue("channel")
+	if _, ok := s.channels[ch]; !ok {
+		writeProblem(w, r, http.StatusNotFound, probNotFound, "no channel "+ch)
+		return "", false
+	}
+	return ch, true
+}
+
+func (s *Server) pauseChannel(w http.ResponseWriter, r *http.Request) {
+	ch, ok := s.channelOf(w, r)
+	if !ok {
+		return
+	}
+	var in struct {
+		Reason string `json:"reason"`
+	}
+	body, ok := readBody(w, r, 64<<10)
+	if !ok {
+		return
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil || strings.TrimSpace(in.Reason) == "" {
+		writeProblem(w, r, http.StatusBadRequest, probBadRequest, `want {"reason": "why the channel is paused"}`,
+			func(p *problem) {
+				p.Problems = []models.RowProblem{{Line: 1, Field: "reason", Rule: models.RuleRequired}}
+			})
+		return
+	}
+	s.setPause(w, r, ch, true, "tenant "+tenantOf(r.Context())+": "+in.Reason)
+}
+
+func (s *Server) resumeChannel(w http.ResponseWriter, r *http.Request) {
+	if ch, ok := s.channelOf(w, r); ok {
+		s.setPause(w, r, ch, false, "")
+	}
+}
+
+func (s *Server) setPause(w http.ResponseWriter, r *http.Request, ch string, pause bool, reason string) {
+	n, err := ops.SetPause(r.Context(), s.tc, s.lim, ch, pause, reason, func(id string, err error) {
+		s.log.Warn("signal batch", "workflow", id, "error", err)
+	})
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	action := map[bool]string{true: "pause", false: "resume"}[pause]
+	writeJSON(w, http.StatusOK, map[string]any{"channel": ch, "action": action, "reason": reason, "signalled_batches": n})
+}
+
+func (s *Server) getQuota(w http.ResponseWriter, r *http.Request) {
+	var slugs []string
+	if ch := r.URL.Query().Get("channel"); ch != "" {
+		if _, ok := s.channels[ch]; !ok {
+			writeProblem(w, r, http.StatusNotFound, probNotFound, "no channel "+ch)
+			return
+		}
+		slugs = []string{ch}
+	} else {
+		for _, c := range s.cfg.Channels {
+			slugs = append(slugs, c.Slug)
+		}
+	}
+	rows, err := ops.Quota(r.Context(), s.lim, slugs)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"channels": rows, "worst_tier": ops.WorstTier(rows)})
+}
+
+// deadLetterView is one dead letter without its wire request.
+type deadLetterView struct {
+	ID          int64         `json:"id"`
+	BatchID     string        `json:"batch_id"`
+	Channel     string        `json:"channel"`
+	PropertyID  string        `json:"property_id"`
+	Family      models.Family `json:"family"`
+	Reason      string        `json:"reason"`
+	Status      int           `json:"status,omitempty"`
+	Message     string        `json:"message,omitempty"`
+	MutationIDs []string      `json:"mutation_ids"`
+	StayDates   []models.Date `json:"stay_dates"`
+	ParkedAt    string        `json:"parked_at"`
+}
+
+func viewDeadLetter(d store.DeadLetter) deadLetterView {
+	return deadLetterView{ID: d.ID, BatchID: d.BatchID, Channel: d.Channel, PropertyID: d.PropertyID, Family: d.Family,
+		Reason: d.Reason, Status: d.Status, Message: d.Message, MutationIDs: d.MutationIDs, StayDates: d.StayDates,
+		ParkedAt: d.ParkedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")}
+}
+
+// getDLQ lists open dead letters, oldest first, a page at a time (after=<last id>).
+func (s *Server) getDLQ(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := store.DeadLetterFilter{Channel: q.Get("channel"), Reason: q.Get("reason"), BatchID: q.Get("batch"), Limit: 100}
+	for name, dst := range map[string]*int64{"after": &f.AfterID} {
+		if v := q.Get(name); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				writeProblem(w, r, http.StatusBadRequest, probBadRequest, "query parameter "+name+": must be a non-negative integer")
+				return
+			}
+			*dst = n
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			writeProblem(w, r, http.StatusBadRequest, probBadRequest, "query parameter limit: must be 1..1000")
+			return
+		}
+		f.Limit = n
+	}
+	entries, err := s.st.DeadLetters(r.Context(), f)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	out := make([]deadLetterView, len(entries))
+	for i, e := range entries {
+		out[i] = viewDeadLetter(e)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": out})
+}
+
+// replayDLQ re-sends the chosen open dead letters as one new batch.
+func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r, 1<<20)
+	if !ok {
+		return
+	}
+	var in struct {
+		IDs     []int64 `json:"ids"`
+		Channel string  `json:"channel"`
+		Reason  string  `json:"reason"`
+		Batch   string  `json:"batch"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil || (len(in.IDs) == 0 && in.Channel == "" && in.Reason == "" && in.Batch == "") {
+		writeProblem(w, r, http.StatusBadRequest, probBadRequest,
+			`want a selection: {"ids": [1, 2]} or any of {"channel", "reason", "batch"}`)
+		return
+	}
+	var entries []store.DeadLetter
+	if len(in.IDs) > 0 {
+		for _, id := range in.IDs {
+			d, err := s.st.DeadLetter(r.Context(), id)
+			if err != nil {
+				writeProblem(w, r, http.StatusNotFound, probNotFound, "no dead letter "+strconv.FormatInt(id, 10))
+				return
+			}
+			if d.AckedAt.IsZero() {
+				entries = append(entries, d)
+			}
+		}
+	} else {
+		f := store.DeadLetterFilter{Channel: in.Channel, Reason: in.Reason, BatchID: in.Batch, Limit: 1000}
+		var err error
+		if entries, err = s.st.DeadLetters(r.Context(), f); err != nil {
+			s.internal(w, r, err)
+			return
+		}
+	}
+	rep, err := ops.ReplayDeadLetters(r.Context(), s.tc, s.cfg.Settings.TaskQueue, s.st, entries)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	out := map[string]any{"entries": rep.Entries, "updates": rep.Updates, "acknowledged": rep.Acked}
+	if rep.Entries > 0 {
+		setLogBatch(r, rep.BatchID)
+		out["batch_id"], out["workflow_id"], out["ui"] = rep.BatchID, rep.WorkflowID, s.uiLink(rep.WorkflowID)
+	}
+	writeJSON(w, http.StatusAccepted, out)
+}

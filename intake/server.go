@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/client"
+
+	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/limiter"
+	"github.com/paritysync/paritysync/models"
+)
+
+//go:embed openapi.yaml
+var openAPIDocument []byte
+
+// Limits of the API; Config overrides them.
+const (
+	DefaultMaxBatchBody  = 32 << 20
+	DefaultMaxChangeBody = 1 << 20
+	// DefaultMaxChanges bounds one webhook post: the smoother takes at most this
+	// many in one update.
+	DefaultMaxChanges = models.MaxInlineMutations
+)
+
+// Config is what the server needs besides its connections.
+type Config struct {
+	Settings       models.Settings
+	Channels       []models.ChannelConfig
+	MaxBatchBody   int64
+	MaxChangeBody  int64
+	MaxChanges     int
+	MaxBatchRows   int
+	RequestTimeout time.Duration
+}
+
+// Server is the PMS-facing HTTP API.
+type Server struct {
+	cfg       Config
+	tc        client.Client
+	rdb       redis.UniversalClient
+	st        *store.Store
+	lim       *limiter.Limiter
+	keys      *keyring
+	validator *models.Validator
+	channels  map[string]models.ChannelConfig
+	log       *slog.Logger
+	now       func() time.Time
+	metrics   *serverMetrics
+	registry  *prometheus.Registry
+}
+
+// NewServer wires the API over its connections.
+func NewServer(cfg Config, tc client.Client, rdb redis.UniversalClient, st *store.Store, keys *keyring, log *slog.Logger) (*Server, error) {
+	if cfg.MaxBatchBody <= 0 {
+		cfg.MaxBatchBody = DefaultMaxBatchBody
+	}
+	if cfg.MaxChangeBody <= 0 {
+		cfg.MaxChangeBody = DefaultMaxChangeBody
+	}
+	if cfg.MaxChanges <= 0 {
+		cfg.MaxChanges = DefaultMaxChanges
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 30 * time.Second
+	}
+	v, err := models.NewValidator(cfg.Channels, cfg.Settings.PropertyPattern, time.Now)
+	if err != nil {
+		return nil, fmt.Errorf("PARITYSYNC_PROPERTY_PATTERN: %w", err)
+	}
+	v.Zones = cfg.Settings.Zones
+	reg := prometheus.NewRegistry()
+	s := &Server{cfg: cfg, tc: tc, rdb: rdb, st: st, keys: keys, validator: v,
+		lim:      limiter.New(rdb, cfg.Channels, limiter.Options{Prefix: cfg.Settings.KeyPrefix}),
+		channels: models.ChannelMap(cfg.Channels), log: log, now: time.Now,
+		metrics: newServerMetrics(reg), registry: reg}
+	return s, nil
+}
+
+// Handler is every route of the API.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	authed := func(pattern string, h http.HandlerFunc) {
+		mux.Handle(pattern, s.keys.authenticate(h))
+	}
+	authed("POST /v1/batches", s.postBatch)
+	authed("GET /v1/batches/{id}", s.getBatch)
+	authed("DELETE /v1/batches/{id}", s.deleteBatch)
+	authed("GET /v1/batches/{id}/rejections", s.getRejections)
+	authed("GET /v1/batches/{id}/outcomes", s.getOutcomes)
+	authed("POST /v1/changes", s.postChanges)
+	authed("GET /v1/changes/{id}", s.getChange)
+	authed("POST /v1/channels/{channel}/pause", s.pauseChannel)
+	authed("POST /v1/channels/{channel}/resume", s.resumeChannel)
+	authed("GET /v1/quota", s.getQuota)
+	authed("GET /v1/dlq", s.getDLQ)
+	authed("POST /v1/dlq/replay", s.replayDLQ)
+	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(openAPIDocument)
+	})
+	mux.HandleFunc("GET /v1/schemas/mutation.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/schema+json")
+		_, _ = w.Write(mutationSchema)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", s.ready)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, http.StatusNotFound, probNotFound, "no route "+r.Method+" "+r.URL.Path+" (see /openapi.yaml)")
+	})
+	return s.observe(mux)
+}
+
+// ready answers 200 when Temporal, Redis and PostgreSQL answer, 503 naming the
+// first that does not.
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	checks := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"temporal", func(ctx context.Context) error {
+			_, err := s.tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+			return err
+		}},
+		{"redis", func(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }},
+		{"postgres", s.st.Ping},
+	}
+	for _, c := range checks {
+		if err := c.fn(ctx); err != nil {
+			writeProblem(w, r, http.StatusServiceUnavailable, probUnavailable, c.name+" unreachable: "+err.Error())
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// readBody reads at most limit bytes of the request body; a longer one is answered
+// 413 and ok is false.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, ok bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeProblem(w, r, http.StatusRequestEntityTooLarge, probTooLarge,
+			fmt.Sprintf("this endpoint takes at most %d bytes", limit))
+		return nil, false
+	case err != nil:
+		writeProblem(w, r, http.StatusBadRequest, probUnreadable, "reading the body: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+// batchID names a tenant's batch: the tenant, a dot, and either a digest of the
+// Idempotency-Key (the same key always names the same batch) or the time and a
+// random suffix.
+func batchID(tenant, idempotencyKey string, now time.Time, random string) string {
+	if idempotencyKey != "" {
+		sum := sha256.Sum256([]byte(tenant + "\x00" + idempotencyKey))
+		return tenant + ".k" + hex.EncodeToString(sum[:12])
+	}
+	return tenant + "." + now.UTC().Format("20060102-150405") + "-" + random
+}
+
+// ownBatch is the batch id of the path if it is the tenant's; otherwise it answers
+// 404 (another tenant's batch is not even said to exist).
+func ownBatch(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if !strings.HasPrefix(id, tenantOf(r.Context())+".") {
+		writeProblem(w, r, http.StatusNotFound, probNotFound, "no batch "+id)
+		return "", false
+	}
+	setLogBatch(r, id)
+	return id, true
+}
+
+// uiLink is where the Temporal UI shows a workflow.
+func (s *Server) uiLink(workflowID string) string {
+	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", s.cfg.Settings.TemporalUI,
+		url.PathEscape(s.cfg.Settings.TemporalNamespace), url.PathEscape(workflowID))
+}
