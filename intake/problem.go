@@ -12,13 +12,13 @@ import (
 // problem is an RFC 9457 problem document. Extension members: Problems names each
 // field and rule, Changes answers a webhook post per change.
 type problem struct {
-	Type     string             `json:"type"`
-	Title    string             `json:"title"`
-	Status   int                `json:"status"`
-	Detail   string             `json:"detail,omitempty"`
-	Instance string             `json:"instance,omitempty"`
-	Line     int                `json:"line,omitempty"`
-	Rule     string             `json:"rule,omitempty"`
+	Type     string              `json:"type"`
+	Title    string              `json:"title"`
+	Status   int                 `json:"status"`
+	Detail   string              `json:"detail,omitempty"`
+	Instance string              `json:"instance,omitempty"`
+	Line     int                 `json:"line,omitempty"`
+	Rule     string              `json:"rule,omitempty"`
 	Problems []models.RowProblem `json:"problems,omitempty"`
 	// RetryAfter repeats the Retry-After header in seconds.
 	RetryAfter int            `json:"retry_after,omitempty"`
