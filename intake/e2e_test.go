@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/activities/store/storetest"
+	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/limiter"
+	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sim"
+	"github.com/paritysync/paritysync/workflows"
+)
+
+// The end-to-end test runs the API on real parts, as worker/e2e_test.go does: a
+// Temporal dev server (TEMPORAL_CLI, or ../.bin/temporal), the Redis at REDIS_URL
+// under a key prefix of its own, a PostgreSQL schema of its own, the simulator over
+// HTTP and an in-process worker.
+
+func temporalCLI(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("TEMPORAL_CLI")
+	if path == "" {
+		path = filepath.Join("..", ".bin", "temporal")
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("no Temporal CLI at %s (make test builds it into .bin/; or set TEMPORAL_CLI): %v", path, err)
+	}
+	return path
+}
+
+type quietLog struct{}
+
+func (quietLog) Debug(string, ...any) {}
+func (quietLog) Info(string, ...any)  {}
+func (quietLog) Warn(string, ...any)  {}
+func (quietLog) Error(string, ...any) {}
+
+// stack is a dev server, a simulator, a worker and the API over them.
+type stack struct {
+	api http.Handler
+	st  *store.Store
+	tc  client.Client
+}
+
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	ctx := context.Background()
+	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+		ExistingPath: temporalCLI(t), ClientOptions: &client.Options{Logger: quietLog{}}, LogLevel: "error",
+		SearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrChannel).ValueSet(""),
+			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrBatchID).ValueSet(""),
+			temporal.NewSearchAttributeKeyInt64(models.SearchAttrPriority).ValueSet(0),
+		),
+	})
+	require.NoError(t, err, "start Temporal dev server")
+	t.Cleanup(func() { _ = srv.Stop() })
+
+	redisURL := os.Getenv("REDIS_URL")
+	if redisURL == "" {
+		redisURL = "redis://127.0.0.1:6379/0"
+	}
+	opt, err := redis.ParseURL(redisURL)
+	require.NoError(t, err)
+	rdb := redis.NewClient(opt)
+	require.NoError(t, rdb.Ping(ctx).Err())
+	id := uuid.NewString()[:8]
+	prefix, queue := "paritysync-intake-"+id+":", "paritysync-intake-"+id
+	t.Cleanup(func() {
+		iter := rdb.Scan(context.Background(), 0, prefix+"*", 1000).Iterator()
+		for iter.Next(context.Background()) {
+			rdb.Del(context.Background(), iter.Val())
+		}
+		_ = rdb.Close()
+	})
+	s := models.DefaultSettings()
+	s.TemporalAddress, s.TaskQueue, s.KeyPrefix, s.RedisURL = srv.FrontendHostPort(), queue, prefix, redisURL
+	s.DatabaseURL = storetest.Schema(t, "intake")
+	chs, err := models.LoadChannels("", func(k string) string {
+		if strings.HasSuffix(k, "_RATE_PER_MINUTE") {
+			return "600"
+		}
+		return ""
+	})
+	require.NoError(t, err)
+	simulator := sim.New(sim.Config{Channels: chs, StaticTokens: []string{"e2e-token"}})
+	simSrv := httptest.NewServer(simulator)
+	t.Cleanup(func() { simSrv.Close(); simulator.Close() })
+
+	st, err := store.Open(ctx, s.DatabaseURL)
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	require.NoError(t, st.Migrate(ctx))
+	lim := limiter.New(rdb, chs, limiter.Options{Prefix: prefix, Lease: 15 * time.Second})
+	creds := channels.Credentials{}
+	for _, c := range chs {
+		creds[c.Slug] = channels.StaticCredential("e2e-token")
+	}
+	v, err := models.NewValidator(chs, s.PropertyPattern, time.Now)
+	require.NoError(t, err)
+	acts := &activities.Activities{Limiter: lim, Client: channels.New(http.DefaultClient, simSrv.URL, creds, chs, 10*time.Second),
+		Tokens: creds, Store: st, Channels: models.ChannelMap(chs), Validator: v, ChunkSize: 5,
+		Metrics: activities.NewMetrics(prometheus.NewRegistry())}
+	tc := srv.Client()
+	w := worker.New(tc, queue, worker.Options{})
+	w.RegisterWorkflow(workflows.BatchSync)
+	w.RegisterWorkflow(workflows.ChannelSync)
+	w.RegisterWorkflow(workflows.BurstSmoother)
+	w.RegisterActivity(acts)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+
+	keys, err := newKeyring(writeKeys(t), nil)
+	require.NoError(t, err)
+	api, err := NewServer(Config{Settings: s, Channels: chs}, tc, rdb, st, keys, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	return &stack{api: api.Handler(), st: st, tc: tc}
+}
+
+func decodeJSON[T any](t *testing.T, resp *http.Response) T {
+	t.Helper()
+	var v T
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
+	return v
+}
+
+// mutationRow is a valid mutation line for channel ch on a night a week ahead.
+func mutationRow(id, ch string, version int, edit ...string) string {
+	day := models.DateOf(time.Now().UTC().AddDate(0, 0, 7))
+	row := fmt.Sprintf(`{"id":%q,"property_id":"prop_0000abcd","room_type_code":"DBL","rate_plan_code":"BAR","channel":%q,"stay_date":%q,"inventory":%d,"version":%d}`,
+		id, ch, day.String(), version%10, version)
+	for i := 0; i+1 < len(edit); i += 2 {
+		row = strings.Replace(row, edit[i], edit[i+1], 1)
+	}
+	return row
+}
+
+// TestBatchesAndChangesOverHTTPEveryOutcomeReadBack posts a partly invalid batch
+// and webhook changes over the API and reads every outcome back, each request and
+// answer checked against openapi.yaml; every operation of the document is used.
+func TestBatchesAndChangesOverHTTPEveryOutcomeReadBack(t *testing.T) {
+	c := loadContract(t)
+	s := startStack(t)
+	h := s.api
+
+	var rows []string
+	for i := range 6 {
+		rows = append(rows, mutationRow(fmt.Sprintf("b%d", i), "booking_com", i+1, `"room_type_code":"DBL"`, fmt.Sprintf(`"room_type_code":"R%d"`, i)))
+	}
+	rows = append(rows, mutationRow("bad-currency", "booking_com", 1, `"inventory":1`, `"amount":"10.999","currency":"EUR"`))
+	rows = append(rows, mutationRow("bad-type", "booking_com", 1, `"version":1`, `"version":"1"`))
+	body := strings.Join(rows, "\n") + "\n"
+
+	post := func(body, key string) *http.Response {
+		req := request(http.MethodPost, "/v1/batches", body)
+		req.Header.Set("Content-Type", "application/x-ndjson")
+		req.Header.Set("Idempotency-Key", key)
+		return c.do(t, h, req, false)
+	}
+	key := "order-" + uuid.NewString()[:8]
+	resp := post(body, key)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	acc := decodeJSON[batchAccepted](t, resp)
+	require.False(t, acc.Attached)
+	require.Equal(t, 8, acc.Mutations)
+	require.Equal(t, 6, acc.Accepted)
+	require.Len(t, acc.Rejected, 2, "both invalid rows are listed: %+v", acc.Rejected)
+	require.True(t, strings.HasPrefix(acc.BatchID, "acme."))
+
+	again := decodeJSON[batchAccepted](t, post(body, key))
+	require.True(t, again.Attached, "the same key and body name the same batch")
+	require.Equal(t, acc.BatchID, again.BatchID)
+	resp = post(mutationRow("other", "booking_com", 1)+"\n", key)
+	require.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode)
+	require.Equal(t, problemBase+probConflict, decodeProblem(t, resp).Type)
+
+	var view batchView
+	require.Eventually(t, func() bool {
+		view = decodeJSON[batchView](t, c.do(t, h, request(http.MethodGet, acc.StatusURL, ""), true))
+		return view.State == "done"
+	}, 2*time.Minute, 250*time.Millisecond)
+	require.Equal(t, 6, view.Totals.Committed+view.Totals.Superseded, "every valid update has its outcome: %+v", view.Totals)
+	require.Equal(t, 2, view.Totals.Rejected)
+
+	rej := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, acc.StatusURL+"/rejections", ""), true))
+	require.Len(t, rej.Outcomes, 2)
+	for _, o := range rej.Outcomes {
+		require.Equal(t, models.OutcomeRejected, o.Outcome)
+		require.NotEmpty(t, o.Reason)
+	}
+	for i := range 6 {
+		out := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, fmt.Sprintf("%s/outcomes?mutation=b%d", acc.StatusURL, i), ""), true))
+		require.Len(t, out.Outcomes, 1, "b%d", i)
+		require.Equal(t, models.OutcomeCommitted, out.Outcomes[0].Outcome)
+	}
+	finished := decodeJSON[batchAccepted](t, post(body, key))
+	require.True(t, finished.Attached, "a finished batch is still the same batch for the same key and body")
+	resp = c.do(t, h, request(http.MethodDelete, acc.StatusURL, ""), true)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp = c.do(t, h, request(http.MethodGet, "/v1/batches/other.batch", ""), true)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "another tenant's batch is not found")
+
+	// Webhook changes: accepted ones get outcomes, the invalid one is answered now.
+	changes := "[" + strings.Join([]string{
+		mutationRow("c1", "expedia", 1), mutationRow("c2", "expedia", 2, `"room_type_code":"DBL"`, `"room_type_code":"TWN"`),
+		mutationRow("c3", "agoda", 1), mutationRow("c4", "agoda", 1, `"inventory":1`, `"inventory":1000`),
+	}, ",") + "]"
+	resp = c.do(t, h, request(http.MethodPost, "/v1/changes", changes), false) // c4 is invalid on purpose
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	ans := decodeJSON[changesAnswer](t, resp)
+	require.Equal(t, 3, ans.Accepted)
+	require.Equal(t, 1, ans.Rejected)
+	require.Equal(t, "inventory", ans.Changes[3].Problems[0].Field)
+	for _, id := range []string{"c1", "c2", "c3"} {
+		require.Eventually(t, func() bool {
+			out := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, "/v1/changes/"+id, ""), true))
+			return len(out.Outcomes) == 1 && out.Outcomes[0].Outcome == models.OutcomeCommitted
+		}, 2*time.Minute, 250*time.Millisecond, "change %s has its outcome", id)
+	}
+
+	// Operations.
+	resp = c.do(t, h, request(http.MethodPost, "/v1/channels/agoda/pause", `{"reason":"maintenance"}`), true)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	q := decodeJSON[struct {
+		Channels []struct{ Channel, Paused string } `json:"channels"`
+	}](t, c.do(t, h, request(http.MethodGet, "/v1/quota?channel=agoda", ""), true))
+	require.Contains(t, q.Channels[0].Paused, "maintenance")
+	require.Equal(t, http.StatusOK, c.do(t, h, request(http.MethodPost, "/v1/channels/agoda/resume", ""), true).StatusCode)
+	require.Equal(t, http.StatusOK, c.do(t, h, request(http.MethodGet, "/v1/dlq?channel=agoda&limit=10", ""), true).StatusCode)
+	resp = c.do(t, h, request(http.MethodPost, "/v1/dlq/replay", `{"channel":"agoda"}`), true)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml", "/v1/schemas/mutation.json"} {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		require.Equal(t, http.StatusOK, c.do(t, h, req, true).StatusCode, path)
+	}
+	c.exercised(t)
+}
