@@ -17,7 +17,7 @@ $(BIN)/workflowcheck:
 	GOBIN=$(BIN) go install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
 
 build: $(BIN)/temporal
-	go build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/ ./worker ./starter ./otasim
+	go build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/ ./worker ./starter ./otasim ./intake
 
 demo: build
 	scripts/stack.sh demo
