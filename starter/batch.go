@@ -1,13 +1,13 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,9 +20,10 @@ import (
 	"github.com/paritysync/paritysync/models"
 )
 
-// readMutations reads a JSON array or JSON lines of mutations. Unknown fields are
-// errors, so a typo in a field name never silently drops a value; the error names
-// the file, the line and the problem.
+// readMutations reads a JSON array or JSON lines of mutations with
+// models.DecodeMutations. Unknown fields are errors, so a typo in a field name never
+// silently drops a value; a file with any bad row is refused whole, the error naming
+// the file and every bad row's line and problem.
 func readMutations(path string) ([]models.Mutation, error) {
 	ms, err := parseMutations(path)
 	if err != nil {
@@ -36,63 +37,47 @@ func parseMutations(path string) ([]models.Mutation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	trimmed := bytes.TrimLeft(body, " \t\r\n")
-	if len(trimmed) == 0 {
-		return nil, fmt.Errorf("%s: no mutations", path)
-	}
-	if trimmed[0] == '[' {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		var ms []models.Mutation
-		if err := dec.Decode(&ms); err != nil {
-			return nil, fmt.Errorf("%s line %d: %s", path, lineOf(body, errOffset(err, dec)), jsonProblem(err))
-		}
-		if dec.More() {
-			return nil, fmt.Errorf("%s line %d: data after the JSON array", path, lineOf(body, dec.InputOffset()))
-		}
-		if len(ms) == 0 {
-			return nil, fmt.Errorf("%s: no mutations", path)
-		}
-		return ms, nil
-	}
-	var ms []models.Mutation
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
-	for n := 1; sc.Scan(); n++ {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
-		dec := json.NewDecoder(bytes.NewReader(line))
-		dec.DisallowUnknownFields()
-		var m models.Mutation
-		if err := dec.Decode(&m); err != nil {
-			return nil, fmt.Errorf("%s line %d: %s", path, n, jsonProblem(err))
-		}
-		if dec.More() {
-			return nil, fmt.Errorf("%s line %d: more than one JSON value on the line", path, n)
-		}
-		ms = append(ms, m)
-	}
-	if err := sc.Err(); err != nil {
+	d, err := models.DecodeMutations(body, models.DecodeLimits{})
+	var be *models.BodyError
+	switch {
+	case errors.As(err, &be) && be.Line == 0:
 		return nil, fmt.Errorf("%s: %w", path, err)
+	case err != nil:
+		return nil, fmt.Errorf("%s %w", path, err)
+	case len(d.Problems) > 0:
+		// The operator fixes the file and starts it again: a batch never starts
+		// with part of what the file asked for.
+		return nil, fmt.Errorf("%s %s", path, rowProblems(d))
 	}
-	if len(ms) == 0 {
-		return nil, fmt.Errorf("%s: no mutations", path)
-	}
-	return ms, nil
+	return d.Mutations, nil
 }
 
-func errOffset(err error, dec *json.Decoder) int64 {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		return se.Offset
-	case errors.As(err, &te):
-		return te.Offset
+// maxProblemDetails bounds the problems rowProblems spells out; the lines of the
+// others are still listed, so every bad row is named.
+const maxProblemDetails = 20
+
+// rowProblems names every refused row on one line: "line 3: …; line 7: … (2 of 9
+// rows refused)".
+func rowProblems(d models.Decoded) string {
+	var b strings.Builder
+	var more []string
+	rows := map[int]bool{}
+	for i, p := range d.Problems {
+		rows[p.Index] = true
+		if i >= maxProblemDetails {
+			more = append(more, strconv.Itoa(p.Line))
+			continue
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(p.Error())
 	}
-	return dec.InputOffset()
+	if len(more) > 0 {
+		fmt.Fprintf(&b, "; %d more problems on lines %s", len(more), strings.Join(slices.Compact(more), ", "))
+	}
+	fmt.Fprintf(&b, " (%d of %d rows refused, nothing started)", len(rows), d.Rows)
+	return b.String()
 }
 
 func jsonProblem(err error) string {
@@ -101,11 +86,6 @@ func jsonProblem(err error) string {
 		return fmt.Sprintf("field %s: want %s, got %s", te.Field, te.Type, te.Value)
 	}
 	return strings.TrimPrefix(err.Error(), "json: ")
-}
-
-func lineOf(body []byte, offset int64) int {
-	offset = min(max(offset, 0), int64(len(body)))
-	return bytes.Count(body[:offset], []byte("\n")) + 1
 }
 
 func (c *cli) batchCmd() *cobra.Command {

@@ -50,12 +50,17 @@ func TestReadMutationsNamesFileLineAndProblem(t *testing.T) {
 		name, body, want string
 	}{
 		{"syntax error in an array", "[\n" + goodLine + ",\n{\"id\": }\n]", "line 3: invalid character '}'"},
-		{"wrong type in an array", "[\n" + goodLine + ",\n" + strings.Replace(goodLine, `"version":3`, `"version":"x"`, 1) + "\n]", "line 3: field version: want int64, got string"},
+		{"wrong type in an array", "[\n" + goodLine + ",\n" + strings.Replace(goodLine, `"version":3`, `"version":"x"`, 1) + "\n]", "line 3: field version: want integer, got string"},
 		{"unknown field on a line", goodLine + "\n" + strings.Replace(goodLine, `"amount"`, `"amout"`, 1), `line 2: unknown field "amout"`},
 		{"bad date on a line", strings.Replace(goodLine, "2030-01-02", "02/01/2030", 1), `line 1: date "02/01/2030": want YYYY-MM-DD`},
 		{"two values on a line", goodLine + " " + goodLine, "line 1: more than one JSON value"},
 		{"empty file", "  \n", "no mutations"},
 		{"empty array", "[]", "no mutations"},
+		{"]garbage after the array", "[" + goodLine + "]]garbage", "line 1: data after the JSON array: ]garbage"},
+		{"a word after the array", "[\n" + goodLine + "\n]\n x", "line 4: data after the JSON array: x"},
+		{"not UTF-8", goodLine + "\n" + strings.Replace(goodLine, "BAR_FLEX", "BAR_\xe9", 1), "line 2: byte 0xe9 is not UTF-8"},
+		{"every bad row named", goodLine + "\nnull\n" + strings.Replace(goodLine, `"m1"`, `"m2"`, 1) + "\n" + goodLine,
+			"line 2: want a JSON object, got null; line 4: id \"m1\" is already used by the row at index 0, line 1 (2 of 4 rows refused, nothing started)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeFile(t, tc.body)
@@ -66,6 +71,31 @@ func TestReadMutationsNamesFileLineAndProblem(t *testing.T) {
 			require.NotContains(t, err.Error(), "\n", "one line")
 		})
 	}
+}
+
+func TestReadMutationsAcceptsBOMAndCRLF(t *testing.T) {
+	second := strings.Replace(goodLine, `"m1"`, `"m2"`, 1)
+	for name, body := range map[string]string{
+		"BOM and lines": "\xef\xbb\xbf" + goodLine + "\r\n" + second + "\r\n",
+		"BOM and array": "\xef\xbb\xbf[\r\n" + goodLine + ",\r\n" + second + "\r\n]\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			ms, err := readMutations(writeFile(t, body))
+			require.NoError(t, err)
+			require.Equal(t, []string{"m1", "m2"}, []string{ms[0].ID, ms[1].ID})
+		})
+	}
+}
+
+func TestReadMutationsNamesEveryBadRow(t *testing.T) {
+	var b strings.Builder
+	for i := range 30 {
+		bad := strings.Replace(goodLine, `"version":3`, fmt.Sprintf(`"version":"%d"`, i), 1)
+		fmt.Fprintln(&b, strings.Replace(bad, `"m1"`, fmt.Sprintf(`"m%d"`, i), 1))
+	}
+	_, err := readMutations(writeFile(t, b.String()))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "line 20: field version: want integer, got string; 10 more problems on lines 21, 22, 23, 24, 25, 26, 27, 28, 29, 30 (30 of 30 rows refused")
 }
 
 // runCLI runs one command line with env as the whole environment.
