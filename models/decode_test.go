@@ -3,6 +3,7 @@ package models
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
@@ -347,4 +348,28 @@ func FuzzDecodeMutations(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestMutationsDocExamplesAreValid(t *testing.T) {
+	doc, err := os.ReadFile("MUTATIONS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := strings.Split(string(doc), "```")
+	n := 0
+	for i := 1; i < len(blocks); i += 2 {
+		body := strings.TrimPrefix(blocks[i], "json")
+		d, err := DecodeMutations([]byte(body), DecodeLimits{})
+		if err != nil {
+			t.Fatalf("example %d: %v", n+1, err)
+		}
+		valid, problems := newTestValidator(t).Check(d)
+		if len(problems) != 0 || len(valid) != 2 {
+			t.Fatalf("example %d: %d valid, problems %+v", n+1, len(valid), problems)
+		}
+		n++
+	}
+	if n != 2 {
+		t.Fatalf("%d examples, want the JSON lines and the array", n)
+	}
 }
