@@ -42,7 +42,7 @@ func loadContract(t *testing.T) *contract {
 	loader.IsExternalRefsAllowed = true
 	loader.ReadFromURIFunc = func(_ *openapi3.Loader, u *url.URL) ([]byte, error) {
 		if strings.HasSuffix(u.Path, "v1/schemas/mutation.json") {
-			return mutationSchema, nil
+			return models.MutationSchema(), nil
 		}
 		return os.ReadFile(filepath.Clean(u.Path))
 	}

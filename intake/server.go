@@ -112,6 +112,7 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openAPIDocument)
 	})
+	mutationSchema := models.MutationSchema()
 	mux.HandleFunc("GET /v1/schemas/mutation.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/schema+json")
 		_, _ = w.Write(mutationSchema)
