@@ -127,15 +127,18 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 		if len(take) == 0 {
 			continue
 		}
-		_, err = ops.Submit(r.Context(), s.tc, s.cfg.Settings.TaskQueue, ch, take)
+		_, err = ops.Submit(r.Context(), s.tc, s.cfg.Settings.TaskQueue,
+			models.SmootherInput{Channel: ch, MaxPending: s.cfg.SmootherMaxPending}, take)
 		if ops.IsSmootherFull(err) {
-			pending := models.DefaultMaxPending
-			if sst, qerr := ops.SmootherStatus(r.Context(), s.tc, ch); qerr == nil {
-				pending = sst.Pending
+			// Without an answer to the query, assume the smoother is as full as it can be.
+			sst := models.SmootherStatus{Pending: s.cfg.SmootherMaxPending, MaxPending: s.cfg.SmootherMaxPending}
+			if got, qerr := ops.SmootherStatus(r.Context(), s.tc, ch); qerr == nil {
+				sst = got
 			}
-			after := ops.SmootherRetryAfter(s.channels[ch], pending, len(take))
+			after := ops.SmootherRetryAfter(s.channels[ch], sst, len(take))
 			for _, i := range taken {
-				refuse(i, after, "channel", ruleSmootherFull, fmt.Sprintf("%s's smoother holds %d changes", ch, pending))
+				refuse(i, after, "channel", ruleSmootherFull,
+					fmt.Sprintf("%s's smoother holds %d of at most %d changes", ch, sst.Pending, sst.MaxPending))
 			}
 			continue
 		}

@@ -5,7 +5,9 @@
 //
 // Configuration: PARITYSYNC_INTAKE_ADDR (default 127.0.0.1:8080),
 // PARITYSYNC_API_KEYS_FILE (required: one "tenant:<sha256 hex of the key>" per line,
-// re-read when it changes), and the settings the worker and starter share
+// re-read when it changes), PARITYSYNC_SMOOTHER_MAX_PENDING (the admission limit of
+// the channel smoothers intake starts; default models.DefaultMaxPending), and the
+// settings the worker and starter share
 // (TEMPORAL_ADDRESS, REDIS_URL, PARITYSYNC_DATABASE_URL, PARITYSYNC_CHANNELS_FILE …).
 package main
 
@@ -18,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -64,8 +67,17 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- string) e
 	if keysFile == "" {
 		return errors.New("PARITYSYNC_API_KEYS_FILE: required (one tenant:<sha256 hex of the key> per line)")
 	}
+	cfg := Config{Settings: s, Channels: chs, SmootherMaxPending: models.DefaultMaxPending}
+	if v := strings.TrimSpace(getenv("PARITYSYNC_SMOOTHER_MAX_PENDING")); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return errors.New("PARITYSYNC_SMOOTHER_MAX_PENDING: must be a positive integer")
+		}
+		cfg.SmootherMaxPending = n
+	}
 	log := slog.Default()
-	log.Info("effective config", "settings", s.String(), "addr", addr, "api_keys_file", keysFile)
+	log.Info("effective config", "settings", s.String(), "addr", addr, "api_keys_file", keysFile,
+		"smoother_max_pending", cfg.SmootherMaxPending)
 	keys, err := newKeyring(keysFile, func(err error) { log.Error("API keys file not reloaded; the keys last read stay", "error", err) })
 	if err != nil {
 		return err
@@ -85,7 +97,7 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- string) e
 		return fmt.Errorf("postgres at %s: %w", models.MaskURL(s.DatabaseURL), err)
 	}
 	defer st.Close()
-	srv, err := NewServer(Config{Settings: s, Channels: chs}, tc, rdb, st, keys, log)
+	srv, err := NewServer(cfg, tc, rdb, st, keys, log)
 	if err != nil {
 		return err
 	}
@@ -106,6 +118,12 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- string) e
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
+	return serve(ctx, hs, ln, s.ShutdownTimeout, log)
+}
+
+// serve answers on ln until ctx ends, then shuts hs down: it stops accepting,
+// lets the requests in flight finish within grace and closes idle connections.
+func serve(ctx context.Context, hs *http.Server, ln net.Listener, grace time.Duration, log *slog.Logger) error {
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	select {
@@ -113,8 +131,8 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- string) e
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("intake shutting down", "grace", s.ShutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
+	log.Info("intake shutting down", "grace", grace)
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)

@@ -45,6 +45,9 @@ type Config struct {
 	MaxChanges     int
 	MaxBatchRows   int
 	RequestTimeout time.Duration
+	// SmootherMaxPending is the admission limit of the smoothers intake starts
+	// (PARITYSYNC_SMOOTHER_MAX_PENDING); a smoother already running keeps its own.
+	SmootherMaxPending int
 }
 
 // Server is the PMS-facing HTTP API.
@@ -76,6 +79,9 @@ func NewServer(cfg Config, tc client.Client, rdb redis.UniversalClient, st *stor
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 30 * time.Second
+	}
+	if cfg.SmootherMaxPending <= 0 {
+		cfg.SmootherMaxPending = models.DefaultMaxPending
 	}
 	v, err := models.NewValidator(cfg.Channels, cfg.Settings.PropertyPattern, time.Now)
 	if err != nil {

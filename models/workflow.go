@@ -421,10 +421,12 @@ type SubmitResult struct {
 
 // SmootherStatus answers the smoother's status query.
 type SmootherStatus struct {
-	Channel   string `json:"channel"`
-	Pending   int    `json:"pending"`
-	Flushed   int    `json:"flushed"`
-	LastBatch string `json:"last_batch,omitempty"`
+	Channel string `json:"channel"`
+	Pending int    `json:"pending"`
+	// MaxPending is the admission limit this smoother was started with.
+	MaxPending int    `json:"max_pending,omitempty"`
+	Flushed    int    `json:"flushed"`
+	LastBatch  string `json:"last_batch,omitempty"`
 	// Totals sums the outcomes of the batches this run flushed.
 	Totals ChannelCounts `json:"totals"`
 }

@@ -2,16 +2,38 @@
 # Runs paritysync locally without Docker: a Temporal dev server (UI on 8233), Redis
 # (the one at REDIS_URL, or a local redis-server when none answers), a database of
 # its own on the local PostgreSQL (paritysync_stack, dropped by `down`), the channel
-# simulator and a worker.
+# simulator, a worker and intake (the PMS-facing HTTP API).
 #
 #   scripts/stack.sh up      start the stack and leave it running (make up)
 #   scripts/stack.sh down    stop what `up` started (make down)
-#   scripts/stack.sh demo    start, run a sample batch, print the summary, stop (make demo)
+#   scripts/stack.sh demo    start, send a sample batch through intake, print the summary, stop (make demo)
+#   scripts/stack.sh bench-intake [loadgen flags]
+#                            start a stack of its own (own ports, database and Redis
+#                            prefix), run intake's load benchmark against it, stop (make bench-intake)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BIN=.bin
+# PARITYSYNC_BIN: where make put the binaries (and the Temporal CLI).
+BIN=${PARITYSYNC_BIN:-.bin}
 RUN=.run
+if [ "${1:-}" = bench-intake ]; then
+  # The benchmark's stack is its own: other ports, state under .run/bench, a fresh
+  # dev server, a throwaway database and a Redis key prefix of its own, so it runs
+  # beside a 'make up' stack and leaves nothing behind.
+  RUN=.run/bench
+  bench_id=$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
+  export TEMPORAL_ADDRESS=${BENCH_TEMPORAL_ADDRESS:-127.0.0.1:17233}
+  export TEMPORAL_UI_URL=${BENCH_TEMPORAL_UI_URL:-http://127.0.0.1:18233}
+  export PARITYSYNC_CHANNEL_URL=${BENCH_CHANNEL_URL:-http://127.0.0.1:18090}
+  export PARITYSYNC_METRICS_ADDR=${BENCH_METRICS_ADDR:-127.0.0.1:19464}
+  export PARITYSYNC_INTAKE_ADDR=${BENCH_INTAKE_ADDR:-127.0.0.1:18080}
+  export PARITYSYNC_STACK_DATABASE=paritysync_bench_$bench_id
+  unset PARITYSYNC_DATABASE_URL
+  export PARITYSYNC_KEY_PREFIX=paritysync-bench-$bench_id:
+  # Small enough that 50 clients fill the smoothers within seconds, so the run
+  # measures admission control (429 + Retry-After) as well as throughput.
+  export PARITYSYNC_SMOOTHER_MAX_PENDING=${PARITYSYNC_SMOOTHER_MAX_PENDING:-300}
+fi
 mkdir -p "$RUN"
 
 export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
@@ -43,6 +65,20 @@ export PARITYSYNC_CHANNELS_FILE=${PARITYSYNC_CHANNELS_FILE:-deploy/channels.demo
 export PARITYSYNC_CHANNEL_CHANNEX_DEMO_CREDENTIALS_FILE=$CHANNEX_KEY_FILE
 export PARITYSYNC_CHANNEL_OTA_DEMO_CREDENTIALS_FILE=$OTA_SECRET_FILE
 DEMO_CHANNELS=booking_com,expedia,agoda,channex_demo,ota_demo
+# intake's demo tenant: the key in api.key, its SHA-256 in the keys file intake
+# reads, and an Authorization header file for curl (-H @file), so the key is never
+# on a command line or in a log.
+export PARITYSYNC_INTAKE_ADDR=${PARITYSYNC_INTAKE_ADDR:-127.0.0.1:8080}
+INTAKE_URL=http://$PARITYSYNC_INTAKE_ADDR
+API_KEY_FILE=$RUN/api.key
+API_AUTH_FILE=$RUN/api.auth
+export PARITYSYNC_API_KEYS_FILE=$RUN/api-keys
+if [ ! -s "$API_KEY_FILE" ] || [ ! -s "$PARITYSYNC_API_KEYS_FILE" ] || [ ! -s "$API_AUTH_FILE" ]; then
+  umask 077
+  printf '%s' "$(secret)" > "$API_KEY_FILE"
+  echo "demo:$(sha256sum < "$API_KEY_FILE" | cut -d' ' -f1)" > "$PARITYSYNC_API_KEYS_FILE"
+  printf 'Authorization: Bearer %s\n' "$(cat "$API_KEY_FILE")" > "$API_AUTH_FILE"
+fi
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -118,11 +154,16 @@ up() {
   say "starting the worker (metrics at http://$PARITYSYNC_METRICS_ADDR/metrics)"
   start worker "$BIN/worker"
   wait_for worker 30 curl -fsS "http://$PARITYSYNC_METRICS_ADDR/healthz"
+
+  [ -x "$BIN/intake" ] || die "run 'make build' first: no $BIN/intake"
+  say "starting intake, the HTTP API, at $INTAKE_URL (tenant demo, key in $API_KEY_FILE)"
+  start intake "$BIN/intake"
+  wait_for intake 30 curl -fsS "$INTAKE_URL/readyz"
 }
 
 down() {
   local name pid
-  for name in worker otasim temporal redis; do
+  for name in intake worker otasim temporal redis; do
     [ -f "$RUN/$name.pid" ] || continue
     pid=$(cat "$RUN/$name.pid")
     if kill -0 "$pid" 2>/dev/null; then
@@ -153,27 +194,65 @@ sim_stats() {
 
 demo() {
   local t0=$SECONDS
+  command -v jq >/dev/null || die "jq not found: the demo reads intake's JSON answers with it"
   rm -f "$RUN/temporal.db"
   trap down EXIT
   up
   say "writing a sample batch of $DEMO_MUTATIONS mutations"
   "$BIN/starter" sample --mutations "$DEMO_MUTATIONS" --channels "$DEMO_CHANNELS" --out "$RUN/sample.jsonl"
-  say "starting the batch and following it"
-  local rc=0
-  "$BIN/starter" batch start --file "$RUN/sample.jsonl" --wait || rc=$?
-  # 3 means some mutations were rejected or dead-lettered: the sample's invalid rows
-  # are rejected on purpose, so that is the expected ending of the demo.
-  [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || die "batch failed (exit $rc); see $RUN/worker.log"
+  say "sending it through intake: POST $INTAKE_URL/v1/batches"
+  local ans id state
+  ans=$(curl -sS -X POST "$INTAKE_URL/v1/batches" -H @"$API_AUTH_FILE" \
+    -H 'Content-Type: application/x-ndjson' -H "Idempotency-Key: demo-$(date +%s)" \
+    --data-binary @"$RUN/sample.jsonl") || die "intake did not answer; see $RUN/intake.log"
+  id=$(printf '%s' "$ans" | jq -r '.batch_id // empty')
+  [ -n "$id" ] || die "intake refused the batch: $ans"
+  printf '%s' "$ans" | jq -r '"batch \(.batch_id): \(.mutations) rows, \(.accepted) started, \(.rejected | length) refused (listed in the answer and at \(.status_url)/rejections)\n\(.ui)"'
+  say "following it at GET $INTAKE_URL/v1/batches/$id"
+  while :; do
+    ans=$(curl -fsS "$INTAKE_URL/v1/batches/$id" -H @"$API_AUTH_FILE") || die "GET /v1/batches/$id failed; see $RUN/intake.log"
+    state=$(printf '%s' "$ans" | jq -r .state)
+    printf '%s %s\n' "$(date +%T)" "$(printf '%s' "$ans" | jq -r '.totals | "\(.committed + .superseded + .rejected + .dead_lettered + (.cancelled // 0))/\(.total) have an outcome"')" >&2
+    [ "$state" = running ] || break
+    sleep 2
+  done
+  # The same summary as 'starter batch start --wait': the outcomes per channel, as
+  # the system of record holds them (intake's refused rows included).
+  printf '%s' "$ans" | jq -r '
+    (["channel","total","committed","superseded","rejected","dead-lettered","deferred","requests"] | @tsv),
+    ((.counts + [.totals | .channel = "total"])[] | [.channel, .total, .committed, .superseded, .rejected, .dead_lettered, .deferred, .requests] | @tsv)' |
+    column -t -s $'\t'
+  curl -fsS "$INTAKE_URL/v1/batches/$id/rejections" -H @"$API_AUTH_FILE" |
+    jq -r '.outcomes[] | "rejected \(.mutation_id) (\(.channel)): \(.reason)"'
+  [ "$state" = done ] || die "batch ended $state; see $RUN/worker.log"
   say "what the simulated channels saw"
   sim_stats
   say "dead-letter queue"
   "$BIN/starter" dlq list --count 5 2>/dev/null | head -n 6
-  say "done in $((SECONDS - t0))s; the UI was at $TEMPORAL_UI_URL (stopped with the stack; 'make up' keeps it running)"
+  say "done in $((SECONDS - t0))s; the UI was at $TEMPORAL_UI_URL and intake at $INTAKE_URL (stopped with the stack; 'make up' keeps them running)"
+}
+
+# bench_intake runs intake's load benchmark (intake/loadgen) against a stack of its
+# own; its arguments go to the load generator (e.g. -duration 10s).
+bench_intake() {
+  [ -x "$BIN/loadgen" ] || die "run 'make bench-intake': no $BIN/loadgen"
+  cleanup_bench() {
+    down
+    redis-cli -u "$REDIS_URL" --scan --pattern "$PARITYSYNC_KEY_PREFIX*" 2>/dev/null |
+      xargs -r -n 500 redis-cli -u "$REDIS_URL" DEL >/dev/null 2>&1 || true
+  }
+  trap cleanup_bench EXIT
+  rm -f "$RUN/temporal.db"
+  up
+  say "load: $BIN/loadgen -url $INTAKE_URL -key-file $API_KEY_FILE $* (smoother limit $PARITYSYNC_SMOOTHER_MAX_PENDING per channel; load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?'))"
+  "$BIN/loadgen" -url "$INTAKE_URL" -key-file "$API_KEY_FILE" "$@"
+  say "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 }
 
 case "${1:-}" in
-  up) up; say "stack is up: UI $TEMPORAL_UI_URL, simulator $PARITYSYNC_CHANNEL_URL; 'make down' stops it" ;;
+  up) up; say "stack is up: UI $TEMPORAL_UI_URL, simulator $PARITYSYNC_CHANNEL_URL, intake $INTAKE_URL (key in $API_KEY_FILE); 'make down' stops it" ;;
   down) down ;;
   demo) demo ;;
-  *) echo "usage: $0 up|down|demo" >&2; exit 2 ;;
+  bench-intake) shift; bench_intake "$@" ;;
+  *) echo "usage: $0 up|down|demo|bench-intake [loadgen flags]" >&2; exit 2 ;;
 esac

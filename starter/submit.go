@@ -132,5 +132,5 @@ func submitError(err error) error {
 
 // submit sends one submit update, starting the channel's smoother if it is not running.
 func submit(ctx context.Context, tc client.Client, queue, channel string, ms []models.Mutation) (models.SubmitResult, error) {
-	return ops.Submit(ctx, tc, queue, channel, ms)
+	return ops.Submit(ctx, tc, queue, models.SmootherInput{Channel: channel}, ms)
 }

@@ -48,7 +48,8 @@ var errEmptySubmit = errors.New("submit: no mutations")
 
 func (s *smoother) run(ctx workflow.Context) error {
 	if err := workflow.SetQueryHandler(ctx, models.QueryStatus, func() (models.SmootherStatus, error) {
-		return models.SmootherStatus{Channel: s.in.Channel, Pending: len(s.pending), Flushed: s.flushed,
+		return models.SmootherStatus{Channel: s.in.Channel, Pending: len(s.pending),
+			MaxPending: s.in.MaxPending, Flushed: s.flushed,
 			LastBatch: s.lastBatch, Totals: s.totals}, nil
 	}); err != nil {
 		return fmt.Errorf("status query: %w", err)

@@ -17,16 +17,18 @@ import (
 	"github.com/paritysync/paritysync/workflows"
 )
 
-// Submit hands ms to channel's burst smoother in one update, starting the smoother
-// if it is not running. A refusal by admission control is an error for which
-// IsSmootherFull is true.
-func Submit(ctx context.Context, tc client.Client, queue, channel string, ms []models.Mutation) (models.SubmitResult, error) {
+// Submit hands ms to smoother.Channel's burst smoother in one update, starting it
+// with smoother (its debounce and admission limit) if it is not running; a running
+// smoother keeps the settings it was started with. A refusal by admission control
+// is an error for which IsSmootherFull is true.
+func Submit(ctx context.Context, tc client.Client, queue string, smoother models.SmootherInput, ms []models.Mutation) (models.SubmitResult, error) {
+	channel := smoother.Channel
 	start := tc.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID: models.SmootherWorkflowID(channel), TaskQueue: queue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrChannel).ValueSet(channel)),
-	}, workflows.BurstSmoother, models.SmootherInput{Channel: channel})
+	}, workflows.BurstSmoother, smoother)
 	h, err := tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{
@@ -60,12 +62,16 @@ func SmootherStatus(ctx context.Context, tc client.Client, channel string) (mode
 }
 
 // SmootherRetryAfter is how long a PMS should wait before submitting n mutations
-// again to a smoother holding pending ones: the debounce, plus the time the
-// channel needs, at its declared pace and full requests, to drain what must leave
-// before n fit under the admission limit. Coalescing only makes it shorter. It is
-// at least a second and at most five minutes.
-func SmootherRetryAfter(ch models.ChannelConfig, pending, n int) time.Duration {
-	excess := max(pending+n-models.DefaultMaxPending, 0)
+// again to a smoother in state st: the debounce, plus the time the channel needs,
+// at its declared pace and full requests, to drain what must leave before n fit
+// under the smoother's admission limit. Coalescing only makes it shorter. It is at
+// least a second and at most five minutes.
+func SmootherRetryAfter(ch models.ChannelConfig, st models.SmootherStatus, n int) time.Duration {
+	limit := st.MaxPending
+	if limit <= 0 {
+		limit = models.DefaultMaxPending
+	}
+	excess := max(st.Pending+n-limit, 0)
 	perSecond := float64(max(ch.RatePerMinute, 1)) * float64(max(ch.MaxLinesPerRequest, 1)) / 60
 	wait := models.DefaultDebounce + time.Duration(float64(excess)/perSecond*float64(time.Second))
 	return min(max(wait.Round(time.Second), time.Second), 5*time.Minute)
