@@ -24,10 +24,17 @@ var tenantPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
 type apiKey struct {
 	tenant string
 	sum    []byte
+	admin  bool
 }
 
-// keyring holds the API keys of PARITYSYNC_API_KEYS_FILE: one line per PMS tenant,
-// "tenant:<sha256 hex of the key>", '#' comments and blank lines ignored. The file
+// roleAdmin is the optional third field of a keys-file line that makes the key an
+// operator's: it may pause and resume channels and read and replay the dead-letter
+// queue, which act on every tenant's work.
+const roleAdmin = "admin"
+
+// keyring holds the API keys of PARITYSYNC_API_KEYS_FILE: one line per key,
+// "tenant:<sha256 hex of the key>" or "tenant:<sha256 hex>:admin" for an operator
+// key, '#' comments and blank lines ignored. The file
 // is read at start and again when its modification time or size changes (looked at
 // at most once a second), so a key is added or revoked without a restart; a file
 // that became unreadable or malformed keeps the keys last read, and says so in the
@@ -65,17 +72,20 @@ func parseKeys(body []byte) ([]apiKey, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		tenant, sum, ok := strings.Cut(line, ":")
+		tenant, rest, ok := strings.Cut(line, ":")
+		sum, role, hasRole := strings.Cut(rest, ":")
 		b, err := hex.DecodeString(strings.ToLower(sum))
 		switch {
 		case !ok:
-			return nil, fmt.Errorf("line %d: want tenant:<sha256 hex of the key>", n)
+			return nil, fmt.Errorf("line %d: want tenant:<sha256 hex of the key>[:admin]", n)
 		case !tenantPattern.MatchString(tenant):
 			return nil, fmt.Errorf("line %d: tenant %q must match %s", n, tenant, tenantPattern)
 		case err != nil || len(b) != sha256.Size:
 			return nil, fmt.Errorf("line %d: the key's SHA-256 must be 64 hex digits", n)
+		case hasRole && role != roleAdmin:
+			return nil, fmt.Errorf("line %d: the role, when given, must be %q", n, roleAdmin)
 		}
-		keys = append(keys, apiKey{tenant: tenant, sum: b})
+		keys = append(keys, apiKey{tenant: tenant, sum: b, admin: hasRole})
 	}
 	return keys, sc.Err()
 }
@@ -112,28 +122,41 @@ func (k *keyring) refresh(now time.Time) {
 	}
 }
 
-// tenant returns the tenant whose key key is. Every configured key is compared, in
-// constant time, so the answer's timing says nothing about which key came close.
-func (k *keyring) tenant(key string) (string, bool) {
+// lookup returns the entry of key. Every configured key is compared, in constant
+// time, so the answer's timing says nothing about which key came close.
+func (k *keyring) lookup(key string) (apiKey, bool) {
 	sum := sha256.Sum256([]byte(key))
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.refresh(time.Now())
-	found := ""
+	var found apiKey
 	for _, e := range k.keys {
 		if subtle.ConstantTimeCompare(sum[:], e.sum) == 1 {
-			found = e.tenant
+			found = e
 		}
 	}
-	return found, found != ""
+	return found, found.tenant != ""
 }
 
-type tenantKey struct{}
+type callerKey struct{}
 
 // tenantOf is the authenticated tenant of a request.
 func tenantOf(ctx context.Context) string {
-	t, _ := ctx.Value(tenantKey{}).(string)
-	return t
+	c, _ := ctx.Value(callerKey{}).(apiKey)
+	return c.tenant
+}
+
+// adminOnly lets only operator keys (role admin) through; a tenant key is answered
+// 403.
+func adminOnly(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if c, _ := r.Context().Value(callerKey{}).(apiKey); !c.admin {
+			writeProblem(w, r, http.StatusForbidden, probForbidden,
+				"this operation acts on every tenant's work: it takes an operator key (role admin in the keys file)")
+			return
+		}
+		next(w, r)
+	}
 }
 
 // authenticate lets a request with a valid "Authorization: Bearer <key>" through
@@ -141,9 +164,10 @@ func tenantOf(ctx context.Context) string {
 func (k *keyring) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		tenant, known := "", false
+		var caller apiKey
+		known := false
 		if ok && key != "" {
-			tenant, known = k.tenant(strings.TrimSpace(key))
+			caller, known = k.lookup(strings.TrimSpace(key))
 		}
 		if !known {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="paritysync"`)
@@ -152,8 +176,8 @@ func (k *keyring) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		if l, ok := r.Context().Value(logKey{}).(*requestLog); ok {
-			l.tenant = tenant
+			l.tenant = caller.tenant
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant)))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, caller)))
 	})
 }

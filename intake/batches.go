@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -144,7 +145,8 @@ type batchView struct {
 	State      string                 `json:"state"`
 	Counts     []models.ChannelCounts `json:"counts"`
 	Totals     models.ChannelCounts   `json:"totals"`
-	// Progress is the batch's own status query while it runs and a worker answers.
+	// Progress is the batch's own status: its status query while it runs and a
+	// worker answers, its result (with requests and waits per channel) once done.
 	Progress *models.BatchStatus `json:"progress,omitempty"`
 	UI       string              `json:"ui"`
 }
@@ -177,7 +179,7 @@ func (s *Server) deleteBatch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	c, err := ops.CancelBatch(r.Context(), s.tc, s.st, id)
+	c, err := ops.RequestCancel(r.Context(), s.tc, s.st, id)
 	if errors.Is(err, ops.ErrNoBatch) {
 		writeProblem(w, r, http.StatusNotFound, probNotFound, "no batch "+id)
 		return
@@ -185,6 +187,22 @@ func (s *Server) deleteBatch(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.internal(w, r, err)
 		return
+	}
+	if c.Was == ops.StateRunning {
+		// A big batch takes longer to close its outcomes than a request may last:
+		// past CancelWait the answer is 202 and the PMS follows the status URL.
+		wctx, cancel := context.WithTimeout(r.Context(), s.cfg.CancelWait)
+		err := ops.AwaitCancelled(wctx, s.tc, id)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
+			writeJSON(w, http.StatusAccepted, map[string]any{"batch_id": id, "was": c.Was, "state": "cancelling",
+				"status_url": "/v1/batches/" + id})
+			return
+		}
+		if err != nil {
+			s.internal(w, r, err)
+			return
+		}
 	}
 	counts, err := s.st.BatchCounts(r.Context(), id)
 	if err != nil {

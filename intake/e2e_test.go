@@ -59,12 +59,14 @@ func (quietLog) Error(string, ...any) {}
 
 // stack is a dev server, a simulator, a worker and the API over them.
 type stack struct {
-	api http.Handler
-	st  *store.Store
-	tc  client.Client
+	api    http.Handler
+	st     *store.Store
+	tc     client.Client
+	rdb    *redis.Client
+	prefix string
 }
 
-func startStack(t *testing.T) *stack {
+func startStack(t *testing.T, edit ...func(*Config)) *stack {
 	t.Helper()
 	ctx := context.Background()
 	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
@@ -134,9 +136,13 @@ func startStack(t *testing.T) *stack {
 
 	keys, err := newKeyring(writeKeys(t), nil)
 	require.NoError(t, err)
-	api, err := NewServer(Config{Settings: s, Channels: chs}, tc, rdb, st, keys, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cfg := Config{Settings: s, Channels: chs}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	api, err := NewServer(cfg, tc, rdb, st, keys, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
-	return &stack{api: api.Handler(), st: st, tc: tc}
+	return &stack{api: api.Handler(), st: st, tc: tc, rdb: rdb, prefix: prefix}
 }
 
 func decodeJSON[T any](t *testing.T, resp *http.Response) T {

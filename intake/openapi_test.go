@@ -22,6 +22,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/paritysync/paritysync/models"
@@ -127,25 +128,43 @@ func (c *contract) exercised(t *testing.T) {
 	}
 }
 
-// testKey is the API key of tenant "acme" in the tests.
-const testKey = "test-key-acme"
+// testKey is the API key of tenant "acme" in the tests, an operator key (role
+// admin); betaKey is tenant "beta"'s, a plain tenant key.
+const (
+	testKey = "test-key-acme"
+	betaKey = "test-key-beta"
+)
 
-// writeKeys writes a keys file for tenant acme and returns its path.
+// keyLine is a keys-file line for key.
+func keyLine(tenant, key, role string) string {
+	sum := sha256.Sum256([]byte(key))
+	line := tenant + ":" + hex.EncodeToString(sum[:])
+	if role != "" {
+		line += ":" + role
+	}
+	return line + "\n"
+}
+
+// writeKeys writes a keys file for tenants acme (admin) and beta and returns its path.
 func writeKeys(t *testing.T) string {
 	t.Helper()
-	sum := sha256.Sum256([]byte(testKey))
 	path := filepath.Join(t.TempDir(), "keys")
-	require.NoError(t, os.WriteFile(path, []byte("# tenants\nacme:"+hex.EncodeToString(sum[:])+"\n"), 0o600))
+	body := "# tenants\n" + keyLine("acme", testKey, roleAdmin) + keyLine("beta", betaKey, "")
+	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
 	return path
 }
 
 func request(method, path, body string) *http.Request {
+	return requestAs(testKey, method, path, body)
+}
+
+func requestAs(key, method, path, body string) *http.Request {
 	var r io.Reader
 	if body != "" {
 		r = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, path, r)
-	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Authorization", "Bearer "+key)
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -164,12 +183,23 @@ func decodeProblem(t *testing.T, resp *http.Response) problem {
 // are decided before anything is started.
 func offlineServer(t *testing.T) *Server {
 	t.Helper()
-	keys, err := newKeyring(writeKeys(t), nil)
+	return serverWith(t, writeKeys(t), nil, "")
+}
+
+// serverWith is a server with the keys file keysPath and, when rdb is set, the
+// limiter on it under prefix; no Temporal client and no store.
+func serverWith(t *testing.T, keysPath string, rdb redis.UniversalClient, prefix string) *Server {
+	t.Helper()
+	keys, err := newKeyring(keysPath, nil)
 	require.NoError(t, err)
 	chs, err := models.LoadChannels("", func(string) string { return "" })
 	require.NoError(t, err)
-	s, err := NewServer(Config{Settings: models.DefaultSettings(), Channels: chs, MaxBatchBody: 8 << 20},
-		nil, nil, nil, keys, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	set := models.DefaultSettings()
+	if prefix != "" {
+		set.KeyPrefix = prefix
+	}
+	s, err := NewServer(Config{Settings: set, Channels: chs, MaxBatchBody: 8 << 20},
+		nil, rdb, nil, keys, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	return s
 }

@@ -178,7 +178,7 @@ func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	rep, err := ops.ReplayDeadLetters(r.Context(), s.tc, s.cfg.Settings.TaskQueue, s.st, entries)
+	rep, err := ops.ReplayDeadLetters(r.Context(), s.tc, s.cfg.Settings.TaskQueue, s.st, tenantOf(r.Context())+".", entries)
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -187,6 +187,7 @@ func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
 	if rep.Entries > 0 {
 		setLogBatch(r, rep.BatchID)
 		out["batch_id"], out["workflow_id"], out["ui"] = rep.BatchID, rep.WorkflowID, s.uiLink(rep.WorkflowID)
+		out["status_url"] = "/v1/batches/" + rep.BatchID
 	}
 	writeJSON(w, http.StatusAccepted, out)
 }

@@ -35,6 +35,7 @@ const (
 	probInvalid      = "invalid-mutations"
 	probTooLarge     = "body-too-large"
 	probUnauthorized = "unauthorized"
+	probForbidden    = "forbidden"
 	probNotFound     = "not-found"
 	probConflict     = "idempotency-key-reused"
 	probSmootherFull = "smoother-full"
@@ -49,6 +50,7 @@ var problemTitles = map[string]string{
 	probInvalid:      "No mutation of the body is valid",
 	probTooLarge:     "The body is larger than this endpoint takes",
 	probUnauthorized: "A valid API key is required",
+	probForbidden:    "This operation takes an operator key",
 	probNotFound:     "No such resource",
 	probConflict:     "The Idempotency-Key was used with another body",
 	probSmootherFull: "The channel's smoother is full",

@@ -45,6 +45,9 @@ type Config struct {
 	MaxChanges     int
 	MaxBatchRows   int
 	RequestTimeout time.Duration
+	// CancelWait is how long DELETE /v1/batches/{id} waits for a cancelled batch
+	// to close its outcomes before it answers 202 with the status URL.
+	CancelWait time.Duration
 	// SmootherMaxPending is the admission limit of the smoothers intake starts
 	// (PARITYSYNC_SMOOTHER_MAX_PENDING); a smoother already running keeps its own.
 	SmootherMaxPending int
@@ -80,6 +83,9 @@ func NewServer(cfg Config, tc client.Client, rdb redis.UniversalClient, st *stor
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 30 * time.Second
 	}
+	if cfg.CancelWait <= 0 || cfg.CancelWait > cfg.RequestTimeout/2 {
+		cfg.CancelWait = cfg.RequestTimeout / 2
+	}
 	if cfg.SmootherMaxPending <= 0 {
 		cfg.SmootherMaxPending = models.DefaultMaxPending
 	}
@@ -109,11 +115,11 @@ func (s *Server) Handler() http.Handler {
 	authed("GET /v1/batches/{id}/outcomes", s.getOutcomes)
 	authed("POST /v1/changes", s.postChanges)
 	authed("GET /v1/changes/{id}", s.getChange)
-	authed("POST /v1/channels/{channel}/pause", s.pauseChannel)
-	authed("POST /v1/channels/{channel}/resume", s.resumeChannel)
+	authed("POST /v1/channels/{channel}/pause", adminOnly(s.pauseChannel))
+	authed("POST /v1/channels/{channel}/resume", adminOnly(s.resumeChannel))
 	authed("GET /v1/quota", s.getQuota)
-	authed("GET /v1/dlq", s.getDLQ)
-	authed("POST /v1/dlq/replay", s.replayDLQ)
+	authed("GET /v1/dlq", adminOnly(s.getDLQ))
+	authed("POST /v1/dlq/replay", adminOnly(s.replayDLQ))
 	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openAPIDocument)

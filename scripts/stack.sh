@@ -201,26 +201,31 @@ demo() {
   say "writing a sample batch of $DEMO_MUTATIONS mutations"
   "$BIN/starter" sample --mutations "$DEMO_MUTATIONS" --channels "$DEMO_CHANNELS" --out "$RUN/sample.jsonl"
   say "sending it through intake: POST $INTAKE_URL/v1/batches"
-  local ans id state
+  local ans id state rows
   ans=$(curl -sS -X POST "$INTAKE_URL/v1/batches" -H @"$API_AUTH_FILE" \
     -H 'Content-Type: application/x-ndjson' -H "Idempotency-Key: demo-$(date +%s)" \
     --data-binary @"$RUN/sample.jsonl") || die "intake did not answer; see $RUN/intake.log"
   id=$(printf '%s' "$ans" | jq -r '.batch_id // empty')
   [ -n "$id" ] || die "intake refused the batch: $ans"
-  printf '%s' "$ans" | jq -r '"batch \(.batch_id): \(.mutations) rows, \(.accepted) started, \(.rejected | length) refused (listed in the answer and at \(.status_url)/rejections)\n\(.ui)"'
+  rows=$(printf '%s' "$ans" | jq -r .mutations)
+  printf '%s' "$ans" | jq -r '"batch \(.batch_id): \(.mutations) rows, \(.accepted) started, \([.rejected[].index] | unique | length) refused (listed in the answer and at \(.status_url)/rejections)\n\(.ui)"'
   say "following it at GET $INTAKE_URL/v1/batches/$id"
   while :; do
     ans=$(curl -fsS "$INTAKE_URL/v1/batches/$id" -H @"$API_AUTH_FILE") || die "GET /v1/batches/$id failed; see $RUN/intake.log"
     state=$(printf '%s' "$ans" | jq -r .state)
-    printf '%s %s\n' "$(date +%T)" "$(printf '%s' "$ans" | jq -r '.totals | "\(.committed + .superseded + .rejected + .dead_lettered + (.cancelled // 0))/\(.total) have an outcome"')" >&2
+    printf '%s %s\n' "$(date +%T)" "$(printf '%s' "$ans" | jq -r --arg rows "$rows" '.totals | "\(.committed + .superseded + .rejected + .dead_lettered + (.cancelled // 0))/\($rows) have an outcome"')" >&2
     [ "$state" = running ] || break
     sleep 2
   done
-  # The same summary as 'starter batch start --wait': the outcomes per channel, as
-  # the system of record holds them (intake's refused rows included).
+  # The same summary as 'starter batch start --wait': the outcomes per channel as
+  # the system of record holds them (intake's refused rows included), with the
+  # waits and requests the batch itself counted.
   printf '%s' "$ans" | jq -r '
+    ((.progress.channels // []) | map({(.channel): .}) | add // {}) as $p |
+    (.counts | map(. + {deferred: ($p[.channel].deferred // 0), requests: ($p[.channel].requests // 0)})) as $rows |
     (["channel","total","committed","superseded","rejected","dead-lettered","deferred","requests"] | @tsv),
-    ((.counts + [.totals | .channel = "total"])[] | [.channel, .total, .committed, .superseded, .rejected, .dead_lettered, .deferred, .requests] | @tsv)' |
+    (($rows + [reduce $rows[] as $r ({channel: "total"}; reduce ($r | to_entries[] | select(.value | type == "number")) as $e (.; .[$e.key] += $e.value))])[] |
+      [.channel, .total, .committed, .superseded, .rejected, .dead_lettered, .deferred, .requests] | @tsv)' |
     column -t -s $'\t'
   curl -fsS "$INTAKE_URL/v1/batches/$id/rejections" -H @"$API_AUTH_FILE" |
     jq -r '.outcomes[] | "rejected \(.mutation_id) (\(.channel)): \(.reason)"'

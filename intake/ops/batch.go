@@ -198,7 +198,8 @@ type BatchReport struct {
 	WorkflowID string
 	// State is Temporal's view: running, done, cancelled, terminated, failed, timed_out.
 	State string
-	// Live is the batch's own status query, while it runs and a worker answers.
+	// Live is the batch's own status: its status query while it runs and a worker
+	// answers, its result once it is done.
 	Live *models.BatchStatus
 	// Counts are the outcomes recorded per channel (the store answers even when no
 	// worker does).
@@ -219,7 +220,8 @@ func BatchState(ctx context.Context, tc client.Client, st *store.Store, batchID 
 		return r, fmt.Errorf("look up %s: %w", wfID, err)
 	}
 	r.State = states[desc.GetWorkflowExecutionInfo().GetStatus()]
-	if r.State == StateRunning {
+	switch r.State {
+	case StateRunning:
 		// A batch with no worker polling would hold the answer for the whole
 		// deadline; the store's counts answer anyway.
 		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -227,6 +229,12 @@ func BatchState(ctx context.Context, tc client.Client, st *store.Store, batchID 
 			r.Live = &live
 		}
 		cancel()
+	case StateDone:
+		// The result is in the history: no worker needed.
+		var final models.BatchStatus
+		if err := tc.GetWorkflow(ctx, wfID, "").Get(ctx, &final); err == nil {
+			r.Live = &final
+		}
 	}
 	if r.Counts, err = st.BatchCounts(ctx, batchID); err != nil {
 		return r, err
@@ -257,11 +265,22 @@ type Cancelled struct {
 	Closed int
 }
 
-// CancelBatch cancels a running batch and waits until it has closed its outcomes.
-// For a batch that ended without closing them (terminated from the UI, say), it
-// cancels what still waits itself; reconciliation re-sends those cells. A batch
-// that already ended normally is left as it is.
+// CancelBatch cancels a running batch and waits until it has closed its outcomes
+// (RequestCancel, then AwaitCancelled).
 func CancelBatch(ctx context.Context, tc client.Client, st *store.Store, batchID string) (Cancelled, error) {
+	c, err := RequestCancel(ctx, tc, st, batchID)
+	if err != nil || c.Was != StateRunning {
+		return c, err
+	}
+	return c, AwaitCancelled(ctx, tc, batchID)
+}
+
+// RequestCancel asks a running batch to cancel and returns without waiting for
+// it to close its outcomes (a big batch takes a while). For a batch that ended
+// without closing them (terminated from the UI, say), it cancels what still waits
+// itself; reconciliation re-sends those cells. A batch that already ended normally
+// is left as it is.
+func RequestCancel(ctx context.Context, tc client.Client, st *store.Store, batchID string) (Cancelled, error) {
 	wfID := models.BatchWorkflowID(batchID)
 	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
 	var notFound *serviceerror.NotFound
@@ -285,11 +304,21 @@ func CancelBatch(ctx context.Context, tc client.Client, st *store.Store, batchID
 	if err := tc.CancelWorkflow(ctx, wfID, ""); err != nil {
 		return c, fmt.Errorf("cancel %s: %w", wfID, err)
 	}
+	return c, nil
+}
+
+// AwaitCancelled waits until a batch asked to cancel has ended, with every update
+// closed. It returns ctx's error when ctx ends first; the cancel goes on.
+func AwaitCancelled(ctx context.Context, tc client.Client, batchID string) error {
+	wfID := models.BatchWorkflowID(batchID)
 	var final models.BatchStatus
-	err = tc.GetWorkflow(ctx, wfID, "").Get(ctx, &final)
+	err := tc.GetWorkflow(ctx, wfID, "").Get(ctx, &final)
 	var canceled *temporal.CanceledError
 	if err != nil && !errors.As(err, &canceled) {
-		return c, fmt.Errorf("batch %s: %w", wfID, err)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("batch %s: %w", wfID, err)
 	}
-	return c, nil
+	return nil
 }

@@ -23,8 +23,10 @@ type Replay struct {
 // parked update goes at the version it carried: the batch records it as desired,
 // so one whose cell moved on to a newer version since is superseded and never sent.
 // The batch re-sends content the channel may have seen, so it carries a fresh
-// idempotency salt. With no entries it starts nothing.
-func ReplayDeadLetters(ctx context.Context, tc client.Client, queue string, st *store.Store, entries []store.DeadLetter) (Replay, error) {
+// idempotency salt. Its batch id is idPrefix followed by replay-<time>-<random>: the
+// HTTP API passes "<tenant>." so the tenant who replayed can read the batch. With
+// no entries it starts nothing.
+func ReplayDeadLetters(ctx context.Context, tc client.Client, queue string, st *store.Store, idPrefix string, entries []store.DeadLetter) (Replay, error) {
 	r := Replay{Entries: len(entries)}
 	if len(entries) == 0 {
 		return r, nil
@@ -34,7 +36,7 @@ func ReplayDeadLetters(ctx context.Context, tc client.Client, queue string, st *
 		ms = append(ms, e.Mutations()...)
 	}
 	r.Updates = len(ms)
-	batchID := "replay-" + time.Now().UTC().Format("20060102-150405") + "-" + uuid.NewString()[:8]
+	batchID := idPrefix + "replay-" + time.Now().UTC().Format("20060102-150405") + "-" + uuid.NewString()[:8]
 	started, err := StartBatch(ctx, tc, queue, st, Batch{ID: batchID, Mutations: ms, ResendSalt: batchID})
 	if err != nil {
 		return r, err
