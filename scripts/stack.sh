@@ -65,7 +65,7 @@ export PARITYSYNC_CHANNELS_FILE=${PARITYSYNC_CHANNELS_FILE:-deploy/channels.demo
 export PARITYSYNC_CHANNEL_CHANNEX_DEMO_CREDENTIALS_FILE=$CHANNEX_KEY_FILE
 export PARITYSYNC_CHANNEL_OTA_DEMO_CREDENTIALS_FILE=$OTA_SECRET_FILE
 DEMO_CHANNELS=booking_com,expedia,agoda,channex_demo,ota_demo
-# intake's demo tenant: the key in api.key, its SHA-256 in the keys file intake
+# intake's demo tenant (an operator key: role admin): the key in api.key, its SHA-256 in the keys file intake
 # reads, and an Authorization header file for curl (-H @file), so the key is never
 # on a command line or in a log.
 export PARITYSYNC_INTAKE_ADDR=${PARITYSYNC_INTAKE_ADDR:-127.0.0.1:8080}
@@ -76,7 +76,7 @@ export PARITYSYNC_API_KEYS_FILE=$RUN/api-keys
 if [ ! -s "$API_KEY_FILE" ] || [ ! -s "$PARITYSYNC_API_KEYS_FILE" ] || [ ! -s "$API_AUTH_FILE" ]; then
   umask 077
   printf '%s' "$(secret)" > "$API_KEY_FILE"
-  echo "demo:$(sha256sum < "$API_KEY_FILE" | cut -d' ' -f1)" > "$PARITYSYNC_API_KEYS_FILE"
+  echo "demo:$(sha256sum < "$API_KEY_FILE" | cut -d' ' -f1):admin" > "$PARITYSYNC_API_KEYS_FILE"
   printf 'Authorization: Bearer %s\n' "$(cat "$API_KEY_FILE")" > "$API_AUTH_FILE"
 fi
 
