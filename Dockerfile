@@ -5,8 +5,9 @@
 #
 #   docker build --target worker -t paritysync/worker .   # worker + starter
 #   docker build --target otasim -t paritysync/otasim .   # the OTA channel simulator
+#   docker build --target intake -t paritysync/intake .   # the PMS-facing HTTP API
 #
-# docker-compose.yml builds both targets.
+# docker-compose.yml builds the three targets.
 
 ARG GO_VERSION=1.26
 
@@ -21,7 +22,7 @@ ENV CGO_ENABLED=0
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     mkdir -p /out && \
-    go build -trimpath -ldflags="-s -w" -o /out/ ./worker ./starter ./otasim
+    go build -trimpath -ldflags="-s -w" -o /out/ ./worker ./starter ./otasim ./intake
 
 # The simulator: a demo target and test double, never part of production.
 FROM gcr.io/distroless/static-debian12:nonroot AS otasim
@@ -30,6 +31,15 @@ ENV OTASIM_ADDR=:8090
 EXPOSE 8090
 USER nonroot:nonroot
 ENTRYPOINT ["/usr/local/bin/otasim"]
+
+# The PMS-facing HTTP API. The API keys file (tenant:<sha256 of the key>[:admin]
+# per line) is mounted, never baked in: PARITYSYNC_API_KEYS_FILE names it.
+FROM gcr.io/distroless/static-debian12:nonroot AS intake
+COPY --from=build /out/intake /usr/local/bin/intake
+ENV PARITYSYNC_INTAKE_ADDR=:8080
+EXPOSE 8080
+USER nonroot:nonroot
+ENTRYPOINT ["/usr/local/bin/intake"]
 
 # The worker, with the operator command line beside it:
 #   docker compose exec worker /usr/local/bin/starter dlq list

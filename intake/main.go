@@ -13,15 +13,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -32,9 +29,6 @@ import (
 	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/models"
 )
-
-// DefaultAddr is where intake listens without PARITYSYNC_INTAKE_ADDR.
-const DefaultAddr = "127.0.0.1:8080"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -59,22 +53,12 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- string) e
 	if err != nil {
 		return err
 	}
-	addr := strings.TrimSpace(getenv("PARITYSYNC_INTAKE_ADDR"))
-	if addr == "" {
-		addr = DefaultAddr
+	is, err := models.LoadIntakeSettings(getenv)
+	if err != nil {
+		return err
 	}
-	keysFile := strings.TrimSpace(getenv("PARITYSYNC_API_KEYS_FILE"))
-	if keysFile == "" {
-		return errors.New("PARITYSYNC_API_KEYS_FILE: required (one tenant:<sha256 hex of the key> per line)")
-	}
-	cfg := Config{Settings: s, Channels: chs, SmootherMaxPending: models.DefaultMaxPending}
-	if v := strings.TrimSpace(getenv("PARITYSYNC_SMOOTHER_MAX_PENDING")); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return errors.New("PARITYSYNC_SMOOTHER_MAX_PENDING: must be a positive integer")
-		}
-		cfg.SmootherMaxPending = n
-	}
+	addr, keysFile := is.Addr, is.APIKeysFile
+	cfg := Config{Settings: s, Channels: chs, SmootherMaxPending: is.SmootherMaxPending}
 	log := slog.Default()
 	log.Info("effective config", "settings", s.String(), "addr", addr, "api_keys_file", keysFile,
 		"smoother_max_pending", cfg.SmootherMaxPending)

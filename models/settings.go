@@ -171,3 +171,36 @@ func MaskURL(raw string) string {
 	}
 	return u.String()
 }
+
+// IntakeSettings is what the intake HTTP API reads besides Settings.
+type IntakeSettings struct {
+	Addr        string // PARITYSYNC_INTAKE_ADDR
+	APIKeysFile string // PARITYSYNC_API_KEYS_FILE (required)
+	// SmootherMaxPending is the admission limit of the channel smoothers intake
+	// starts (PARITYSYNC_SMOOTHER_MAX_PENDING).
+	SmootherMaxPending int
+}
+
+// DefaultIntakeAddr is where intake listens without PARITYSYNC_INTAKE_ADDR.
+const DefaultIntakeAddr = "127.0.0.1:8080"
+
+// LoadIntakeSettings reads intake's own variables; a bad or missing value is an
+// error naming the variable and the rule.
+func LoadIntakeSettings(getenv func(string) string) (IntakeSettings, error) {
+	s := IntakeSettings{Addr: DefaultIntakeAddr, SmootherMaxPending: DefaultMaxPending}
+	if v := strings.TrimSpace(getenv("PARITYSYNC_INTAKE_ADDR")); v != "" {
+		s.Addr = v
+	}
+	s.APIKeysFile = strings.TrimSpace(getenv("PARITYSYNC_API_KEYS_FILE"))
+	if s.APIKeysFile == "" {
+		return s, fmt.Errorf("PARITYSYNC_API_KEYS_FILE: required (one tenant:<sha256 hex of the key>[:admin] per line)")
+	}
+	if v := strings.TrimSpace(getenv("PARITYSYNC_SMOOTHER_MAX_PENDING")); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return s, fmt.Errorf("PARITYSYNC_SMOOTHER_MAX_PENDING: must be a positive integer")
+		}
+		s.SmootherMaxPending = n
+	}
+	return s, nil
+}

@@ -30,6 +30,9 @@ const (
 type composeFile struct {
 	Services map[string]composeService `yaml:"services"`
 	Volumes  map[string]any            `yaml:"volumes"`
+	Secrets  map[string]struct {
+		File string `yaml:"file"`
+	} `yaml:"secrets"`
 }
 
 type composeService struct {
@@ -46,6 +49,7 @@ type composeService struct {
 	Volumes     []string  `yaml:"volumes"`
 	Entrypoint  yaml.Node `yaml:"entrypoint"`
 	Command     yaml.Node `yaml:"command"`
+	Secrets     []string  `yaml:"secrets"`
 }
 
 func loadCompose(t *testing.T) composeFile {
@@ -209,7 +213,7 @@ func TestComposeServices(t *testing.T) {
 			t.Errorf("service %s: image %q, want %s…", name, s.Image, prefix)
 		}
 	}
-	for _, name := range []string{"otasim", "worker"} {
+	for _, name := range []string{"otasim", "worker", "intake"} {
 		s := service(t, f, name)
 		if s.Build.Context != "." || (s.Build.Dockerfile != "" && s.Build.Dockerfile != "Dockerfile") {
 			t.Errorf("service %s: build context %q dockerfile %q, want the repository's Dockerfile",
@@ -250,6 +254,7 @@ func TestComposePorts(t *testing.T) {
 		{"redis", "6379", "6379"},
 		{"otasim", "8090", "8090"},
 		{"worker", "9464", "9464"},
+		{"intake", "8080", "8080"},
 	} {
 		if s := service(t, f, tc.service); !publishes(s, tc.published, tc.target) {
 			t.Errorf("service %s: ports %v, want %s:%s", tc.service, s.Ports, tc.published, tc.target)
@@ -261,6 +266,7 @@ func TestComposePorts(t *testing.T) {
 	listens := []struct{ service, env, port string }{
 		{"otasim", "OTASIM_ADDR", "8090"},
 		{"worker", "PARITYSYNC_METRICS_ADDR", "9464"},
+		{"intake", "PARITYSYNC_INTAKE_ADDR", "8080"},
 	}
 	for _, l := range listens {
 		addr := envOf(t, service(t, f, l.service))[l.env]
@@ -343,6 +349,74 @@ func TestComposeWorkerEnvironmentIsRead(t *testing.T) {
 			strings.HasPrefix(name, "TEMPORAL_")
 		if ours && !read[name] {
 			t.Errorf("worker environment sets %s, which the worker never reads", name)
+		}
+	}
+}
+
+// TestComposeIntake holds the intake service to what intake reads: every
+// paritysync, Redis and Temporal variable it sets is read by intake's own loaders
+// (models.LoadSettings, LoadChannels, LoadIntakeSettings) and accepted by them; it
+// reaches the same PostgreSQL, Redis and Temporal as the worker; its API keys file
+// is a Compose secret mounted where PARITYSYNC_API_KEYS_FILE says, from a file
+// that exists; and it starts after the worker, which applies the migrations.
+func TestComposeIntake(t *testing.T) {
+	f := loadCompose(t)
+	s := service(t, f, "intake")
+	env := envOf(t, s)
+	read := map[string]bool{}
+	getenv := func(name string) string {
+		read[name] = true
+		return env[name]
+	}
+	set, err := models.LoadSettings(getenv)
+	if err != nil {
+		t.Fatalf("intake environment rejected by LoadSettings: %v", err)
+	}
+	if _, err := models.LoadChannels(set.ChannelsFile, getenv); err != nil {
+		t.Fatalf("intake environment rejected by LoadChannels: %v", err)
+	}
+	is, err := models.LoadIntakeSettings(getenv)
+	if err != nil {
+		t.Fatalf("intake environment rejected by LoadIntakeSettings: %v", err)
+	}
+	for name := range env {
+		ours := strings.HasPrefix(name, "PARITYSYNC_") || strings.HasPrefix(name, "REDIS_") ||
+			strings.HasPrefix(name, "TEMPORAL_")
+		if ours && !read[name] {
+			t.Errorf("intake environment sets %s, which intake never reads", name)
+		}
+	}
+	worker := envOf(t, service(t, f, "worker"))
+	for _, name := range []string{"PARITYSYNC_DATABASE_URL", "REDIS_URL", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE"} {
+		if env[name] != worker[name] {
+			t.Errorf("intake %s=%q, worker has %q: they must share it", name, env[name], worker[name])
+		}
+	}
+
+	mounted := false
+	for _, name := range s.Secrets {
+		if "/run/secrets/"+name != is.APIKeysFile {
+			continue
+		}
+		mounted = true
+		sec, ok := f.Secrets[name]
+		if !ok {
+			t.Errorf("intake: secret %s is not defined at the top level", name)
+			continue
+		}
+		file := interpolate(sec.File)
+		if _, err := os.Stat(path.Join("..", file)); err != nil {
+			t.Errorf("secret %s: file %q: %v", name, file, err)
+		}
+	}
+	if !mounted {
+		t.Errorf("intake: PARITYSYNC_API_KEYS_FILE=%q is not a mounted secret (secrets %v)", is.APIKeysFile, s.Secrets)
+	}
+
+	deps := dependsOnOf(t, s)
+	for _, d := range []string{"postgresql", "redis", "temporal", "worker"} {
+		if _, ok := deps[d]; !ok {
+			t.Errorf("intake: depends_on %v, want %s", deps, d)
 		}
 	}
 }
@@ -474,14 +548,14 @@ func TestComposeDockerfileBuildsWorkerAndSimulator(t *testing.T) {
 			build = line
 		}
 	}
-	for _, pkg := range []string{"./worker", "./otasim"} {
+	for _, pkg := range []string{"./worker", "./otasim", "./intake"} {
 		if !slices.Contains(strings.Fields(build), pkg) {
 			t.Errorf("Dockerfile: go build %q does not build %s", build, pkg)
 		}
 	}
 
 	// Each target compose builds copies its binary and runs it.
-	for _, target := range []string{"worker", "otasim"} {
+	for _, target := range []string{"worker", "otasim", "intake"} {
 		body, ok := stages[target]
 		if !ok {
 			t.Errorf("Dockerfile: no stage %q for compose's build target", target)
