@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -127,8 +128,21 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 		if len(take) == 0 {
 			continue
 		}
-		_, err = ops.Submit(r.Context(), s.tc, s.cfg.Settings.TaskQueue,
+		sctx, cancel := context.WithTimeout(r.Context(), s.cfg.SubmitTimeout)
+		_, err = ops.Submit(sctx, s.tc, s.cfg.Settings.TaskQueue,
 			models.SmootherInput{Channel: ch, MaxPending: s.cfg.SmootherMaxPending}, take)
+		busy := sctx.Err() != nil && r.Context().Err() == nil
+		cancel()
+		if busy {
+			// The smoother did not answer in time (a loaded worker): the changes may
+			// still land, so they are refused as "send again", which is harmless
+			// (same id and version), never answered 500.
+			for _, i := range taken {
+				refuse(i, models.DefaultDebounce+s.cfg.SubmitTimeout, "channel", ruleSmootherBusy,
+					fmt.Sprintf("%s's smoother did not answer within %s", ch, s.cfg.SubmitTimeout))
+			}
+			continue
+		}
 		if ops.IsSmootherFull(err) {
 			// Without an answer to the query, assume the smoother is as full as it can be.
 			sst := models.SmootherStatus{Pending: s.cfg.SmootherMaxPending, MaxPending: s.cfg.SmootherMaxPending}
@@ -188,6 +202,7 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 // Admission rules of a refused change.
 const (
 	ruleSmootherFull = "must wait until the channel's smoother has room"
+	ruleSmootherBusy = "must wait until the channel's smoother answers"
 	ruleQuota        = "must wait until the channel's daily quota resets"
 )
 

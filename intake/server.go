@@ -45,6 +45,9 @@ type Config struct {
 	MaxChanges     int
 	MaxBatchRows   int
 	RequestTimeout time.Duration
+	// SubmitTimeout bounds the wait for a smoother to take a webhook post's
+	// changes; past it they are refused with Retry-After.
+	SubmitTimeout time.Duration
 	// CancelWait is how long DELETE /v1/batches/{id} waits for a cancelled batch
 	// to close its outcomes before it answers 202 with the status URL.
 	CancelWait time.Duration
@@ -85,6 +88,9 @@ func NewServer(cfg Config, tc client.Client, rdb redis.UniversalClient, st *stor
 	}
 	if cfg.CancelWait <= 0 || cfg.CancelWait > cfg.RequestTimeout/2 {
 		cfg.CancelWait = cfg.RequestTimeout / 2
+	}
+	if cfg.SubmitTimeout <= 0 || cfg.SubmitTimeout > cfg.RequestTimeout/2 {
+		cfg.SubmitTimeout = cfg.RequestTimeout / 3
 	}
 	if cfg.SmootherMaxPending <= 0 {
 		cfg.SmootherMaxPending = models.DefaultMaxPending

@@ -372,11 +372,17 @@ func awaitOutcomes(ctx context.Context, o options, hdr http.Header, ids []string
 	defer cancel()
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	found := make(map[string]string, len(ids))
+	lookupErrs := 0
+	var lastErr error
+	defer func() {
+		if lookupErrs > 0 {
+			fmt.Fprintf(out, "outcome look-ups that failed and were asked again: %d (last: %v)\n", lookupErrs, lastErr)
+		}
+	}()
 	waiting := append([]string(nil), ids...)
 	for pass := 1; len(waiting) > 0; pass++ {
 		var mu sync.Mutex
 		var next []string
-		var firstErr error
 		work := make(chan string)
 		var wg sync.WaitGroup
 		for range 16 {
@@ -387,8 +393,12 @@ func awaitOutcomes(ctx context.Context, o options, hdr http.Header, ids []string
 					kind, err := outcomeOf(ctx, client, o.url, hdr, id)
 					mu.Lock()
 					switch {
-					case err != nil && ctx.Err() == nil && firstErr == nil:
-						firstErr = err
+					case err != nil:
+						// Asked again next pass: a loaded database is not a lost change.
+						if ctx.Err() == nil {
+							lookupErrs++
+							lastErr = err
+						}
 						next = append(next, id)
 					case kind == "":
 						next = append(next, id)
@@ -409,9 +419,6 @@ func awaitOutcomes(ctx context.Context, o options, hdr http.Header, ids []string
 		}
 		close(work)
 		wg.Wait()
-		if firstErr != nil {
-			return nil, firstErr
-		}
 		if ctx.Err() != nil {
 			break
 		}
