@@ -136,7 +136,7 @@ func dlqReplay(ctx context.Context, d *deps, st *store.Store, entries []store.De
 	if err != nil {
 		return err
 	}
-	r, err := ops.ReplayDeadLetters(ctx, tc, d.settings.TaskQueue, st, entries)
+	r, err := ops.ReplayDeadLetters(ctx, tc, d.settings.TaskQueue, st, "", entries)
 	if err != nil {
 		return err
 	}
