@@ -146,9 +146,13 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 		if ops.IsSmootherFull(err) {
 			// Without an answer to the query, assume the smoother is as full as it can be.
 			sst := models.SmootherStatus{Pending: s.cfg.SmootherMaxPending, MaxPending: s.cfg.SmootherMaxPending}
-			if got, qerr := ops.SmootherStatus(r.Context(), s.tc, ch); qerr == nil {
+			// A query waits for a workflow task: bounded, so a busy worker costs the
+			// estimate, not the answer.
+			qctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			if got, qerr := ops.SmootherStatus(qctx, s.tc, ch); qerr == nil {
 				sst = got
 			}
+			cancel()
 			after := ops.SmootherRetryAfter(s.channels[ch], sst, len(take))
 			for _, i := range taken {
 				refuse(i, after, "channel", ruleSmootherFull,
