@@ -8,6 +8,8 @@ import (
 	"sort"
 	"time"
 
+	"go.temporal.io/sdk/client"
+
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/limiter"
@@ -131,7 +133,9 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 		sctx, cancel := context.WithTimeout(r.Context(), s.cfg.SubmitTimeout)
 		_, err = ops.Submit(sctx, s.tc, s.cfg.Settings.TaskQueue,
 			models.SmootherInput{Channel: ch, MaxPending: s.cfg.SmootherMaxPending}, take)
-		busy := sctx.Err() != nil && r.Context().Err() == nil
+		// Our deadline, or the server giving up on the update under load.
+		var waited *client.WorkflowUpdateServiceTimeoutOrCanceledError
+		busy := (sctx.Err() != nil || errors.As(err, &waited)) && r.Context().Err() == nil
 		cancel()
 		if busy {
 			// The smoother did not answer in time (a loaded worker): the changes may
