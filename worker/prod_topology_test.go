@@ -383,7 +383,6 @@ func (p *prodTopology) newProdStack(t *testing.T, o stackOptions, hold time.Dura
 		"PARITYSYNC_KEY_PREFIX":   s.prefix,
 		"PARITYSYNC_TOKEN":        "prod-token",
 		"PARITYSYNC_METRICS_ADDR": "127.0.0.1:0",
-		"PARITYSYNC_CHUNK_SIZE":   "5",
 		"PARITYSYNC_DATABASE_URL": storetest.Schema(t, "prod"),
 	}
 	for slug, c := range o.Channels {
