@@ -124,7 +124,7 @@ type channelFigures struct {
 // reference) and starts it.
 func startProdBatch(t *testing.T, s *prodStack, seed uint64) *batchRun {
 	t.Helper()
-	st := s.openStore(t)
+	st := s.store
 	b := &batchRun{id: "prod-" + uuid.NewString()[:8],
 		ms: models.SampleBatch(1000, models.DateOf(time.Now()), time.Now().UnixNano(), seed)}
 	b.want = expectedUpdates(t, b.ms)
@@ -144,7 +144,7 @@ func (b *batchRun) finish(t *testing.T, s *prodStack) {
 	run := s.tc.GetWorkflow(context.Background(), models.BatchWorkflowID(b.id), "")
 	b.status = waitBatch(t, run, 15*time.Minute)
 	b.took = time.Since(b.started)
-	b.stored = storedTotal(t, s.openStore(t), b.id)
+	b.stored = storedTotal(t, s.store, b.id)
 	b.conflicts = s.ledger.count()
 	b.channels = map[string]channelFigures{}
 	for slug, cs := range s.sim.Stats() {
@@ -193,64 +193,71 @@ func prodWorkerKills(t *testing.T, p *prodTopology, r *prodReport) {
 	if n, err := strconv.Atoi(os.Getenv("PARITYSYNC_PROD_TRIALS")); err == nil && n > 0 {
 		trials = n
 	}
-	baseline := func() *batchRun {
+	// Each run is a subtest, so its stack (worker processes, connections) is gone
+	// before the next one starts.
+	var baseline *batchRun
+	t.Run("undisturbed", func(t *testing.T) {
 		s := p.newProdStack(t, prodBatchOptions(), prodHold)
 		b := startProdBatch(t, s, 100)
 		b.finish(t, s)
 		most, stale, _, _ := b.most()
 		require.LessOrEqual(t, most, prodLimit)
 		t.Logf("undisturbed: %s in %s; most in 60 s %d, stale_received %d", b.outcomes(), b.took.Round(100*time.Millisecond), most, stale)
-		return b
-	}()
+		baseline = b
+	})
+	require.NotNil(t, baseline, "the undisturbed run")
 	r.add("1. kill -9 a worker", "undisturbed run, 3 workers (baseline)",
 		fmt.Sprintf("%.1f s; %s", baseline.took.Seconds(), baseline.outcomes()))
 
 	var slowdowns []float64
 	worstMost, stale, lost, conflicts, inflightSum := 0, 0, 0, 0, 0
 	for trial := 1; trial <= trials; trial++ {
-		s := p.newProdStack(t, prodBatchOptions(), prodHold)
-		b := startProdBatch(t, s, uint64(100+trial))
-		at := time.Duration((0.1 + 0.6*rand.Float64()) * float64(baseline.took))
-		time.Sleep(at)
-		// The kill waits for a worker with requests in flight (at most 20 s).
-		var victim *workerProc
-		var inflight int64
-		deadline := time.Now().Add(20 * time.Second)
-		for victim == nil && time.Now().Before(deadline) {
-			var busy []*workerProc
-			for _, w := range s.live() {
-				if w.inflight.Load() > 0 {
-					busy = append(busy, w)
+		t.Run(fmt.Sprintf("trial %02d", trial), func(t *testing.T) {
+			s := p.newProdStack(t, prodBatchOptions(), prodHold)
+			b := startProdBatch(t, s, uint64(100+trial))
+			at := time.Duration((0.1 + 0.6*rand.Float64()) * float64(baseline.took))
+			time.Sleep(at)
+			// The kill waits for a worker with requests in flight (at most 20 s).
+			var victim *workerProc
+			var inflight int64
+			deadline := time.Now().Add(20 * time.Second)
+			for victim == nil && time.Now().Before(deadline) {
+				var busy []*workerProc
+				for _, w := range s.live() {
+					if w.inflight.Load() > 0 {
+						busy = append(busy, w)
+					}
 				}
+				if len(busy) > 0 {
+					victim = busy[rand.IntN(len(busy))]
+					inflight = victim.inflight.Load()
+					s.kill9(victim)
+					break
+				}
+				time.Sleep(2 * time.Millisecond)
 			}
-			if len(busy) > 0 {
-				victim = busy[rand.IntN(len(busy))]
-				inflight = victim.inflight.Load()
-				s.kill9(victim)
-				break
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-		require.NotNil(t, victim, "trial %d: no worker had a request in flight", trial)
-		killedAt := time.Since(b.started)
-		s.startWorker()
-		b.finish(t, s)
-		most, st, throttled, dups := b.most()
-		require.LessOrEqual(t, most, prodLimit, "trial %d: most requests in 60 s", trial)
-		worstMost, stale = max(worstMost, most), stale+st
-		lost += b.want - b.status.Totals().Done()
-		conflicts += b.conflicts
-		inflightSum += int(inflight)
-		slowdowns = append(slowdowns, b.took.Seconds()/baseline.took.Seconds())
-		r.add("1. kill -9 a worker", fmt.Sprintf("trial %d: worker %d killed at %.1f s with %d request(s) in flight",
-			trial, victim.n, killedAt.Seconds(), inflight),
-			fmt.Sprintf("finished in %.1f s = %.2f × undisturbed; %d without an outcome, %d applied twice differently, "+
-				"stale_received %d, most in 60 s %d (limit %d), %d 429s, %d idempotent replays",
-				b.took.Seconds(), b.took.Seconds()/baseline.took.Seconds(), b.want-b.status.Totals().Done(), b.conflicts,
-				st, most, prodLimit, throttled, dups))
-		t.Logf("trial %d: killed worker %d at %s with %d in flight; %s in %s", trial, victim.n,
-			killedAt.Round(100*time.Millisecond), inflight, b.outcomes(), b.took.Round(100*time.Millisecond))
+			require.NotNil(t, victim, "trial %d: no worker had a request in flight", trial)
+			killedAt := time.Since(b.started)
+			s.startWorker()
+			b.finish(t, s)
+			most, st, throttled, dups := b.most()
+			require.LessOrEqual(t, most, prodLimit, "trial %d: most requests in 60 s", trial)
+			worstMost, stale = max(worstMost, most), stale+st
+			lost += b.want - b.status.Totals().Done()
+			conflicts += b.conflicts
+			inflightSum += int(inflight)
+			slowdowns = append(slowdowns, b.took.Seconds()/baseline.took.Seconds())
+			r.add("1. kill -9 a worker", fmt.Sprintf("trial %d: worker %d killed at %.1f s with %d request(s) in flight",
+				trial, victim.n, killedAt.Seconds(), inflight),
+				fmt.Sprintf("finished in %.1f s = %.2f × undisturbed; %d without an outcome, %d applied twice differently, "+
+					"stale_received %d, most in 60 s %d (limit %d), %d 429s, %d idempotent replays",
+					b.took.Seconds(), b.took.Seconds()/baseline.took.Seconds(), b.want-b.status.Totals().Done(), b.conflicts,
+					st, most, prodLimit, throttled, dups))
+			t.Logf("trial %d: killed worker %d at %s with %d in flight; %s in %s", trial, victim.n,
+				killedAt.Round(100*time.Millisecond), inflight, b.outcomes(), b.took.Round(100*time.Millisecond))
+		})
 	}
+	require.Len(t, slowdowns, trials, "every trial finished")
 	slices.Sort(slowdowns)
 	r.add("1. kill -9 a worker", fmt.Sprintf("%d trials, %d requests in flight at the kills", trials, inflightSum),
 		fmt.Sprintf("%d updates without an outcome, %d applied twice with a different result, stale_received %d, "+

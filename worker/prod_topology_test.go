@@ -32,6 +32,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/activities/store/storetest"
 	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/models"
@@ -292,6 +293,8 @@ type prodStack struct {
 	mu      sync.Mutex
 	workers []*workerProc
 	ledger  *appliedLedger
+	// store is the test's own connection to the stack's system of record.
+	store *store.Store
 }
 
 // workerProc is one worker process and its listener.
@@ -416,6 +419,7 @@ func (p *prodTopology) newProdStack(t *testing.T, o stackOptions, hold time.Dura
 		}
 		s.sim.Close()
 	})
+	s.store = s.openStore(t)
 	var wg sync.WaitGroup
 	for range max(1, o.Workers) {
 		wg.Add(1)
