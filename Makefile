@@ -3,16 +3,26 @@ SHELL := /usr/bin/env bash
 # BIN=/elsewhere keeps the binaries out of a shared .bin (the Temporal CLI must be there too).
 BIN := $(CURDIR)/.bin
 TEMPORAL_CLI_VERSION := v1.5.1
+# The server the CLI embeds, for the production topology (make test-prod).
+TEMPORAL_SERVER_VERSION := v1.29.1
 WORKFLOWCHECK_VERSION := v0.6.0
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build demo up down test vet fmt-check workflowcheck bench bench-e2e bench-intake clean
+.PHONY: all build demo up down test test-prod vet fmt-check workflowcheck bench bench-e2e bench-intake clean
 
 all: build
 
 $(BIN)/temporal:
 	@echo "building the Temporal CLI $(TEMPORAL_CLI_VERSION) into .bin/ (several minutes the first time)"
 	GOBIN=$(BIN) go install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+# The real Temporal server and its SQL tool (schema setup), cached like the CLI.
+$(BIN)/server:
+	@echo "building the Temporal server $(TEMPORAL_SERVER_VERSION) into .bin/ (several minutes the first time)"
+	GOBIN=$(BIN) go install go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER_VERSION)
+
+$(BIN)/sql:
+	GOBIN=$(BIN) go install go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION)
 
 $(BIN)/workflowcheck:
 	GOBIN=$(BIN) go install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
@@ -42,8 +52,10 @@ fmt-check:
 	@out=$$(gofmt -l . | grep -v '^\.bin/' || true); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# The production-topology tests (make test-prod) are vetted too.
 vet:
 	go vet ./...
+	go vet -tags prod ./worker
 
 workflowcheck: $(BIN)/workflowcheck
 	$(BIN)/workflowcheck ./...
@@ -65,6 +77,18 @@ bench-e2e: $(BIN)/temporal
 	mkdir -p .run
 	scripts/with-db.sh bench env PARITYSYNC_BENCH=$(BENCH) PARITYSYNC_BENCH_OUT=$(CURDIR)/.run/bench-e2e.md \
 		TEMPORAL_CLI=$(BIN)/temporal go test -count=1 -run TestBenchPushEngine -v -timeout 90m ./worker
+
+# The production topology on loopback, without Docker: the Temporal server on
+# PostgreSQL (databases of the run's own), a Redis Cluster of 3 masters and 3
+# replicas, the simulator and worker processes; workers killed, a Redis master
+# failover, a server restart and the throughput scenarios (about 40 minutes; see the
+# README, "Running at scale"). PROD=kill,failover,restart,throughput runs a subset.
+PROD ?= all
+test-prod: $(BIN)/temporal $(BIN)/server $(BIN)/sql
+	mkdir -p .run
+	scripts/with-db.sh prod env PARITYSYNC_PROD=$(PROD) PARITYSYNC_PROD_OUT=$(CURDIR)/.run/test-prod.md \
+		TEMPORAL_CLI=$(BIN)/temporal TEMPORAL_SERVER=$(BIN)/server TEMPORAL_SQL_TOOL=$(BIN)/sql \
+		go test -tags prod -count=1 -run TestProd -v -timeout 80m ./worker
 
 clean: down
 	rm -rf $(BIN) .run

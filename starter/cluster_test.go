@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/paritysync/paritysync/dial"
+	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
@@ -27,80 +25,8 @@ import (
 // REDIS_URL. Everything stops and is removed when the test ends.
 func startCluster(t *testing.T) (redisURL string, ports []int) {
 	t.Helper()
-	server, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server is not installed: the Redis Cluster test needs it (apt-get install redis-server)")
-	}
-	cli, err := exec.LookPath("redis-cli")
-	require.NoError(t, err, "redis-server is installed but redis-cli is not")
-	dir := t.TempDir()
-	ports = freeClusterPorts(t, 3)
-	var addrs []string
-	for _, p := range ports {
-		cmd := exec.Command(server, "--port", strconv.Itoa(p), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
-			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", p)), "--dir", dir,
-			"--save", "", "--appendonly", "no", "--protected-mode", "no")
-		log, err := os.Create(filepath.Join(dir, fmt.Sprintf("redis-%d.log", p)))
-		require.NoError(t, err)
-		cmd.Stdout, cmd.Stderr = log, log
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			_ = log.Close()
-		})
-		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(p))
-	}
-	for _, a := range addrs {
-		waitFor(t, 10*time.Second, "redis-server at "+a, func() bool {
-			out, err := exec.Command(cli, "-h", "127.0.0.1", "-p", strings.TrimPrefix(a, "127.0.0.1:"), "ping").Output()
-			return err == nil && strings.TrimSpace(string(out)) == "PONG"
-		})
-	}
-	args := append([]string{"--cluster", "create"}, addrs...)
-	out, err := exec.Command(cli, append(args, "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
-	require.NoError(t, err, "redis-cli --cluster create: %s", out)
-	for _, p := range ports {
-		waitFor(t, 20*time.Second, fmt.Sprintf("cluster_state:ok on %d", p), func() bool {
-			out, err := exec.Command(cli, "-p", strconv.Itoa(p), "cluster", "info").Output()
-			return err == nil && strings.Contains(string(out), "cluster_state:ok")
-		})
-	}
-	return "redis://" + strings.Join(addrs, ","), ports
-}
-
-// freeClusterPorts finds n ports whose cluster bus port (port+10000) is free too.
-func freeClusterPorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for tries := 0; len(ports) < n && tries < 200; tries++ {
-		p := 30000 + rand.IntN(15000)
-		if free(p) && free(p+10000) {
-			ports = append(ports, p)
-		}
-	}
-	require.Len(t, ports, n, "no free loopback ports for the cluster")
-	return ports
-}
-
-func free(port int) bool {
-	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-	if err != nil {
-		return false
-	}
-	_ = ln.Close()
-	return true
-}
-
-func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not ready after %s", what, limit)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	c := redistest.Start(t, redistest.Options{Masters: 3})
+	return c.URL, c.Ports
 }
 
 // noMoved fails the test on any error that is a Redis Cluster redirection.

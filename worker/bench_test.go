@@ -83,10 +83,13 @@ func TestBenchPushEngine(t *testing.T) {
 }
 
 type bench struct {
-	t    *testing.T
-	srv  *testsuite.DevServer
-	mu   sync.Mutex
-	rows [][3]string // scenario, measured, target
+	t   *testing.T
+	srv *testsuite.DevServer
+	// newStack, when set, starts the scenarios' stacks on another topology (the
+	// production one of prod_test.go) instead of srv.
+	newStack func(t *testing.T, o stackOptions) *e2eStack
+	mu       sync.Mutex
+	rows     [][3]string // scenario, measured, target
 }
 
 // stack starts a stack with the worker's default chunk size (the end-to-end tests
@@ -97,6 +100,9 @@ func (b *bench) stack(o stackOptions) *e2eStack {
 		env[k] = v
 	}
 	o.Env = env
+	if b.newStack != nil {
+		return b.newStack(b.t, o)
+	}
 	return startStackWith(b.t, b.srv, o)
 }
 

@@ -1,0 +1,469 @@
+//go:build prod
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/paritysync/paritysync/dial/redistest"
+	"github.com/paritysync/paritysync/models"
+)
+
+// TestProd runs the production-topology scenarios (prod_topology_test.go), each a
+// subtest that prints its figures: workers killed mid-batch, a Redis master failover,
+// a Temporal server restart, and the push engine's throughput scenarios beside the
+// dev server's. PARITYSYNC_PROD selects scenarios (all, or a comma-separated list of
+// kill, failover, restart, throughput); PARITYSYNC_PROD_TRIALS changes the number
+// of kill trials (10); PARITYSYNC_PROD_OUT names a file that gets the figures too. `make test-prod` runs it.
+func TestProd(t *testing.T) {
+	sel := os.Getenv("PARITYSYNC_PROD")
+	if sel == "" {
+		sel = "all"
+	}
+	began := time.Now()
+	p := startProdTopology(t)
+	r := &prodReport{}
+	for _, sc := range []struct {
+		name string
+		run  func(*testing.T, *prodTopology, *prodReport)
+	}{
+		{"kill", prodWorkerKills},
+		{"failover", prodRedisFailover},
+		{"restart", prodTemporalRestart},
+		{"throughput", prodThroughput},
+	} {
+		if sel != "all" && !slices.Contains(strings.Split(sel, ","), sc.name) {
+			continue
+		}
+		start := time.Now()
+		t.Run(sc.name, func(t *testing.T) { sc.run(t, p, r) })
+		r.add("wall time", sc.name, time.Since(start).Round(time.Second).String())
+	}
+	r.add("wall time", "TestProd in all (topology included)", time.Since(began).Round(time.Second).String())
+	var b strings.Builder
+	r.print(&b)
+	fmt.Print(b.String())
+	if out := os.Getenv("PARITYSYNC_PROD_OUT"); out != "" {
+		require.NoError(t, os.WriteFile(out, []byte(b.String()), 0o644))
+	}
+}
+
+// prodReport gathers every scenario's figures for one printout.
+type prodReport struct{ rows [][3]string }
+
+func (r *prodReport) add(scenario, what, figure string) {
+	r.rows = append(r.rows, [3]string{scenario, what, figure})
+}
+
+func (r *prodReport) print(w interface{ Write([]byte) (int, error) }) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "| scenario\t| what\t| measured\t|")
+	fmt.Fprintln(tw, "|---\t|---\t|---\t|")
+	for _, row := range r.rows {
+		fmt.Fprintf(tw, "| %s\t| %s\t| %s\t|\n", row[0], row[1], row[2])
+	}
+	_ = tw.Flush()
+}
+
+// The batch the fault scenarios run: 1,000 sample mutations over three channels at
+// 60/min (burst 6), one line per request: 180 requests, 60 per channel, so every
+// channel's window is full for the length of the run.
+const (
+	prodLimit = 60
+	prodBurst = 6
+)
+
+var prodChannels = []string{"booking_com", "expedia", "agoda"}
+
+func prodBatchOptions() stackOptions {
+	chs := map[string]stackChannel{}
+	for _, c := range prodChannels {
+		chs[c] = stackChannel{PerMinute: prodLimit, Burst: prodBurst, MaxLines: 1}
+	}
+	return stackOptions{Workers: 3, Channels: chs}
+}
+
+// prodHold is how long the channel holds its answer after applying a push, so a
+// push is in flight (applied, unanswered) long enough to be killed with it.
+const prodHold = 200 * time.Millisecond
+
+// batchRun is one fault scenario's batch and what it ended with.
+type batchRun struct {
+	id       string
+	ms       []models.Mutation
+	started  time.Time
+	took     time.Duration
+	status   models.BatchStatus
+	stored   models.ChannelCounts
+	want     int
+	channels map[string]channelFigures
+	// conflicts counts nights the channel applied twice at one version with
+	// different values.
+	conflicts int
+}
+
+type channelFigures struct {
+	most, throttled, stale, duplicates, requests int
+}
+
+// startProdBatch saves a 1,000-mutation batch in the store (it travels by
+// reference) and starts it.
+func startProdBatch(t *testing.T, s *prodStack, seed uint64) *batchRun {
+	t.Helper()
+	st := s.store
+	b := &batchRun{id: "prod-" + uuid.NewString()[:8],
+		ms: models.SampleBatch(1000, models.DateOf(time.Now()), time.Now().UnixNano(), seed)}
+	b.want = expectedUpdates(t, b.ms)
+	key, err := st.SaveBatch(context.Background(), b.id, b.ms)
+	require.NoError(t, err)
+	b.started = time.Now()
+	s.startBatch(t, models.BatchSyncInput{BatchID: b.id, PayloadKey: key, Retry: models.DefaultRetryPolicy()})
+	return b
+}
+
+// finish waits for the batch and checks what every fault scenario promises: every
+// update has exactly one outcome, in the workflow's status and in the store; no
+// dead letters; no older version after a newer one; no night applied twice at one
+// version with different values. The limits are the scenario's to check.
+func (b *batchRun) finish(t *testing.T, s *prodStack) {
+	t.Helper()
+	run := s.tc.GetWorkflow(context.Background(), models.BatchWorkflowID(b.id), "")
+	b.status = waitBatch(t, run, 15*time.Minute)
+	b.took = time.Since(b.started)
+	b.stored = storedTotal(t, s.store, b.id)
+	b.conflicts = s.ledger.count()
+	b.channels = map[string]channelFigures{}
+	for slug, cs := range s.sim.Stats() {
+		b.channels[slug] = channelFigures{most: mostInWindow(arrivals(s.e2eStack, slug, nil)), throttled: cs.Throttled,
+			stale: cs.StaleReceived, duplicates: cs.Duplicates, requests: cs.Requests}
+	}
+	total := b.status.Totals()
+	require.True(t, b.status.Done)
+	require.Equal(t, b.want, total.Total)
+	require.Equal(t, b.want, total.Done(), "every update has an outcome")
+	require.Equal(t, b.want, b.stored.Total, "one stored outcome per update: none twice, none missing")
+	require.Equal(t, total.Committed, b.stored.Committed)
+	require.Equal(t, total.Superseded, b.stored.Superseded)
+	require.Equal(t, total.Rejected, b.stored.Rejected)
+	require.Equal(t, total.DeadLettered, b.stored.DeadLettered)
+	require.Zero(t, total.DeadLettered, "dead letters")
+	require.Zero(t, b.conflicts, "applied twice with a different result: %v", s.ledger.conflicts)
+	for slug, c := range b.channels {
+		require.Zero(t, c.stale, "%s: stale_received", slug)
+	}
+}
+
+// outcomes is the one-line summary of a finished batch.
+func (b *batchRun) outcomes() string {
+	tot := b.status.Totals()
+	return fmt.Sprintf("%d updates: %d committed, %d superseded, %d rejected, %d dead-lettered; %d stored outcomes; "+
+		"%d without an outcome; %d applied twice with a different result",
+		b.want, tot.Committed, tot.Superseded, tot.Rejected, tot.DeadLettered, b.stored.Total,
+		b.want-tot.Done(), b.conflicts)
+}
+
+// most is the most requests any channel received in 60 s, and stale_received summed.
+func (b *batchRun) most() (most, stale, throttled, dups int) {
+	for _, c := range b.channels {
+		most, stale = max(most, c.most), stale+c.stale
+		throttled, dups = throttled+c.throttled, dups+c.duplicates
+	}
+	return
+}
+
+// prodWorkerKills: ten trials of the 1,000-mutation batch, each with one worker of
+// three killed with SIGKILL at a random moment while it has requests in flight and
+// a replacement started at once, beside an undisturbed run.
+func prodWorkerKills(t *testing.T, p *prodTopology, r *prodReport) {
+	trials := 10
+	if n, err := strconv.Atoi(os.Getenv("PARITYSYNC_PROD_TRIALS")); err == nil && n > 0 {
+		trials = n
+	}
+	// Each run is a subtest, so its stack (worker processes, connections) is gone
+	// before the next one starts.
+	var baseline *batchRun
+	t.Run("undisturbed", func(t *testing.T) {
+		s := p.newProdStack(t, prodBatchOptions(), prodHold)
+		b := startProdBatch(t, s, 100)
+		b.finish(t, s)
+		most, stale, _, _ := b.most()
+		require.LessOrEqual(t, most, prodLimit)
+		t.Logf("undisturbed: %s in %s; most in 60 s %d, stale_received %d", b.outcomes(), b.took.Round(100*time.Millisecond), most, stale)
+		baseline = b
+	})
+	require.NotNil(t, baseline, "the undisturbed run")
+	r.add("1. kill -9 a worker", "undisturbed run, 3 workers (baseline)",
+		fmt.Sprintf("%.1f s; %s", baseline.took.Seconds(), baseline.outcomes()))
+
+	var slowdowns []float64
+	worstMost, stale, lost, conflicts, inflightSum := 0, 0, 0, 0, 0
+	for trial := 1; trial <= trials; trial++ {
+		t.Run(fmt.Sprintf("trial %02d", trial), func(t *testing.T) {
+			s := p.newProdStack(t, prodBatchOptions(), prodHold)
+			b := startProdBatch(t, s, uint64(100+trial))
+			at := time.Duration((0.1 + 0.6*rand.Float64()) * float64(baseline.took))
+			time.Sleep(at)
+			// The kill waits for a worker with requests in flight (at most 20 s).
+			var victim *workerProc
+			var inflight int64
+			deadline := time.Now().Add(20 * time.Second)
+			for victim == nil && time.Now().Before(deadline) {
+				var busy []*workerProc
+				for _, w := range s.live() {
+					if w.inflight.Load() > 0 {
+						busy = append(busy, w)
+					}
+				}
+				if len(busy) > 0 {
+					victim = busy[rand.IntN(len(busy))]
+					inflight = victim.inflight.Load()
+					s.kill9(victim)
+					break
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			require.NotNil(t, victim, "trial %d: no worker had a request in flight", trial)
+			killedAt := time.Since(b.started)
+			s.startWorker()
+			b.finish(t, s)
+			most, st, throttled, dups := b.most()
+			require.LessOrEqual(t, most, prodLimit, "trial %d: most requests in 60 s", trial)
+			worstMost, stale = max(worstMost, most), stale+st
+			lost += b.want - b.status.Totals().Done()
+			conflicts += b.conflicts
+			inflightSum += int(inflight)
+			slowdowns = append(slowdowns, b.took.Seconds()/baseline.took.Seconds())
+			r.add("1. kill -9 a worker", fmt.Sprintf("trial %d: worker %d killed at %.1f s with %d request(s) in flight",
+				trial, victim.n, killedAt.Seconds(), inflight),
+				fmt.Sprintf("finished in %.1f s = %.2f × undisturbed; %d without an outcome, %d applied twice differently, "+
+					"stale_received %d, most in 60 s %d (limit %d), %d 429s, %d idempotent replays",
+					b.took.Seconds(), b.took.Seconds()/baseline.took.Seconds(), b.want-b.status.Totals().Done(), b.conflicts,
+					st, most, prodLimit, throttled, dups))
+			t.Logf("trial %d: killed worker %d at %s with %d in flight; %s in %s", trial, victim.n,
+				killedAt.Round(100*time.Millisecond), inflight, b.outcomes(), b.took.Round(100*time.Millisecond))
+		})
+	}
+	require.Len(t, slowdowns, trials, "every trial finished")
+	slices.Sort(slowdowns)
+	r.add("1. kill -9 a worker", fmt.Sprintf("%d trials, %d requests in flight at the kills", trials, inflightSum),
+		fmt.Sprintf("%d updates without an outcome, %d applied twice with a different result, stale_received %d, "+
+			"most in any 60 s %d (limit %d); time to finish × undisturbed: median %.2f, max %.2f",
+			lost, conflicts, stale, worstMost, prodLimit, slowdowns[len(slowdowns)/2], slowdowns[len(slowdowns)-1]))
+}
+
+// replicationInfo reads one field of INFO replication on the node at port.
+func replicationInfo(t *testing.T, p *prodTopology, port int, field string) string {
+	t.Helper()
+	out, err := p.redis.CLI(port, "info", "replication")
+	if err != nil {
+		return "" // the node is down or not up yet
+	}
+	m := regexp.MustCompile(`(?m)^` + field + `:(\S+)`).FindStringSubmatch(out)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+// channelNodes finds the master holding a channel's hash slot and its replica.
+func channelNodes(t *testing.T, p *prodTopology, prefix, channel string) (master, replica int) {
+	t.Helper()
+	slotOut, err := p.redis.CLI(p.redis.Ports[0], "cluster", "keyslot", prefix+"{"+channel+"}:daily")
+	require.NoError(t, err)
+	slot, err := strconv.Atoi(strings.TrimSpace(slotOut))
+	require.NoError(t, err)
+	nodes, err := p.redis.CLI(p.redis.Ports[0], "cluster", "nodes")
+	require.NoError(t, err)
+	portOf := map[string]int{}
+	masterID := ""
+	for _, line := range strings.Split(strings.TrimSpace(nodes), "\n") {
+		f := strings.Fields(line)
+		addr := f[1][:strings.Index(f[1], "@")]
+		port, _ := strconv.Atoi(addr[strings.LastIndex(addr, ":")+1:])
+		portOf[f[0]] = port
+		if !strings.Contains(f[2], "master") || strings.Contains(f[2], "fail") {
+			continue
+		}
+		for _, rng := range f[8:] {
+			lo, hi, ok := strings.Cut(rng, "-")
+			if !ok {
+				hi = lo
+			}
+			a, _ := strconv.Atoi(lo)
+			b, _ := strconv.Atoi(hi)
+			if slot >= a && slot <= b {
+				masterID, master = f[0], port
+			}
+		}
+	}
+	require.NotEmpty(t, masterID, "the master of slot %d", slot)
+	for _, line := range strings.Split(strings.TrimSpace(nodes), "\n") {
+		f := strings.Fields(line)
+		if strings.Contains(f[2], "slave") && f[3] == masterID && !strings.Contains(f[2], "fail") {
+			replica = portOf[f[0]]
+		}
+	}
+	require.NotZero(t, replica, "a replica of %d", master)
+	return master, replica
+}
+
+// channelSnapshot is every key of one channel on one node with its serialized value.
+func channelSnapshot(t *testing.T, port int, prefix, channel string) map[string]string {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port)})
+	defer rdb.Close()
+	ctx := context.Background()
+	out := map[string]string{}
+	iter := rdb.Scan(ctx, 0, prefix+"{"+channel+"}*", 1000).Iterator()
+	for iter.Next(ctx) {
+		v, err := rdb.Dump(ctx, iter.Val()).Result()
+		if err == nil {
+			out[iter.Val()] = v
+		}
+	}
+	require.NoError(t, iter.Err())
+	return out
+}
+
+// prodRedisFailover: the master holding expedia's hash slot is killed with SIGKILL
+// mid-batch; its replica is promoted and the batch finishes. The channel's most
+// requests in any 60 s may exceed the limit by at most one burst; what the promoted
+// replica did not have is measured and printed.
+func prodRedisFailover(t *testing.T, p *prodTopology, r *prodReport) {
+	const channel = "expedia"
+	s := p.newProdStack(t, prodBatchOptions(), prodHold)
+	master, replica := channelNodes(t, p, s.prefix, channel)
+	b := startProdBatch(t, s, 200)
+	require.Eventually(t, func() bool { return s.sim.Stats()[channel].Accepted >= 20 }, 3*time.Minute, 20*time.Millisecond)
+
+	// The state the old master holds a moment before it dies, and how far its
+	// replica has got.
+	before := channelSnapshot(t, master, s.prefix, channel)
+	masterOffset, _ := strconv.ParseInt(replicationInfo(t, p, master, "master_repl_offset"), 10, 64)
+	replicaOffset, _ := strconv.ParseInt(replicationInfo(t, p, replica, "slave_repl_offset"), 10, 64)
+	p.redis.Kill(master)
+	killedAt := time.Since(b.started)
+	killed := time.Now()
+	var promoted time.Duration
+	redistest.WaitFor(t, time.Minute, "replica promoted", func() bool {
+		if replicationInfo(t, p, replica, "role") == "master" {
+			promoted = time.Since(killed)
+			return true
+		}
+		return false
+	})
+	after := channelSnapshot(t, replica, s.prefix, channel)
+	// second_repl_offset is where the promoted replica's history diverges: the old
+	// master's stream up to it, exclusive, is what the new master has.
+	second, _ := strconv.ParseInt(replicationInfo(t, p, replica, "second_repl_offset"), 10, 64)
+	missing, differ := 0, 0
+	var missingKeys, differKeys []string
+	for k, v := range before {
+		w, ok := after[k]
+		switch {
+		case !ok:
+			missing++
+			missingKeys = append(missingKeys, strings.TrimPrefix(k, s.prefix))
+		case w != v:
+			differ++
+			differKeys = append(differKeys, strings.TrimPrefix(k, s.prefix))
+		}
+	}
+	slices.Sort(missingKeys)
+	slices.Sort(differKeys)
+	t.Logf("failover: master %d killed at %s (offset %d, replica at %d); replica %d promoted after %s at offset %d; "+
+		"%d of %d keys missing %v, %d differ %v", master, killedAt.Round(100*time.Millisecond), masterOffset, replicaOffset,
+		replica, promoted.Round(100*time.Millisecond), second-1, missing, len(before), missingKeys, differ, differKeys)
+
+	b.finish(t, s)
+	// The old master comes back as a replica of the new one, so the next scenario
+	// has a replica behind every master again.
+	p.redis.StartNode(master)
+	redistest.WaitFor(t, time.Minute, "old master back as a replica", func() bool {
+		return replicationInfo(t, p, master, "role") == "slave" && replicationInfo(t, p, master, "master_link_status") == "up"
+	})
+
+	fig := b.channels[channel]
+	over := max(0, fig.most-prodLimit)
+	require.LessOrEqual(t, fig.most, prodLimit+prodBurst, "%s: over-grant after the failover at most one burst", channel)
+	for slug, c := range b.channels {
+		if slug != channel {
+			require.LessOrEqual(t, c.most, prodLimit, slug)
+		}
+	}
+	r.add("2. Redis master failover", fmt.Sprintf("master of {%s} killed at %.1f s (3 workers, %d/min burst %d)",
+		channel, killedAt.Seconds(), prodLimit, prodBurst),
+		fmt.Sprintf("replica promoted after %.1f s; batch finished in %.1f s; %s", promoted.Seconds(), b.took.Seconds(), b.outcomes()))
+	r.add("2. Redis master failover", "over-grant on "+channel,
+		fmt.Sprintf("most in any 60 s %d = limit %d + %d (bound: one burst, %d); %d 429s; stale_received %d",
+			fig.most, prodLimit, over, prodBurst, fig.throttled, fig.stale))
+	r.add("2. Redis master failover", "lost with the old master",
+		fmt.Sprintf("replication stream: master at offset %d a moment before the kill, replica at %d then, promoted at %d "+
+			"(%d bytes not replicated at most); channel keys: %d on the old master, %d missing on the new one %v, "+
+			"%d with another value %v (written between the snapshot and the kill, or lost)",
+			masterOffset, replicaOffset, second-1, max(0, masterOffset-(second-1)), len(before), missing, missingKeys,
+			differ, differKeys))
+}
+
+// prodTemporalRestart: the Temporal server process is stopped (SIGTERM) mid-batch
+// and started again on the same PostgreSQL databases; the batch resumes and
+// finishes with nothing lost.
+func prodTemporalRestart(t *testing.T, p *prodTopology, r *prodReport) {
+	s := p.newProdStack(t, prodBatchOptions(), prodHold)
+	b := startProdBatch(t, s, 300)
+	require.Eventually(t, func() bool { return s.accepted() >= 40 }, 3*time.Minute, 20*time.Millisecond)
+	acceptedAtStop := s.accepted()
+	stoppedAt := time.Since(b.started)
+	stopTook := p.stopServer()
+	down := time.Now()
+	p.startServer()
+	downtime := time.Since(down) + stopTook
+	t.Logf("server stopped at %s after %d accepted pushes (exit took %s), serving again after %s",
+		stoppedAt.Round(100*time.Millisecond), acceptedAtStop, stopTook.Round(100*time.Millisecond), downtime.Round(100*time.Millisecond))
+	b.finish(t, s)
+	most, stale, throttled, _ := b.most()
+	require.LessOrEqual(t, most, prodLimit)
+	r.add("3. Temporal server restart", fmt.Sprintf("SIGTERM at %.1f s (%d of 180 pushes done), started again on the same databases",
+		stoppedAt.Seconds(), acceptedAtStop),
+		fmt.Sprintf("frontend unavailable %.1f s (exit %.1f s); batch finished in %.1f s; %s; stale_received %d, most in any 60 s %d (limit %d), %d 429s",
+			downtime.Seconds(), stopTook.Seconds(), b.took.Seconds(), b.outcomes(), stale, most, prodLimit, throttled))
+}
+
+// prodThroughput runs the push engine benchmark's saturated-channel and
+// urgent-latency scenarios on the production topology, then on a dev server with
+// the single Redis, and prints them side by side.
+func prodThroughput(t *testing.T, p *prodTopology, r *prodReport) {
+	prod := &bench{t: t, newStack: func(t *testing.T, o stackOptions) *e2eStack {
+		return p.newProdStack(t, o, 0).e2eStack
+	}}
+	t.Run("production", func(t *testing.T) {
+		prod.t = t
+		prod.saturated()
+		prod.urgent()
+	})
+	dev := &bench{t: t}
+	t.Run("dev server", func(t *testing.T) {
+		dev.t = t
+		dev.srv = startDevServer(t)
+		dev.saturated()
+		dev.urgent()
+	})
+	require.Len(t, dev.rows, len(prod.rows))
+	for i, row := range prod.rows {
+		r.add("4. throughput", row[0], fmt.Sprintf("production: %s · dev server: %s (target %s)", row[1], dev.rows[i][1], row[2]))
+	}
+}
