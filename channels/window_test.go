@@ -103,10 +103,11 @@ func TestChannexFiftyPropertiesStayWithinTheirWindows(t *testing.T) {
 		class channels.Class
 	}
 	var (
-		mu   sync.Mutex
-		log  []sent
-		wg   sync.WaitGroup
-		errs = make(chan error, nProps*3)
+		mu      sync.Mutex
+		log     []sent
+		maxLate time.Duration
+		wg      sync.WaitGroup
+		errs    = make(chan error, nProps*3)
 	)
 	ctx := context.Background()
 	start := time.Now()
@@ -131,7 +132,14 @@ func TestChannexFiftyPropertiesStayWithinTheirWindows(t *testing.T) {
 					}
 					if dec.State != limiter.Send {
 						// Holding its slot: wait for it, as a workflow's timer would.
-						time.Sleep(min(dec.Wait, deadline.Sub(now)))
+						nap := min(dec.Wait, deadline.Sub(now))
+						time.Sleep(nap)
+						// How late this goroutine woke: on a loaded machine the test,
+						// not the limiter, can miss a turn.
+						late := time.Since(now) - nap
+						mu.Lock()
+						maxLate = max(maxLate, late)
+						mu.Unlock()
 						continue
 					}
 					at := time.Now()
@@ -205,11 +213,20 @@ func TestChannexFiftyPropertiesStayWithinTheirWindows(t *testing.T) {
 	if st.Throttled != 0 || st.MaxWindowRequests > models.ChannexRequestsPerMinute || committed != len(log) {
 		t.Errorf("simulator: %d throttled, %d arrivals in one window; %d of %d committed", st.Throttled, st.MaxWindowRequests, committed, len(log))
 	}
-	if counts[len(counts)-1]-counts[0] > 1 {
+	// Turns are the limiter's; a goroutine that wakes late for its slot (a loaded
+	// machine) loses time the limiter never saw, so the bounds allow for the
+	// latest wake-up measured, and the one-request spread holds only when every
+	// wake-up was on time.
+	t.Logf("latest wake-up after a slot: %s", maxLate.Round(time.Millisecond))
+	missed := 0 // turns a late wake-up can cost: one per 6 s slot interval it overslept
+	if maxLate > time.Second {
+		missed = 1 + int(maxLate/(6*time.Second))
+	}
+	if counts[len(counts)-1]-counts[0] > 1+missed {
 		t.Errorf("properties not served in turn: between %d and %d requests each", counts[0], counts[len(counts)-1])
 	}
 	// At 10 per 60.5 s a window frees a slot every 6 s; every property is served about that often.
-	if longestGap > 8*time.Second {
+	if longestGap > 8*time.Second+2*maxLate {
 		t.Errorf("a property waited %s between two requests", longestGap)
 	}
 }
