@@ -8,6 +8,17 @@ import (
 	"time"
 )
 
+// PushActivityTimeout is the StartToCloseTimeout of a push activity. It is also how
+// long Temporal takes to notice a worker that died with a push in flight and give
+// the push to another, so it is kept short: the channel call (MaxHTTPTimeout at
+// most), a wait of at most a couple of seconds for the request's slot, and the
+// records around the call.
+const PushActivityTimeout = 30 * time.Second
+
+// MaxHTTPTimeout is the longest PARITYSYNC_HTTP_TIMEOUT a push can fit in
+// PushActivityTimeout.
+const MaxHTTPTimeout = 20 * time.Second
+
 // Settings is the process configuration of the worker and the starter: defaults,
 // overridden by environment variables. Channel limits live in ChannelConfig.
 type Settings struct {
@@ -127,6 +138,10 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 	str("TEMPORAL_TLS_CA", &s.TemporalTLS.CAFile)
 	str("TEMPORAL_TLS_SERVER_NAME", &s.TemporalTLS.ServerName)
 	str("TEMPORAL_API_KEY_FILE", &s.TemporalAPIKeyFile)
+	if s.HTTPTimeout > MaxHTTPTimeout {
+		errs = append(errs, fmt.Sprintf("PARITYSYNC_HTTP_TIMEOUT: must be at most %s (a push, its wait for a slot, the call and its records, must end within the %s its activity is given)",
+			MaxHTTPTimeout, PushActivityTimeout))
+	}
 	if (s.TemporalTLS.CertFile == "") != (s.TemporalTLS.KeyFile == "") {
 		errs = append(errs, "TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY: set both or neither")
 	}

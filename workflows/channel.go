@@ -61,7 +61,7 @@ func (s *channelSync) run(ctx workflow.Context) (models.ChannelCounts, error) {
 	if window <= 0 {
 		window = DefaultWindow
 	}
-	actx := withActivity(ctx, time.Minute, s.in.Chunk.Priority)
+	actx := withActivity(ctx, models.PushActivityTimeout, s.in.Chunk.Priority)
 	lanes := min(window, len(s.queue))
 	first := s.reserveFirst(ctx, actx, lanes)
 	for range lanes {
