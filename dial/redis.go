@@ -79,13 +79,57 @@ func ParseRedisURL(raw string) (RedisConfig, error) {
 	return RedisConfig{Cluster: o}, nil
 }
 
+// ClusterStateReload is how often a cluster client re-reads the slot map while it
+// is in use, unless REDIS_URL sets cluster_state_reload_interval. go-redis' default
+// is 60 s, and a connection error does not make it look again: after a failover it
+// kept sending a promoted replica's slots to the dead master for up to a minute.
+const ClusterStateReload = 5 * time.Second
+
 // Client builds the client: a *redis.ClusterClient for a cluster, a *redis.Client
-// otherwise.
+// otherwise. A cluster client re-reads the slot map at once when a node stops
+// answering, so a failover costs the election, not the reload interval.
 func (c RedisConfig) Client() redis.UniversalClient {
 	if c.Cluster != nil {
-		return redis.NewClusterClient(c.Cluster)
+		o := *c.Cluster
+		if o.ClusterStateReloadInterval == 0 {
+			o.ClusterStateReloadInterval = ClusterStateReload
+		}
+		cc := redis.NewClusterClient(&o)
+		cc.AddHook(reloadOnNodeLoss{cc})
+		return cc
 	}
 	return redis.NewClient(c.Node)
+}
+
+// reloadOnNodeLoss asks the cluster client to re-read the slot map (in the
+// background, coalesced) when a command fails without an answer from Redis: a
+// refused or broken connection or a timeout, the signs of a master gone.
+type reloadOnNodeLoss struct{ cc *redis.ClusterClient }
+
+func (h reloadOnNodeLoss) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h reloadOnNodeLoss) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.after(ctx, err)
+		return err
+	}
+}
+
+func (h reloadOnNodeLoss) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.after(ctx, err)
+		return err
+	}
+}
+
+func (h reloadOnNodeLoss) after(ctx context.Context, err error) {
+	var answer redis.Error // an error Redis itself answered, redis.Nil included
+	if err == nil || errors.As(err, &answer) || errors.Is(err, context.Canceled) {
+		return
+	}
+	h.cc.ReloadState(ctx)
 }
 
 func encodeQuery(q url.Values) string {

@@ -42,6 +42,7 @@ type Cluster struct {
 	opt    Options
 	mu     sync.Mutex
 	procs  map[int]*exec.Cmd
+	exited map[int]chan struct{} // closed when the node's process has been waited for
 }
 
 // Start starts the cluster, or skips the test when redis-server is not installed.
@@ -58,7 +59,7 @@ func Start(t testing.TB, o Options) *Cluster {
 	if o.Masters < 3 {
 		o.Masters = 3
 	}
-	c := &Cluster{t: t, dir: t.TempDir(), server: server, cli: cli, opt: o, procs: map[int]*exec.Cmd{}}
+	c := &Cluster{t: t, dir: t.TempDir(), server: server, cli: cli, opt: o, procs: map[int]*exec.Cmd{}, exited: map[int]chan struct{}{}}
 	c.Ports = freeClusterPorts(t, o.Masters*(1+o.Replicas))
 	var addrs []string
 	for _, p := range c.Ports {
@@ -68,9 +69,9 @@ func Start(t testing.TB, o Options) *Cluster {
 	t.Cleanup(func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		for _, cmd := range c.procs {
+		for port, cmd := range c.procs {
 			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+			<-c.exited[port] // StartNode's goroutine waits for it: one Wait per process
 		}
 	})
 	for _, p := range c.Ports {
@@ -127,9 +128,10 @@ func (c *Cluster) StartNode(port int) {
 	if err := cmd.Start(); err != nil {
 		c.t.Fatalf("start redis-server on %d: %v", port, err)
 	}
-	go func() { _ = cmd.Wait(); _ = log.Close() }()
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = log.Close(); close(exited) }()
 	c.mu.Lock()
-	c.procs[port] = cmd
+	c.procs[port], c.exited[port] = cmd, exited
 	c.mu.Unlock()
 }
 
