@@ -40,11 +40,12 @@ type submitPost struct {
 	queued bool
 }
 
-// statusRefresh is the least time between two status queries of a submitter: a
-// smoother's waiting changes only drop when it flushes (every debounce at the
-// most), so an estimate this fresh refuses at most this long after room appeared,
-// and a storm of refusals costs the worker a few queries a second, not one per post.
-const statusRefresh = 250 * time.Millisecond
+// statusRefresh is the least time between two status queries of a submitter. A
+// full smoother's refusals say "after the debounce" at the least, so a PMS that
+// waits as told finds an estimate at most half that old; and a storm of posts to
+// a full smoother costs the worker one query a second, not one per post (each
+// query is a task the worker answers, as an update is).
+const statusRefresh = models.DefaultDebounce / 2
 
 // submitter is a channel's group commit into its burst smoother: every post's
 // changes for the channel queue here, and one goroutine sends what queued while
