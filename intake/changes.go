@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"sync"
 	"time"
 
-	"go.temporal.io/sdk/client"
-
 	"github.com/paritysync/paritysync/activities/store"
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
@@ -105,16 +103,23 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 		res.Problems = []models.RowProblem{{Line: res.Line, Index: res.Index, ID: res.ID, Field: field, Rule: rule, Detail: detail}}
 		retry = max(retry, res.RetryAfter)
 	}
+	// Each channel's changes go to its submitter, all channels at once; each answers
+	// the post's changes for it whole: taken, refused or busy.
+	type handOff struct {
+		ch     string
+		take   []models.Mutation
+		taken  []int
+		answer submitAnswer
+	}
+	var handOffs []*handOff
 	for _, ch := range channels {
-		idx := byChannel[ch]
 		st, err := s.lim.Status(r.Context(), ch)
 		if err != nil {
 			s.internal(w, r, err)
 			return
 		}
-		var take []models.Mutation
-		var taken []int
-		for _, i := range idx {
+		h := &handOff{ch: ch}
+		for _, i := range byChannel[ch] {
 			m := decoded.Mutations[i]
 			m.ApplyDefaults(nil)
 			// The quota tiers of the limiter: at the stop nothing goes until the reset;
@@ -125,51 +130,45 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			m.ID = smootherID(tenant, m.ID)
-			take, taken = append(take, m), append(taken, i)
+			h.take, h.taken = append(h.take, m), append(h.taken, i)
 		}
-		if len(take) == 0 {
-			continue
+		if len(h.take) > 0 {
+			handOffs = append(handOffs, h)
 		}
-		sctx, cancel := context.WithTimeout(r.Context(), s.cfg.SubmitTimeout)
-		_, err = ops.Submit(sctx, s.tc, s.cfg.Settings.TaskQueue,
-			models.SmootherInput{Channel: ch, MaxPending: s.cfg.SmootherMaxPending}, take)
-		// Our deadline, or the server giving up on the update under load.
-		var waited *client.WorkflowUpdateServiceTimeoutOrCanceledError
-		busy := (sctx.Err() != nil || errors.As(err, &waited)) && r.Context().Err() == nil
-		cancel()
-		if busy {
+	}
+	sctx, cancel := context.WithTimeout(r.Context(), s.cfg.SubmitTimeout)
+	var wg sync.WaitGroup
+	for _, h := range handOffs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.answer = s.submitterFor(h.ch).hand(sctx, h.take)
+		}()
+	}
+	wg.Wait()
+	cancel()
+	for _, h := range handOffs {
+		switch a := h.answer; a.verdict {
+		case submitBusy:
 			// The smoother did not answer in time (a loaded worker): the changes may
 			// still land, so they are refused as "send again", which is harmless
 			// (same id and version), never answered 500.
-			for _, i := range taken {
+			for _, i := range h.taken {
 				refuse(i, models.DefaultDebounce+s.cfg.SubmitTimeout, "channel", ruleSmootherBusy,
-					fmt.Sprintf("%s's smoother did not answer within %s", ch, s.cfg.SubmitTimeout))
+					fmt.Sprintf("%s's smoother did not answer within %s", h.ch, s.cfg.SubmitTimeout))
 			}
-			continue
-		}
-		if ops.IsSmootherFull(err) {
-			// Without an answer to the query, assume the smoother is as full as it can be.
-			sst := models.SmootherStatus{Pending: s.cfg.SmootherMaxPending, MaxPending: s.cfg.SmootherMaxPending}
-			// A query waits for a workflow task: bounded, so a busy worker costs the
-			// estimate, not the answer.
-			qctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-			if got, qerr := ops.SmootherStatus(qctx, s.tc, ch); qerr == nil {
-				sst = got
+		case submitFull:
+			for _, i := range h.taken {
+				refuse(i, a.after, "channel", ruleSmootherFull,
+					fmt.Sprintf("%s's smoother holds %d of at most %d changes", h.ch, a.status.Pending, a.status.MaxPending))
 			}
-			cancel()
-			after := ops.SmootherRetryAfter(s.channels[ch], sst, len(take))
-			for _, i := range taken {
-				refuse(i, after, "channel", ruleSmootherFull,
-					fmt.Sprintf("%s's smoother holds %d of at most %d changes", ch, sst.Pending, sst.MaxPending))
-			}
-			continue
-		}
-		if err != nil {
-			s.internal(w, r, err)
+		case submitFailed:
+			s.internal(w, r, a.err)
 			return
-		}
-		for _, i := range taken {
-			results[decoded.Indexes[i]].OutcomeURL = "/v1/changes/" + decoded.Mutations[i].ID
+		default:
+			for _, i := range h.taken {
+				results[decoded.Indexes[i]].OutcomeURL = "/v1/changes/" + decoded.Mutations[i].ID
+			}
 		}
 	}
 	ans := changesAnswer{Changes: results}

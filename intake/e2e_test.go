@@ -59,11 +59,13 @@ func (quietLog) Error(string, ...any) {}
 
 // stack is a dev server, a simulator, a worker and the API over them.
 type stack struct {
+	srv    *Server
 	api    http.Handler
 	st     *store.Store
 	tc     client.Client
 	rdb    *redis.Client
 	prefix string
+	queue  string
 }
 
 func startStack(t *testing.T, edit ...func(*Config)) *stack {
@@ -142,7 +144,8 @@ func startStack(t *testing.T, edit ...func(*Config)) *stack {
 	}
 	api, err := NewServer(cfg, tc, rdb, st, keys, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
-	return &stack{api: api.Handler(), st: st, tc: tc, rdb: rdb, prefix: prefix}
+	t.Cleanup(api.Close)
+	return &stack{srv: api, api: api.Handler(), st: st, tc: tc, rdb: rdb, prefix: prefix, queue: queue}
 }
 
 func decodeJSON[T any](t *testing.T, resp *http.Response) T {

@@ -6,8 +6,10 @@
 // Configuration: PARITYSYNC_INTAKE_ADDR (default 127.0.0.1:8080),
 // PARITYSYNC_API_KEYS_FILE (required: one "tenant:<sha256 hex of the key>" per line,
 // re-read when it changes), PARITYSYNC_SMOOTHER_MAX_PENDING (the admission limit of
-// the channel smoothers intake starts; default models.DefaultMaxPending), and the
-// settings the worker and starter share
+// the channel smoothers intake starts; default models.DefaultMaxPending),
+// PARITYSYNC_SUBMIT_LINGER (how long an idle channel submitter waits for more posts
+// before it sends their changes as one update; default 0), and the settings the
+// worker and starter share
 // (TEMPORAL_ADDRESS, REDIS_URL, PARITYSYNC_DATABASE_URL, PARITYSYNC_CHANNELS_FILE …).
 package main
 
@@ -58,10 +60,10 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- string) e
 		return err
 	}
 	addr, keysFile := is.Addr, is.APIKeysFile
-	cfg := Config{Settings: s, Channels: chs, SmootherMaxPending: is.SmootherMaxPending}
+	cfg := Config{Settings: s, Channels: chs, SmootherMaxPending: is.SmootherMaxPending, SubmitLinger: is.SubmitLinger}
 	log := slog.Default()
 	log.Info("effective config", "settings", s.String(), "addr", addr, "api_keys_file", keysFile,
-		"smoother_max_pending", cfg.SmootherMaxPending)
+		"smoother_max_pending", cfg.SmootherMaxPending, "submit_linger", cfg.SubmitLinger)
 	keys, err := newKeyring(keysFile, func(err error) { log.Error("API keys file not reloaded; the keys last read stay", "error", err) })
 	if err != nil {
 		return err
@@ -85,6 +87,7 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- string) e
 	if err != nil {
 		return err
 	}
+	defer srv.Close()
 	hs := &http.Server{
 		Handler:           srv.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -14,6 +14,10 @@ type serverMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	changes  *prometheus.CounterVec
+	// groupSize and groupPosts describe each update a channel's submitter sends:
+	// its changes and the posts they came from.
+	groupSize  *prometheus.HistogramVec
+	groupPosts *prometheus.HistogramVec
 }
 
 func newServerMetrics(reg *prometheus.Registry) *serverMetrics {
@@ -29,7 +33,15 @@ func newServerMetrics(reg *prometheus.Registry) *serverMetrics {
 			Name: "paritysync_intake_changes_total", Help: "Webhook changes by channel and answer (accepted, rejected, refused).",
 		}, []string{"channel", "answer"}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.changes)
+	m.groupSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "paritysync_intake_submit_group_size", Help: "Changes per update sent to a channel's smoother.",
+		Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500},
+	}, []string{"channel"})
+	m.groupPosts = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "paritysync_intake_submit_group_posts", Help: "Webhook posts per update sent to a channel's smoother.",
+		Buckets: []float64{1, 2, 5, 10, 20, 50, 100},
+	}, []string{"channel"})
+	reg.MustRegister(m.requests, m.duration, m.changes, m.groupSize, m.groupPosts)
 	return m
 }
 

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +55,9 @@ type Config struct {
 	// SmootherMaxPending is the admission limit of the smoothers intake starts
 	// (PARITYSYNC_SMOOTHER_MAX_PENDING); a smoother already running keeps its own.
 	SmootherMaxPending int
+	// SubmitLinger is how long an idle channel submitter waits for more posts
+	// before it sends an update (PARITYSYNC_SUBMIT_LINGER; 0 by default).
+	SubmitLinger time.Duration
 }
 
 // Server is the PMS-facing HTTP API.
@@ -70,6 +74,14 @@ type Server struct {
 	now       func() time.Time
 	metrics   *serverMetrics
 	registry  *prometheus.Registry
+
+	// submitters are the channels' group commits into their smoothers, started
+	// on a channel's first post and stopped by Close.
+	subMu      sync.Mutex
+	submitters map[string]*submitter
+	subCtx     context.Context
+	subStop    context.CancelFunc
+	subWG      sync.WaitGroup
 }
 
 // NewServer wires the API over its connections.
@@ -104,8 +116,36 @@ func NewServer(cfg Config, tc client.Client, rdb redis.UniversalClient, st *stor
 	s := &Server{cfg: cfg, tc: tc, rdb: rdb, st: st, keys: keys, validator: v,
 		lim:      limiter.New(rdb, cfg.Channels, limiter.Options{Prefix: cfg.Settings.KeyPrefix}),
 		channels: models.ChannelMap(cfg.Channels), log: log, now: time.Now,
-		metrics: newServerMetrics(reg), registry: reg}
+		metrics: newServerMetrics(reg), registry: reg, submitters: map[string]*submitter{}}
+	s.subCtx, s.subStop = context.WithCancel(context.Background())
 	return s, nil
+}
+
+// Close stops the channel submitters; a post still waiting in one is answered as
+// if its smoother were busy. Call it once the HTTP server has shut down.
+func (s *Server) Close() {
+	s.subStop()
+	s.subWG.Wait()
+}
+
+// submitterFor is channel's submitter, started on first use.
+func (s *Server) submitterFor(channel string) *submitter {
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
+	if sub, ok := s.submitters[channel]; ok {
+		return sub
+	}
+	sub := newSubmitter(s.tc, s.cfg.Settings.TaskQueue,
+		models.SmootherInput{Channel: channel, MaxPending: s.cfg.SmootherMaxPending},
+		submitterConfig{channel: s.channels[channel], maxGroup: models.MaxInlineMutations,
+			linger: s.cfg.SubmitLinger, timeout: s.cfg.SubmitTimeout}, s.metrics)
+	s.submitters[channel] = sub
+	s.subWG.Add(1)
+	go func() {
+		defer s.subWG.Done()
+		sub.run(s.subCtx)
+	}()
+	return sub
 }
 
 // Handler is every route of the API.

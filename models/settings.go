@@ -194,6 +194,11 @@ type IntakeSettings struct {
 	// SmootherMaxPending is the admission limit of the channel smoothers intake
 	// starts (PARITYSYNC_SMOOTHER_MAX_PENDING).
 	SmootherMaxPending int
+	// SubmitLinger is how long intake's per-channel submitter, idle, waits for more
+	// posts before it sends one update to the smoother (PARITYSYNC_SUBMIT_LINGER,
+	// a Go duration, at most 1s; default 0: posts that arrive while an update is
+	// in flight go together in the next one anyway).
+	SubmitLinger time.Duration
 }
 
 // DefaultIntakeAddr is where intake listens without PARITYSYNC_INTAKE_ADDR.
@@ -216,6 +221,13 @@ func LoadIntakeSettings(getenv func(string) string) (IntakeSettings, error) {
 			return s, fmt.Errorf("PARITYSYNC_SMOOTHER_MAX_PENDING: must be a positive integer")
 		}
 		s.SmootherMaxPending = n
+	}
+	if v := strings.TrimSpace(getenv("PARITYSYNC_SUBMIT_LINGER")); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > time.Second {
+			return s, fmt.Errorf("PARITYSYNC_SUBMIT_LINGER: must be a duration from 0 to 1s (e.g. 5ms)")
+		}
+		s.SubmitLinger = d
 	}
 	return s, nil
 }

@@ -2,7 +2,8 @@
 // (50 by default) post small batches of webhook changes to POST /v1/changes for a
 // while (2 minutes by default), then it waits until every accepted change has an
 // outcome at GET /v1/changes/{id}. It reports latency (p50, p99), requests and
-// accepted changes per second, the 429s and whether each carried Retry-After, and
+// accepted changes per second, the 429s and whether each carried Retry-After, how
+// many updates carried the changes into the smoothers (intake's /metrics), and
 // lost = accepted - with an outcome, which must be 0 (exit status 1 otherwise).
 //
 //	make bench-intake                      # brings up a stack of its own and runs this
@@ -159,6 +160,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	for _, e := range tally.errors() {
 		fmt.Fprintln(out, "error            ", e)
 	}
+	if g, err := readGroups(ctx, o.url); err == nil && g.updates > 0 {
+		fmt.Fprintf(out, "smoother updates  %.0f (%.1f changes, %.1f posts each on average)\n",
+			g.updates, g.changes/g.updates, g.posts/g.updates)
+	}
 
 	fmt.Fprintf(out, "\n== outcomes (deadline %s)\n", o.outcomeDeadline)
 	t0 := time.Now()
@@ -196,6 +201,48 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return errors.New(strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// groups sums intake's per-channel submitter histograms over the channels.
+type groups struct{ updates, changes, posts float64 }
+
+// readGroups reads intake's /metrics (no key needed) for the updates its channel
+// submitters sent the smoothers and the changes and posts they carried.
+func readGroups(ctx context.Context, base string) (groups, error) {
+	var g groups
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return g, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return g, fmt.Errorf("read intake's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return g, fmt.Errorf("read intake's metrics: %w", err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "paritysync_intake_submit_group_size_count":
+			g.updates += v
+		case "paritysync_intake_submit_group_size_sum":
+			g.changes += v
+		case "paritysync_intake_submit_group_posts_sum":
+			g.posts += v
+		}
+	}
+	return g, nil
 }
 
 // generator makes realistic webhook posts: changes to random cells of a few
