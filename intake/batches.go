@@ -45,16 +45,8 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	decoded, err := models.DecodeMutations(body, models.DecodeLimits{MaxMutations: s.cfg.MaxBatchRows})
-	var be *models.BodyError
-	if errors.As(err, &be) {
-		writeProblem(w, r, http.StatusBadRequest, probUnreadable, be.Error(), func(p *problem) {
-			p.Line, p.Rule = be.Line, be.Rule
-		})
-		return
-	}
-	if err != nil {
-		writeProblem(w, r, http.StatusBadRequest, probUnreadable, err.Error())
+	decoded, ok := decodeBody(w, r, body, s.cfg.MaxBatchRows)
+	if !ok {
 		return
 	}
 	valid, problems := s.validator.Check(decoded)
@@ -262,4 +254,22 @@ func (s *Server) getOutcomes(w http.ResponseWriter, r *http.Request) {
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
 	s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 	writeProblem(w, r, http.StatusInternalServerError, probInternal, "the request failed; it is logged")
+}
+
+// decodeBody reads a body of mutations; an unreadable one is answered with a 400
+// problem naming its line and rule, and ok is false.
+func decodeBody(w http.ResponseWriter, r *http.Request, body []byte, maxRows int) (models.Decoded, bool) {
+	decoded, err := models.DecodeMutations(body, models.DecodeLimits{MaxMutations: maxRows})
+	var be *models.BodyError
+	if errors.As(err, &be) {
+		writeProblem(w, r, http.StatusBadRequest, probUnreadable, be.Error(), func(p *problem) {
+			p.Line, p.Rule = be.Line, be.Rule
+		})
+		return decoded, false
+	}
+	if err != nil {
+		writeProblem(w, r, http.StatusBadRequest, probUnreadable, err.Error())
+		return decoded, false
+	}
+	return decoded, true
 }

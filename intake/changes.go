@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -58,16 +57,8 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	decoded, err := models.DecodeMutations(body, models.DecodeLimits{MaxMutations: s.cfg.MaxChanges})
-	var be *models.BodyError
-	if errors.As(err, &be) {
-		writeProblem(w, r, http.StatusBadRequest, probUnreadable, be.Error(), func(p *problem) {
-			p.Line, p.Rule = be.Line, be.Rule
-		})
-		return
-	}
-	if err != nil {
-		writeProblem(w, r, http.StatusBadRequest, probUnreadable, err.Error())
+	decoded, ok := decodeBody(w, r, body, s.cfg.MaxChanges)
+	if !ok {
 		return
 	}
 	tenant := tenantOf(r.Context())
