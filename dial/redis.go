@@ -80,7 +80,7 @@ func ParseRedisURL(raw string) (RedisConfig, error) {
 }
 
 // ClusterStateReload is how often a cluster client re-reads the slot map while it
-// is in use, unless REDIS_URL sets cluster_state_reload_interval. go-redis' default
+// is in use (one CLUSTER SLOTS in the background). go-redis' default
 // is 60 s, and a connection error does not make it look again: after a failover it
 // kept sending a promoted replica's slots to the dead master for up to a minute.
 const ClusterStateReload = 5 * time.Second
