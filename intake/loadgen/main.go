@@ -59,6 +59,7 @@ type options struct {
 	properties      int
 	outcomeDeadline time.Duration
 	seed            uint64
+	honour          bool
 }
 
 func parseFlags(args []string) (options, error) {
@@ -74,6 +75,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.properties, "properties", 12, "properties the changes are spread over")
 	fs.DurationVar(&o.outcomeDeadline, "outcome-deadline", 10*time.Minute, "how long to wait for every accepted change's outcome")
 	fs.Uint64Var(&o.seed, "seed", uint64(time.Now().UnixNano()), "seed of the generated changes")
+	fs.BoolVar(&o.honour, "honour-retry-after", false,
+		"behave like a PMS that honours Retry-After: after a 429 no client posts until its Retry-After has passed")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -137,9 +140,19 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}()
 	// The zero pacer is "as fast as the workers go": with workers = max workers,
 	// exactly o.clients requests are in flight at any time.
-	for res := range atk.Attack(targeter, vegeta.ConstantPacer{}, o.duration, "intake") {
+	var pacer vegeta.Pacer = vegeta.ConstantPacer{}
+	notBefore := &atomic.Int64{} // unix nanoseconds; 0 while no Retry-After is pending
+	if o.honour {
+		pacer = retryAfterPacer{notBefore}
+	}
+	for res := range atk.Attack(targeter, pacer, o.duration, "intake") {
 		metrics.Add(res)
 		tally.add(res)
+		if s, err := strconv.Atoi(res.Headers.Get("Retry-After")); err == nil && res.Code == http.StatusTooManyRequests {
+			until := time.Now().Add(time.Duration(s) * time.Second).UnixNano()
+			for cur := notBefore.Load(); until > cur && !notBefore.CompareAndSwap(cur, until); cur = notBefore.Load() {
+			}
+		}
 	}
 	close(stopped)
 	metrics.Close()
@@ -526,3 +539,13 @@ func formatCodes[K comparable](m map[K]int) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// retryAfterPacer sends as fast as the clients go, except while a 429's
+// Retry-After is pending: then nobody posts until it has passed.
+type retryAfterPacer struct{ notBefore *atomic.Int64 }
+
+func (p retryAfterPacer) Pace(time.Duration, uint64) (time.Duration, bool) {
+	return time.Until(time.Unix(0, p.notBefore.Load())), false
+}
+
+func (p retryAfterPacer) Rate(time.Duration) float64 { return 0 }
