@@ -167,10 +167,18 @@ func newActivityEnv(t *testing.T, o envOptions) *activityEnv {
 // exec runs one activity in the SDK's activity test environment, so activity.GetLogger
 // and the error conversion are the ones a worker would use.
 func (e *activityEnv) exec(fn any, in any) (converter.EncodedValue, error) {
+	return e.execWith(fn, in, nil)
+}
+
+// execWith is exec with the activity environment set up by setup first.
+func (e *activityEnv) execWith(fn any, in any, setup func(*testsuite.TestActivityEnvironment)) (converter.EncodedValue, error) {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(testLogWriter{e.t}, nil))))
 	env := suite.NewTestActivityEnvironment()
 	env.RegisterActivity(e.acts)
+	if setup != nil {
+		setup(env)
+	}
 	return env.ExecuteActivity(fn, in)
 }
 

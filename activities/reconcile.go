@@ -23,71 +23,124 @@ import (
 // older than what was sent ever goes out and a lost acknowledgement is confirmed,
 // never reverted. Repairs are stored as batch BatchID for a BatchSync to load.
 //
+// It holds one property's cells at a time: properties come from the store a page
+// at a time, each property's repairs are stored as a part of the batch as soon as
+// they are known, and the heartbeat records the last property done, so a retry
+// resumes after it instead of paying every read again.
+//
 // Every read pays: a limiter slot at bulk priority and one unit of quota, a 429's
 // Retry-After backs the whole channel off, and a 5xx is retried with backoff. A
 // channel configured without read-back (read_back: false, as OpenTravel must be)
 // cannot be compared: every cell with a desired version is re-sent instead, and
 // counted as Resent.
 func (a *Activities) DiffChannel(ctx context.Context, in models.DiffInput) (models.ChannelDrift, error) {
-	res := models.ChannelDrift{Channel: in.Channel}
-	var cells []store.CellState
-	if err := a.Store.CellStates(ctx, in.Channel, in.From, in.To, func(c store.CellState) error {
-		if c.Desired.Version > 0 {
-			cells = append(cells, c)
+	p := diffProgress{Drift: models.ChannelDrift{Channel: in.Channel}}
+	if activity.HasHeartbeatDetails(ctx) {
+		if err := activity.GetHeartbeatDetails(ctx, &p); err != nil {
+			// An unreadable heartbeat costs the reads again, not the result.
+			activity.GetLogger(ctx).Warn("reconcile starts over", "channel", in.Channel, "error", err)
+			p = diffProgress{Drift: models.ChannelDrift{Channel: in.Channel}}
 		}
-		return nil
-	}); err != nil {
-		return res, err
 	}
-	var repairs []models.Mutation
-	if cfg, ok := a.Channels[in.Channel]; ok && !cfg.ReadBack {
-		for _, lc := range cells {
-			res.Checked++
-			res.Resent++
-			repairs = append(repairs, repair(lc, fmt.Sprintf("%s/%d", in.BatchID, len(repairs)+1)))
-		}
-		cells = nil
-	}
-	for start := 0; start < len(cells); {
-		property := cells[start].Cell.PropertyID
-		end := start
-		for end < len(cells) && cells[end].Cell.PropertyID == property {
-			end++
-		}
-		st, err := a.readBack(ctx, in, property)
+	// A retry may find parts an earlier attempt stored past its last heartbeat.
+	retried := activity.GetInfo(ctx).Attempt > 1
+	for {
+		props, err := a.Store.ChannelProperties(ctx, in.Channel, p.After, diffPageProperties)
 		if err != nil {
-			return res, err
+			return p.Drift, err
 		}
-		res.Reads++
-		held := map[[3]string]models.ARICell{}
-		for _, c := range st.Cells {
-			held[[3]string{c.RoomTypeCode, c.RatePlanCode, c.Date.String()}] = c
+		if len(props) == 0 {
+			break
 		}
-		for _, cs := range cells[start:end] {
-			res.Checked++
-			c := cs.Cell
-			switch {
-			case !holds(cs.Family, cs.Desired, held[[3]string{c.RoomTypeCode, c.RatePlanCode, c.StayDate.String()}]):
-				res.Drifted++
-			case cs.Acked.Version < cs.Desired.Version:
-				res.Unconfirmed++
-			default:
-				continue
+		for _, property := range props {
+			repairs, err := a.diffProperty(ctx, in, property, &p)
+			if err != nil {
+				return p.Drift, err
 			}
-			repairs = append(repairs, repair(cs, fmt.Sprintf("%s/%d", in.BatchID, len(repairs)+1)))
+			if len(repairs) > 0 || retried {
+				if err := a.Store.SaveBatchPart(ctx, in.BatchID, property, repairs); err != nil {
+					return p.Drift, err
+				}
+			}
+			p.Repairs += len(repairs)
+			p.After = property
+			activity.RecordHeartbeat(ctx, p)
 		}
-		activity.RecordHeartbeat(ctx, property)
-		start = end
 	}
-	if len(repairs) > 0 {
+	res := p.Drift
+	if p.Repairs > 0 {
 		var err error
-		if res.PayloadKey, err = a.Store.SaveBatch(ctx, in.BatchID, repairs); err != nil {
+		if res.PayloadKey, err = a.Store.SealBatch(ctx, in.BatchID); err != nil {
 			return res, err
 		}
 	}
 	activity.GetLogger(ctx).Info("reconciled", "channel", in.Channel, "checked", res.Checked,
 		"drifted", res.Drifted, "unconfirmed", res.Unconfirmed, "resent", res.Resent, "reads", res.Reads)
 	return res, nil
+}
+
+// diffPageProperties is how many property ids DiffChannel lists at a time.
+const diffPageProperties = 100
+
+// diffProgress is DiffChannel's heartbeat: the last property whose repairs are
+// stored, and the counts up to it.
+type diffProgress struct {
+	After   string              `json:"after"`
+	Drift   models.ChannelDrift `json:"drift"`
+	Repairs int                 `json:"repairs"`
+}
+
+// diffProperty compares one property of in.Channel with its desired state, counting
+// into p, and returns the repairs it needs. Repair ids name the property, so the
+// ids of a batch written in parts are unique, and the same on a retry.
+func (a *Activities) diffProperty(ctx context.Context, in models.DiffInput, property string, p *diffProgress) ([]models.Mutation, error) {
+	var cells []store.CellState
+	if err := a.Store.PropertyCellStates(ctx, in.Channel, property, in.From, in.To, func(c store.CellState) error {
+		if c.Desired.Version > 0 {
+			cells = append(cells, c)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if len(cells) == 0 {
+		return nil, nil
+	}
+	var repairs []models.Mutation
+	add := func(cs store.CellState) {
+		repairs = append(repairs, repair(cs, fmt.Sprintf("%s/%s/%d", in.BatchID, property, len(repairs)+1)))
+	}
+	if cfg, ok := a.Channels[in.Channel]; ok && !cfg.ReadBack {
+		for _, cs := range cells {
+			p.Drift.Checked++
+			p.Drift.Resent++
+			add(cs)
+		}
+		return repairs, nil
+	}
+	st, err := a.readBack(ctx, in, property)
+	if err != nil {
+		return nil, err
+	}
+	p.Drift.Reads++
+	held := make(map[[3]string]models.ARICell, len(st.Cells))
+	for _, c := range st.Cells {
+		held[[3]string{c.RoomTypeCode, c.RatePlanCode, c.Date.String()}] = c
+	}
+	for _, cs := range cells {
+		p.Drift.Checked++
+		c := cs.Cell
+		switch {
+		case !holds(cs.Family, cs.Desired, held[[3]string{c.RoomTypeCode, c.RatePlanCode, c.StayDate.String()}]):
+			p.Drift.Drifted++
+		case cs.Acked.Version < cs.Desired.Version:
+			p.Drift.Unconfirmed++
+		default:
+			continue
+		}
+		add(cs)
+	}
+	return repairs, nil
 }
 
 // Read-back limits: a read waits inside the activity (heartbeating) for at most

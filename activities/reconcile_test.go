@@ -2,7 +2,12 @@ package activities
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
@@ -106,5 +111,81 @@ func TestPrepareBatchResendSaltChangesEveryKey(t *testing.T) {
 	}
 	if resent[0].KeySalt != "run-1" || plain[0].IdempotencyKey() == resent[0].IdempotencyKey() {
 		t.Errorf("a re-send must carry a new idempotency key: salt %q", resent[0].KeySalt)
+	}
+}
+
+func TestDiffChannelResumesAfterTheLastPropertyOfItsHeartbeat(t *testing.T) {
+	e := newActivityEnv(t, envOptions{})
+	props := []string{"prop_1a2b3c4d", "prop_1a2b3c4e", "prop_1a2b3c4f"}
+	// Each property's rate is pushed while the channel drops it: each has one drifted
+	// cell, and one repair to store.
+	if err := e.sim.SetFaults(sim.Faults{DriftRatio: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range props {
+		batch := fmt.Sprintf("b-r-%d", i)
+		m := e.mutation(fmt.Sprintf("r-%d", i), 2, 1, withRate("90.00"))
+		m.PropertyID = p
+		c := e.preparedChunk(batch, m)
+		if _, err := e.push(models.PushInput{BatchID: batch, ChunkKey: c.Key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.sim.SetFaults(sim.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The first attempt: every heartbeat it records, as a worker would send them.
+	in := models.DiffInput{Channel: testChannel, From: e.today, To: e.today.AddDays(29), BatchID: "rc-resume"}
+	var beats []converter.EncodedValues
+	first, err := e.execWith(e.acts.DiffChannel, in, func(env *testsuite.TestActivityEnvironment) {
+		env.SetOnActivityHeartbeatListener(func(_ *activity.Info, d converter.EncodedValues) { beats = append(beats, d) })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var whole models.ChannelDrift
+	if err := first.Get(&whole); err != nil {
+		t.Fatal(err)
+	}
+	// Heartbeats are throttled; the first one, after the first property, is sent.
+	if whole.Reads != 3 || whole.Drifted != 3 || len(beats) == 0 {
+		t.Fatalf("first attempt: %+v with %d heartbeats, want 3 reads, 3 drifted, a heartbeat", whole, len(beats))
+	}
+
+	// The worker died after its first heartbeat: the retry gets that heartbeat back,
+	// and finds the parts the first attempt stored after it.
+	var p diffProgress
+	if err := beats[0].Get(&p); err != nil {
+		t.Fatal(err)
+	}
+	if p.After != props[0] || p.Drift.Reads != 1 {
+		t.Fatalf("first heartbeat %+v, want after %s with 1 read", p, props[0])
+	}
+	second, err := e.execWith(e.acts.DiffChannel, in, func(env *testsuite.TestActivityEnvironment) {
+		env.SetHeartbeatDetails(p)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resumed models.ChannelDrift
+	if err := second.Get(&resumed); err != nil {
+		t.Fatal(err)
+	}
+	// Reads counts the heartbeat's one read and this attempt's: a property read twice
+	// would make it 4.
+	if resumed.Reads != 3 || resumed.Checked != whole.Checked || resumed.Drifted != 3 || resumed.PayloadKey == "" {
+		t.Fatalf("resumed %+v, want the first attempt's counts %+v without reading %s again", resumed, whole, props[0])
+	}
+	ms, err := e.store.LoadBatch(t.Context(), resumed.PayloadKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range ms {
+		got = append(got, m.PropertyID)
+	}
+	if !slices.Equal(got, props) {
+		t.Errorf("repairs for %v, want one per property %v (parts replaced, not added)", got, props)
 	}
 }

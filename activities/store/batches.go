@@ -61,7 +61,8 @@ ON CONFLICT (batch_id) DO UPDATE SET mutations = excluded.mutations, payload = e
 	return models.BatchWorkflowID(batchID), nil
 }
 
-// LoadBatch reads the mutations SaveBatch stored under key; PrepareBatch calls it.
+// LoadBatch reads the mutations SaveBatch stored under key (or SaveBatchPart and
+// SealBatch, the parts after the payload); PrepareBatch calls it.
 // It fails with ErrBatchNotFound once the batch was released.
 func (s *Store) LoadBatch(ctx context.Context, key string) ([]models.Mutation, error) {
 	batchID, ok := strings.CutPrefix(key, models.BatchWorkflowID(""))
@@ -78,6 +79,9 @@ func (s *Store) LoadBatch(ctx context.Context, key string) ([]models.Mutation, e
 	}
 	var ms []models.Mutation
 	if err := inflate(body, &ms); err != nil {
+		return nil, fmt.Errorf("decode batch %s: %w", key, err)
+	}
+	if ms, err = s.loadParts(ctx, batchID, ms); err != nil {
 		return nil, fmt.Errorf("decode batch %s: %w", key, err)
 	}
 	return ms, nil
@@ -179,6 +183,10 @@ func (s *Store) ReleaseBatch(ctx context.Context, batchID string) error {
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `
 DELETE FROM batch_requests WHERE batch = (SELECT id FROM batches WHERE batch_id = $1)`, batchID); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+DELETE FROM batch_parts WHERE batch = (SELECT id FROM batches WHERE batch_id = $1)`, batchID); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `UPDATE batches SET payload = NULL WHERE batch_id = $1 AND payload IS NOT NULL`, batchID)

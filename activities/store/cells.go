@@ -394,7 +394,18 @@ func (c CellState) Drifted() bool { return c.Desired.Version > c.Acked.Version }
 // it to compare the channel with the desired state (including cells that were never
 // acknowledged) and re-send the desired values at their versions.
 func (s *Store) CellStates(ctx context.Context, channel string, from, to models.Date, fn func(CellState) error) error {
-	rows, _ := s.pool.Query(ctx, `
+	rows, _ := s.pool.Query(ctx, cellStatesSelect+`
+WHERE ch.slug = $1 AND c.night BETWEEN $2 AND $3
+ORDER BY r.property_id, r.room_type, r.rate_plan, c.night, c.family`, channel, from.Time(), to.Time())
+	if err := s.scanCellStates(rows, channel, fn); err != nil {
+		return fmt.Errorf("read cells of %s: %w", channel, err)
+	}
+	return nil
+}
+
+// cellStatesSelect is the select list and joins of CellStates and
+// PropertyCellStates, in the order scanCellStates reads.
+const cellStatesSelect = `
 SELECT r.property_id, r.room_type, r.rate_plan, c.night, c.family::text,
 	c.desired_version, c.d_amount::text, c.d_currency, c.d_inventory, c.d_min_los, c.d_max_los,
 	c.d_stop_sell, c.d_cta, c.d_ctd,
@@ -405,9 +416,10 @@ SELECT r.property_id, r.room_type, r.rate_plan, c.night, c.family::text,
 FROM room_rates r
 JOIN channels ch ON ch.id = r.channel
 JOIN cells c ON c.room_rate = r.id
-LEFT JOIN confirmations f ON f.id = c.confirmation
-WHERE ch.slug = $1 AND c.night BETWEEN $2 AND $3
-ORDER BY r.property_id, r.room_type, r.rate_plan, c.night, c.family`, channel, from.Time(), to.Time())
+LEFT JOIN confirmations f ON f.id = c.confirmation`
+
+// scanCellStates calls fn with each row of a cellStatesSelect query.
+func (s *Store) scanCellStates(rows pgx.Rows, channel string, fn func(CellState) error) error {
 	var st CellState
 	var night time.Time
 	var family string
@@ -431,10 +443,7 @@ ORDER BY r.property_id, r.room_type, r.rate_plan, c.night, c.family`, channel, f
 		}
 		return fn(out)
 	})
-	if err != nil {
-		return fmt.Errorf("read cells of %s: %w", channel, err)
-	}
-	return nil
+	return err
 }
 
 // scanLine scans the version and value columns of one line.

@@ -31,7 +31,7 @@ func DefaultRetention() Retention {
 
 // Pruned counts the rows Prune deleted.
 type Pruned struct {
-	Cells, Confirmations, Payloads, Requests, Batches, DeadLetters int64
+	Cells, Confirmations, Payloads, Requests, Parts, Batches, DeadLetters int64
 }
 
 // Prune deletes what outlived its retention; a daily schedule calls it. It is safe to
@@ -53,6 +53,7 @@ func (s *Store) Prune(ctx context.Context, r Retention) (Pruned, error) {
 			AND NOT EXISTS (SELECT 1 FROM cells c WHERE c.confirmation = f.id)`, r.Nights},
 		{&p.Payloads, `UPDATE batches SET payload = NULL WHERE created_at < $1 AND payload IS NOT NULL`, r.Payloads},
 		{&p.Requests, `DELETE FROM batch_requests WHERE batch IN (SELECT id FROM batches WHERE created_at < $1)`, r.Payloads},
+		{&p.Parts, `DELETE FROM batch_parts WHERE batch IN (SELECT id FROM batches WHERE created_at < $1)`, r.Payloads},
 		{&p.Batches, `DELETE FROM batches WHERE created_at < $1`, r.Outcomes},
 		{&p.DeadLetters, `DELETE FROM dead_letters WHERE acked_at < $1`, r.DeadLetters},
 	}
