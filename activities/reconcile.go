@@ -108,7 +108,7 @@ func (a *Activities) diffProperty(ctx context.Context, in models.DiffInput, prop
 	}
 	var repairs []models.Mutation
 	add := func(cs store.CellState) {
-		repairs = append(repairs, repair(cs, fmt.Sprintf("%s/%s/%d", in.BatchID, property, len(repairs)+1)))
+		repairs = append(repairs, repair(cs, fmt.Sprintf("%s:%s:%d", in.BatchID, property, len(repairs)+1)))
 	}
 	if cfg, ok := a.Channels[in.Channel]; ok && !cfg.ReadBack {
 		for _, cs := range cells {
