@@ -28,7 +28,7 @@ func (openTravel) encode(_ models.ChannelConfig, req models.ChannelRequest, now 
 	hdr := models.OTAHeader{EchoToken: req.IdempotencyKey(), TimeStamp: now.UTC().Format(time.RFC3339),
 		Version: models.OTAVersion}
 	c := call{method: http.MethodPost, path: models.OTAPathPrefix + models.OTAMessage(req.Family),
-		contentType: "application/xml; charset=utf-8"}
+		contentType: "application/xml; charset=utf-8", echo: hdr.EchoToken}
 	control := func(l models.ARILine) models.OTAStatusApplicationControl {
 		return models.OTAStatusApplicationControl{Start: l.From, End: l.To, InvTypeCode: l.RoomTypeCode, RatePlanCode: l.RatePlanCode}
 	}
@@ -145,10 +145,19 @@ func (openTravel) interpret(out *PushResponse, c call, _ http.Header, raw []byte
 		}
 		return
 	}
+	want := strings.TrimPrefix(c.path, models.OTAPathPrefix) + "RS"
 	switch {
 	case err != nil:
 		// Whether the message applied is unknown; the same message again is safe.
-		out.Class, out.Message = ClassTransient, "unreadable OpenTravel answer: "+truncate(err.Error())
+		out.Class, out.Message = ClassTransient, unreadable(err, raw)
+		return
+	case c.path != "" && resp.XMLName.Local != want:
+		out.Class, out.Message = ClassTransient, fmt.Sprintf("answer <%s> to an %sRQ: %s", resp.XMLName.Local,
+			strings.TrimSuffix(want, "RS"), bodyText(out.Status, raw))
+		return
+	case c.echo != "" && resp.EchoToken != "" && resp.EchoToken != c.echo:
+		// Another message's answer (a cache, a mixed-up proxy) confirms nothing of this one.
+		out.Class, out.Message = ClassTransient, "answer echoes another message's EchoToken"
 		return
 	case len(resp.Errors) > 0:
 		out.Class, out.Message = otaErrorClass(resp.Errors), otaIssueText(resp.Errors[0])
@@ -230,6 +239,9 @@ var errNotOTAResponse = errors.New("not an OpenTravel response")
 // never resolves external entities, and trailing elements are refused.
 func decodeOTAResponse(raw []byte) (models.OTAResponse, error) {
 	var resp models.OTAResponse
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return resp, errEmptyAnswer
+	}
 	dec := xml.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(&resp); err != nil {
 		return models.OTAResponse{}, err

@@ -123,6 +123,14 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 		return channexError(status, "internal_server_error", "Internal Server Error", nil)
 	}
 
+	if rep, bad := s.badBody(ch, f, func() (reply, reply) {
+		good := jsonReply(http.StatusOK, models.ChannexResponse{Data: []models.ChannexTask{{ID: uuid.NewString(), Type: "task"}},
+			Meta: &models.ChannexMeta{Message: "Success"}})
+		return good, channexInvalid("injected error inside a 200")
+	}); bad {
+		return rep
+	}
+
 	drift := s.roll(f.DriftRatio)
 	injected := !drift && s.roll(f.PartialRatio)
 	if drift || injected {

@@ -163,6 +163,13 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 		return otaError(statuses[s.rng.IntN(len(statuses))], msg, hdr.EchoToken, now, models.OTAErrorApplication, otaCodeUnableToProc, "injected server error")
 	}
 
+	if rep, bad := s.badBody(ch, f, func() (reply, reply) {
+		good := otaAnswer(http.StatusOK, msg, hdr.EchoToken, fmt.Sprintf("%s-%06d", ch.cfg.Slug, ch.seq+1), now, true, nil, nil)
+		return good, otaError(http.StatusOK, msg, hdr.EchoToken, now, otaTypeBizRule, otaCodeInvalid, "injected error inside a 200")
+	}); bad {
+		return rep
+	}
+
 	drift := s.roll(f.DriftRatio)
 	injected := !drift && s.roll(f.PartialRatio)
 	if drift || injected {

@@ -442,6 +442,12 @@ func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr erro
 		return errorReply(status, models.ErrorServer, "injected server error"), key
 	}
 
+	if rep, bad := s.badBody(ch, f, func() (reply, reply) {
+		return s.acceptedReply(ch, len(req.Lines)), errorReply(http.StatusBadRequest, models.ErrorInvalid, "injected error inside a 200")
+	}); bad {
+		return rep, key
+	}
+
 	drift := s.roll(f.DriftRatio)
 	failed := map[int]bool{}
 	if !drift && s.roll(f.PartialRatio) {
@@ -493,6 +499,15 @@ func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr erro
 		return errorReply(http.StatusInternalServerError, models.ErrorServer, "injected error after commit"), key
 	}
 	return rep, key
+}
+
+// acceptedReply is the 200 the generic protocol would give n lines, for the
+// truncated bad body; it takes no confirmation number.
+func (s *Simulator) acceptedReply(ch *channel, n int) reply {
+	conf := fmt.Sprintf("%s-%06d", ch.cfg.Slug, ch.seq+1)
+	rep := jsonReply(http.StatusOK, models.ARIAccepted{ConfirmationID: conf, Accepted: n})
+	rep.header.Set(models.HeaderConfirmationID, conf)
+	return rep
 }
 
 // roll draws one fault; a zero ratio draws nothing so unrelated faults do not shift

@@ -408,6 +408,39 @@ func TestFaultDriftAcceptsWithoutApplying(t *testing.T) {
 	}
 }
 
+func TestFaultBadBodyAnswers200ThatConfirmsNothing(t *testing.T) {
+	good := `{"confirmation_id":"ota-000001","accepted":1}`
+	for _, tc := range []struct{ kind, ctype, body string }{
+		{BadBodyHTML, "text/html; charset=utf-8", proxyPage},
+		{BadBodyEmpty, "application/json", ""},
+		{BadBodyTruncated, "application/json", good[:(len(good)+1)/2]},
+		{BadBodyError, "application/json", `{"error":"invalid","message":"injected error inside a 200"}` + "\n"},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			s, _ := newSim(t, func(c *Config) { c.Faults = Faults{BadBodyRatio: 1, BadBody: tc.kind} })
+			rec := post(s, "a", token, ratesBody("p1", 2, "70.00", "2030-04-01", "2030-04-01"))
+			wantStatus(t, rec, 200)
+			if got := rec.Body.String(); got != tc.body || rec.Header().Get("Content-Type") != tc.ctype {
+				t.Errorf("body %q (%s), want %q (%s)", got, rec.Header().Get("Content-Type"), tc.body, tc.ctype)
+			}
+			if st := getState(t, s, "p1", "2030-04-01", "2030-04-01"); len(st.Cells) != 0 {
+				t.Errorf("bad body applied %+v", st.Cells)
+			}
+			// Not remembered: the same key once the fault is gone applies.
+			if err := s.SetFaults(Faults{}); err != nil {
+				t.Fatal(err)
+			}
+			wantStatus(t, post(s, "a", token, ratesBody("p1", 2, "70.00", "2030-04-01", "2030-04-01")), 200)
+			if st := s.Stats()["ota"]; st.FaultsInjected != 1 || st.Accepted != 1 || st.NightsApplied != 1 || st.Duplicates != 0 {
+				t.Errorf("stats %+v", st)
+			}
+		})
+	}
+	if err := (Faults{BadBodyRatio: 1, BadBody: "xml"}).Validate(); err == nil || !strings.Contains(err.Error(), "bad_body") {
+		t.Errorf("unknown bad_body: %v", err)
+	}
+}
+
 func TestFaultLatencyDelaysResponse(t *testing.T) {
 	s, _ := newSim(t, func(c *Config) { c.Faults = Faults{LatencyMS: 80} })
 	start := time.Now()
