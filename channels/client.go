@@ -359,9 +359,12 @@ func (c *Client) networkFailure(ctx context.Context, err error) (*PushResponse, 
 // body, and drops a wait from an answer that will not be retried.
 func (c *Client) classify(ch channel, cl call, a answer) PushResponse {
 	out := PushResponse{Status: a.status}
-	out.RateLimit, out.HasRateLimit = ParseRateLimit(a.header, a.at)
+	// A time the channel announces is on its clock: measured against its Date, a
+	// channel whose clock is behind ours is not called before its time.
+	now := ChannelNow(a.header, a.at)
+	out.RateLimit, out.HasRateLimit = ParseRateLimit(a.header, now)
 	if v := a.header.Get(models.HeaderRetryAfter); v != "" {
-		out.RetryAfter, out.ServerWait = ParseRetryAfter(v, a.at, maxRetryAfter(ch.cfg))
+		out.RetryAfter, out.ServerWait = ParseRetryAfter(v, now, maxRetryAfter(ch.cfg))
 	}
 	// Scrubbed before it is read, so no message cut from it can hold part of the
 	// credential.

@@ -88,12 +88,12 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 	}
 
 	key := units[0].property + "|" + endpoint
-	ch.stats.MaxWindowRequests = max(ch.stats.MaxWindowRequests, getWindow(ch.arrivals, key).add(now))
+	ch.arrive(key, now)
 	if now.Before(s.stormUntil) && f.StormSeconds > 0 {
 		ch.stats.FaultsInjected++
 		if f.StormStatus == http.StatusServiceUnavailable {
 			ch.stats.ServerErrors++
-			return ch.throttle(http.StatusServiceUnavailable, s.stormUntil.Sub(now), now)
+			return ch.throttle(key, http.StatusServiceUnavailable, s.stormUntil.Sub(now), now)
 		}
 		ch.stats.Throttled++
 		return channexError(http.StatusTooManyRequests, models.ChannexTooManyRequests, "Too Many Requests", nil)

@@ -59,6 +59,33 @@ type Config struct {
 	Seed uint64 `yaml:"seed" json:"seed"`
 	// Now is the simulator's clock; time.Now when nil. Tests inject a fake one.
 	Now func() time.Time `yaml:"-" json:"-"`
+	// ClockOffset shifts the simulator's clock from Now: a channel whose clock is
+	// behind (negative) or ahead of its clients'. Every answer's Date header, and
+	// every time it announces, is on the shifted clock.
+	ClockOffset time.Duration `yaml:"clock_offset" json:"clock_offset"`
+	// RetryAfter is the form of every Retry-After: seconds, date (IMF-fixdate), or
+	// alternate (the default: each in turn).
+	RetryAfter string `yaml:"retry_after" json:"retry_after"`
+}
+
+// The forms of Config.RetryAfter.
+const (
+	RetryAfterAlternate = "alternate"
+	RetryAfterSeconds   = "seconds"
+	RetryAfterDate      = "date"
+)
+
+// Validate reports the first setting outside its range, by its yaml name.
+func (c Config) Validate() error {
+	switch c.RetryAfter {
+	case "", RetryAfterAlternate, RetryAfterSeconds, RetryAfterDate:
+	default:
+		return fmt.Errorf("retry_after: must be alternate, seconds or date")
+	}
+	if err := c.Faults.Validate(); err != nil {
+		return fmt.Errorf("faults: %w", err)
+	}
+	return nil
 }
 
 // Faults are the misbehaviours the simulator injects. Ratios are probabilities in
@@ -199,6 +226,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if off, now := c.ClockOffset, c.Now; off != 0 {
+		c.Now = func() time.Time { return now().Add(off) }
 	}
 	return c
 }

@@ -120,9 +120,9 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 	}
 
 	key := ch.limitKey(hotel)
-	ch.stats.MaxWindowRequests = max(ch.stats.MaxWindowRequests, getWindow(ch.arrivals, key).add(now))
+	ch.arrive(key, now)
 	throttled := func(status int, wait time.Duration) reply {
-		t := ch.throttle(status, wait, now)
+		t := ch.throttle(key, status, wait, now)
 		rep := otaError(status, msg, hdr.EchoToken, now, models.OTAErrorProcessingException, otaCodeUnableToProc, "too many requests")
 		rep.header.Set(models.HeaderRetryAfter, t.header.Get(models.HeaderRetryAfter))
 		return rep

@@ -172,6 +172,41 @@ func TestRetryAfterAlternatesDeltaSecondsAndHTTPDate(t *testing.T) {
 	}
 }
 
+// TestClockOffsetDatesAnswersAndCountsEarlyCalls: a channel 5 s behind its clients
+// stamps Date and Retry-After dates on its own clock, and counts a call before the
+// time it announced as early.
+func TestClockOffsetDatesAnswersAndCountsEarlyCalls(t *testing.T) {
+	s, clk := newSim(t, func(c *Config) {
+		c.Channels[0].RatePerMinute, c.ClockOffset, c.RetryAfter = 1, -5*time.Second, RetryAfterDate
+	})
+	body := ratesBody("p1", 1, "100.00", "2030-04-01", "2030-04-01")
+	first := post(s, "a", token, body)
+	wantStatus(t, first, 200)
+	if got, want := first.Header().Get("Date"), t0.Add(-5*time.Second).Format(http.TimeFormat); got != want {
+		t.Errorf("Date %q, want the channel's clock %q", got, want)
+	}
+	clk.Set(t0.Add(20 * time.Second))
+	for i, key := range []string{"b", "c"} {
+		rec := post(s, key, token, body)
+		wantStatus(t, rec, 429)
+		// The slot frees at the channel's t0-5s+60s, whichever form it is given in.
+		if got, want := rec.Header().Get("Retry-After"), t0.Add(55*time.Second).Format(http.TimeFormat); got != want {
+			t.Errorf("Retry-After %q, want the date %q", got, want)
+		}
+		if st := s.Stats()["ota"]; st.EarlyArrivals != i {
+			t.Errorf("after %d calls inside the wait, %d early; want %d", i, st.EarlyArrivals, i)
+		}
+	}
+	clk.Set(t0.Add(60 * time.Second)) // the channel's t0+55s
+	wantStatus(t, post(s, "d", token, body), 200)
+	if st := s.Stats()["ota"]; st.EarlyArrivals != 1 {
+		t.Errorf("a call at the announced time counted early: %d", st.EarlyArrivals)
+	}
+	if err := (Config{RetryAfter: "sometimes"}).Validate(); err == nil || !strings.Contains(err.Error(), "retry_after") {
+		t.Errorf("unknown retry_after: %v", err)
+	}
+}
+
 func TestLimitPerPropertyScope(t *testing.T) {
 	s, _ := newSim(t, func(c *Config) {
 		c.Channels[0].RatePerMinute = 1
