@@ -183,7 +183,7 @@ func FuzzOpenTravelResponse(f *testing.F) {
 		}
 		got := interpretAnswer(models.ProtocolOpenTravel, c, status, nil, body)
 		checkInvariants(t, c, got)
-		if resp, err := decodeOTAResponse([]byte(body)); err == nil && len(resp.Errors) > 0 && got.Class == ClassCommitted {
+		if resp, err := decodeOTAResponse([]byte(body)); err == nil && len(resp.ErrorList()) > 0 && got.Class == ClassCommitted {
 			t.Fatalf("an <Errors> answer was committed")
 		}
 	})

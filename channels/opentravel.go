@@ -140,8 +140,8 @@ func (openTravel) interpret(out *PushResponse, c call, _ http.Header, raw []byte
 	if !is2xx(out.Status) {
 		out.Class = byStatus(out.Status, out.ServerWait)
 		out.Message = bodyText(out.Status, raw)
-		if err == nil && len(resp.Errors) > 0 {
-			out.Message = otaIssueText(resp.Errors[0])
+		if errs := resp.ErrorList(); err == nil && len(errs) > 0 {
+			out.Message = otaIssueText(errs[0])
 		}
 		return
 	}
@@ -159,8 +159,8 @@ func (openTravel) interpret(out *PushResponse, c call, _ http.Header, raw []byte
 		// Another message's answer (a cache, a mixed-up proxy) confirms nothing of this one.
 		out.Class, out.Message = ClassTransient, "answer echoes another message's EchoToken"
 		return
-	case len(resp.Errors) > 0:
-		out.Class, out.Message = otaErrorClass(resp.Errors), otaIssueText(resp.Errors[0])
+	case len(resp.ErrorList()) > 0:
+		out.Class, out.Message = otaErrorClass(resp.ErrorList()), otaIssueText(resp.ErrorList()[0])
 		return
 	case resp.Success == nil:
 		out.Class, out.Message = ClassTransient, "OpenTravel answer without Success or Errors"
@@ -171,7 +171,7 @@ func (openTravel) interpret(out *PushResponse, c call, _ http.Header, raw []byte
 		out.ConfirmationID = resp.EchoToken
 	}
 	failed := map[int]bool{}
-	for _, w := range resp.Warnings {
+	for _, w := range resp.WarningList() {
 		// A warning without RPH is advice about the whole message, not a refusal.
 		rph, err := strconv.Atoi(strings.TrimSpace(w.RPH))
 		if err != nil || rph < 1 || rph > c.nUnits() {
