@@ -8,7 +8,7 @@ TEMPORAL_SERVER_VERSION := v1.29.1
 WORKFLOWCHECK_VERSION := v0.6.0
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build demo up down test test-prod vet fmt-check workflowcheck bench bench-e2e bench-intake clean
+.PHONY: all build demo up down test test-prod vet fmt-check workflowcheck xmllint bench bench-e2e bench-intake clean
 
 all: build
 
@@ -64,7 +64,12 @@ workflowcheck: $(BIN)/workflowcheck
 # against the real Redis, the store against the local PostgreSQL (a database of
 # this run's own, dropped at the end; each test makes a schema in it), and the
 # end-to-end runs on a real Temporal dev server.
-test: $(BIN)/temporal fmt-check vet workflowcheck
+# The OpenTravel schema tests (channels/) validate with xmllint, from Debian's libxml2-utils.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+xmllint:
+	@command -v xmllint >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libxml2-utils; }
+
+test: $(BIN)/temporal fmt-check vet workflowcheck xmllint
 	scripts/with-db.sh test env TEMPORAL_CLI=$(BIN)/temporal go test -race -count=1 -timeout 30m ./...
 
 bench:

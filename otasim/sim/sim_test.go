@@ -172,6 +172,41 @@ func TestRetryAfterAlternatesDeltaSecondsAndHTTPDate(t *testing.T) {
 	}
 }
 
+// TestClockOffsetDatesAnswersAndCountsEarlyCalls: a channel 5 s behind its clients
+// stamps Date and Retry-After dates on its own clock, and counts a call before the
+// time it announced as early.
+func TestClockOffsetDatesAnswersAndCountsEarlyCalls(t *testing.T) {
+	s, clk := newSim(t, func(c *Config) {
+		c.Channels[0].RatePerMinute, c.ClockOffset, c.RetryAfter = 1, -5*time.Second, RetryAfterDate
+	})
+	body := ratesBody("p1", 1, "100.00", "2030-04-01", "2030-04-01")
+	first := post(s, "a", token, body)
+	wantStatus(t, first, 200)
+	if got, want := first.Header().Get("Date"), t0.Add(-5*time.Second).Format(http.TimeFormat); got != want {
+		t.Errorf("Date %q, want the channel's clock %q", got, want)
+	}
+	clk.Set(t0.Add(20 * time.Second))
+	for i, key := range []string{"b", "c"} {
+		rec := post(s, key, token, body)
+		wantStatus(t, rec, 429)
+		// The slot frees at the channel's t0-5s+60s, whichever form it is given in.
+		if got, want := rec.Header().Get("Retry-After"), t0.Add(55*time.Second).Format(http.TimeFormat); got != want {
+			t.Errorf("Retry-After %q, want the date %q", got, want)
+		}
+		if st := s.Stats()["ota"]; st.EarlyArrivals != i {
+			t.Errorf("after %d calls inside the wait, %d early; want %d", i, st.EarlyArrivals, i)
+		}
+	}
+	clk.Set(t0.Add(60 * time.Second)) // the channel's t0+55s
+	wantStatus(t, post(s, "d", token, body), 200)
+	if st := s.Stats()["ota"]; st.EarlyArrivals != 1 {
+		t.Errorf("a call at the announced time counted early: %d", st.EarlyArrivals)
+	}
+	if err := (Config{RetryAfter: "sometimes"}).Validate(); err == nil || !strings.Contains(err.Error(), "retry_after") {
+		t.Errorf("unknown retry_after: %v", err)
+	}
+}
+
 func TestLimitPerPropertyScope(t *testing.T) {
 	s, _ := newSim(t, func(c *Config) {
 		c.Channels[0].RatePerMinute = 1
@@ -405,6 +440,39 @@ func TestFaultDriftAcceptsWithoutApplying(t *testing.T) {
 	}
 	if st := s.Stats()["ota"]; st.FaultsInjected != 1 || st.Accepted != 1 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestFaultBadBodyAnswers200ThatConfirmsNothing(t *testing.T) {
+	good := `{"confirmation_id":"ota-000001","accepted":1}`
+	for _, tc := range []struct{ kind, ctype, body string }{
+		{BadBodyHTML, "text/html; charset=utf-8", proxyPage},
+		{BadBodyEmpty, "application/json", ""},
+		{BadBodyTruncated, "application/json", good[:(len(good)+1)/2]},
+		{BadBodyError, "application/json", `{"error":"invalid","message":"injected error inside a 200"}` + "\n"},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			s, _ := newSim(t, func(c *Config) { c.Faults = Faults{BadBodyRatio: 1, BadBody: tc.kind} })
+			rec := post(s, "a", token, ratesBody("p1", 2, "70.00", "2030-04-01", "2030-04-01"))
+			wantStatus(t, rec, 200)
+			if got := rec.Body.String(); got != tc.body || rec.Header().Get("Content-Type") != tc.ctype {
+				t.Errorf("body %q (%s), want %q (%s)", got, rec.Header().Get("Content-Type"), tc.body, tc.ctype)
+			}
+			if st := getState(t, s, "p1", "2030-04-01", "2030-04-01"); len(st.Cells) != 0 {
+				t.Errorf("bad body applied %+v", st.Cells)
+			}
+			// Not remembered: the same key once the fault is gone applies.
+			if err := s.SetFaults(Faults{}); err != nil {
+				t.Fatal(err)
+			}
+			wantStatus(t, post(s, "a", token, ratesBody("p1", 2, "70.00", "2030-04-01", "2030-04-01")), 200)
+			if st := s.Stats()["ota"]; st.FaultsInjected != 1 || st.Accepted != 1 || st.NightsApplied != 1 || st.Duplicates != 0 {
+				t.Errorf("stats %+v", st)
+			}
+		})
+	}
+	if err := (Faults{BadBodyRatio: 1, BadBody: "xml"}).Validate(); err == nil || !strings.Contains(err.Error(), "bad_body") {
+		t.Errorf("unknown bad_body: %v", err)
 	}
 }
 
