@@ -316,6 +316,10 @@ type IntakeSettings struct {
 	// a Go duration, at most 1s; default 0: posts that arrive while an update is
 	// in flight go together in the next one anyway).
 	SubmitLinger time.Duration
+	// MaxConns and MaxConnsPerIP bound intake's open connections, in all and from
+	// one client address (PARITYSYNC_MAX_CONNS, PARITYSYNC_MAX_CONNS_PER_IP); 0
+	// takes intake's defaults.
+	MaxConns, MaxConnsPerIP int
 }
 
 // DefaultIntakeAddr is where intake listens without PARITYSYNC_INTAKE_ADDR.
@@ -338,6 +342,18 @@ func LoadIntakeSettings(getenv func(string) string) (IntakeSettings, error) {
 			return s, fmt.Errorf("PARITYSYNC_SMOOTHER_MAX_PENDING: must be a positive integer")
 		}
 		s.SmootherMaxPending = n
+	}
+	for _, n := range []struct {
+		name string
+		dst  *int
+	}{{"PARITYSYNC_MAX_CONNS", &s.MaxConns}, {"PARITYSYNC_MAX_CONNS_PER_IP", &s.MaxConnsPerIP}} {
+		if v := strings.TrimSpace(getenv(n.name)); v != "" {
+			k, err := strconv.Atoi(v)
+			if err != nil || k <= 0 {
+				return s, fmt.Errorf("%s: must be a positive integer", n.name)
+			}
+			*n.dst = k
+		}
 	}
 	if v := strings.TrimSpace(getenv("PARITYSYNC_SUBMIT_LINGER")); v != "" {
 		d, err := time.ParseDuration(v)
