@@ -252,6 +252,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) (
 	if r.ContentLength != 0 {
 		mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 		if cs, set := params["charset"]; err != nil || !slices.Contains(bodyTypes, mt) || set && !strings.EqualFold(cs, "utf-8") {
+			dropRest(w)
 			writeProblem(w, r, http.StatusUnsupportedMediaType, probMediaType,
 				"Content-Type must be application/json, application/x-ndjson or application/jsonl (UTF-8); got "+strconv.Quote(r.Header.Get("Content-Type")))
 			return nil, false
@@ -262,9 +263,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) (
 	paced.end = paced.start.Add(s.cfg.BodyMaxTime)
 	paced.extend()
 	body, err := io.ReadAll(paced)
-	// The rest of the request may take as long as the server allows; a deadline
-	// left in the past would cancel its context.
-	_ = paced.rc.SetReadDeadline(paced.end)
+	if err == nil {
+		// The rest of the request may take as long as the server allows; a
+		// deadline left in the past would cancel its context.
+		_ = paced.rc.SetReadDeadline(paced.end)
+	}
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
@@ -272,7 +275,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) (
 			fmt.Sprintf("this endpoint takes at most %d bytes", limit))
 		return nil, false
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		w.Header().Set("Connection", "close")
+		dropRest(w)
 		writeProblem(w, r, http.StatusRequestTimeout, probSlowBody,
 			fmt.Sprintf("the body must start within %s and arrive at %d bytes/s or more; %d bytes came in %s",
 				s.cfg.BodyGrace, s.cfg.BodyMinRate, paced.n, time.Since(paced.start).Round(time.Millisecond)))
@@ -282,6 +285,14 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) (
 		return nil, false
 	}
 	return body, true
+}
+
+// dropRest closes the connection after the answer without reading what is left
+// of the body: the server would otherwise read up to 256 KiB more of it after the
+// handler, at whatever pace the client keeps.
+func dropRest(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
 // pacedBody moves the connection's read deadline as the body arrives: start +
