@@ -7,12 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/paritysync/paritysync/models"
 )
 
 // RedisConfig is what REDIS_URL describes: one node, or a cluster.
@@ -49,7 +50,7 @@ func ParseRedisURL(raw string) (RedisConfig, error) {
 	path, query, _ := strings.Cut(tail, "?")
 	q, err := url.ParseQuery(query)
 	if err != nil {
-		return RedisConfig{}, fmt.Errorf("REDIS_URL %s: options: %w", MaskRedisURL(raw), err)
+		return RedisConfig{}, fmt.Errorf("REDIS_URL %s: options: %w", MaskRedisURL(raw), models.MaskError(err, raw))
 	}
 	addrs := strings.Split(hosts, ",")
 	cluster := len(addrs) > 1 || q.Has("addr") || q.Get("cluster") == "true"
@@ -57,7 +58,7 @@ func ParseRedisURL(raw string) (RedisConfig, error) {
 	if !cluster {
 		o, err := redis.ParseURL(scheme + "://" + userinfo + hosts + path + encodeQuery(q))
 		if err != nil {
-			return RedisConfig{}, fmt.Errorf("REDIS_URL %s: %w", MaskRedisURL(raw), err)
+			return RedisConfig{}, fmt.Errorf("REDIS_URL %s: %w", MaskRedisURL(raw), models.MaskError(err, raw))
 		}
 		return RedisConfig{Node: o}, nil
 	}
@@ -74,7 +75,7 @@ func ParseRedisURL(raw string) (RedisConfig, error) {
 	}
 	o, err := redis.ParseClusterURL(scheme + "://" + userinfo + strings.TrimSpace(addrs[0]) + encodeQuery(q))
 	if err != nil {
-		return RedisConfig{}, fmt.Errorf("REDIS_URL %s: %w", MaskRedisURL(raw), err)
+		return RedisConfig{}, fmt.Errorf("REDIS_URL %s: %w", MaskRedisURL(raw), models.MaskError(err, raw))
 	}
 	return RedisConfig{Cluster: o}, nil
 }
@@ -173,12 +174,9 @@ func IsUnreachable(err error) bool {
 	return errors.As(err, &ue)
 }
 
-var passwordInURL = regexp.MustCompile(`(://[^:@/]*):[^@/]*@`)
-
-// MaskRedisURL hides the password of a Redis URL in either form.
-func MaskRedisURL(raw string) string {
-	return passwordInURL.ReplaceAllString(raw, "${1}:xxxxx@")
-}
+// MaskRedisURL hides the password of a Redis URL in either form; it is
+// models.MaskURL, the one masking of every connection string.
+func MaskRedisURL(raw string) string { return models.MaskURL(raw) }
 
 // ForEachMaster calls fn with every master of a cluster, or with the one node of a
 // single-node client; a SCAN has to visit each master to see every key. fn runs

@@ -10,10 +10,16 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path"
 	"regexp"
+	"slices"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/paritysync/paritysync/models"
 )
 
 // tenantPattern is what a tenant name may be: it starts every batch id of the
@@ -25,7 +31,26 @@ type apiKey struct {
 	tenant string
 	sum    []byte
 	admin  bool
+	// properties are the property id patterns (path.Match globs: prop_1a2b3c4d,
+	// prop_1a2b*) a tenant key may write; an operator key writes every property.
+	properties []string
 }
+
+// mayWrite reports whether the key may write property's cells.
+func (k apiKey) mayWrite(property string) bool {
+	if k.admin {
+		return true
+	}
+	for _, p := range k.properties {
+		if ok, _ := path.Match(p, property); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// propertiesField starts the keys-file field that lists a key's properties.
+const propertiesField = "properties="
 
 // roleAdmin is the optional third field of a keys-file line that makes the key an
 // operator's: it may pause and resume channels and read and replay the dead-letter
@@ -33,8 +58,10 @@ type apiKey struct {
 const roleAdmin = "admin"
 
 // keyring holds the API keys of PARITYSYNC_API_KEYS_FILE: one line per key,
-// "tenant:<sha256 hex of the key>" or "tenant:<sha256 hex>:admin" for an operator
-// key, '#' comments and blank lines ignored. The file
+// "tenant:<sha256 hex of the key>[:admin][:properties=<pattern>,<pattern>…]",
+// '#' comments and blank lines ignored. ":admin" makes an operator key; a tenant
+// key writes only the properties its patterns match (path.Match globs such as
+// prop_1a2b3c4d or prop_1a2b*), and none without a properties field. The file
 // is read at start and again when its modification time or size changes (looked at
 // at most once a second), so a key is added or revoked without a restart; a file
 // that became unreadable or malformed keeps the keys last read, and says so in the
@@ -73,21 +100,52 @@ func parseKeys(body []byte) ([]apiKey, error) {
 			continue
 		}
 		tenant, rest, ok := strings.Cut(line, ":")
-		sum, role, hasRole := strings.Cut(rest, ":")
-		b, err := hex.DecodeString(strings.ToLower(sum))
+		fields := strings.Split(rest, ":")
+		b, err := hex.DecodeString(strings.ToLower(fields[0]))
 		switch {
 		case !ok:
-			return nil, fmt.Errorf("line %d: want tenant:<sha256 hex of the key>[:admin]", n)
+			return nil, fmt.Errorf("line %d: want %s", n, keyLineForm)
 		case !tenantPattern.MatchString(tenant):
 			return nil, fmt.Errorf("line %d: tenant %q must match %s", n, tenant, tenantPattern)
 		case err != nil || len(b) != sha256.Size:
 			return nil, fmt.Errorf("line %d: the key's SHA-256 must be 64 hex digits", n)
-		case hasRole && role != roleAdmin:
-			return nil, fmt.Errorf("line %d: the role, when given, must be %q", n, roleAdmin)
 		}
-		keys = append(keys, apiKey{tenant: tenant, sum: b, admin: hasRole})
+		key := apiKey{tenant: tenant, sum: b}
+		for _, f := range fields[1:] {
+			list, isList := strings.CutPrefix(f, propertiesField)
+			switch {
+			case f == roleAdmin && !key.admin:
+				key.admin = true
+			case isList && key.properties == nil:
+				if key.properties, err = parsePropertyPatterns(list); err != nil {
+					return nil, fmt.Errorf("line %d: %w", n, err)
+				}
+			case isList:
+				return nil, fmt.Errorf("line %d: give %s once", n, propertiesField)
+			default:
+				return nil, fmt.Errorf("line %d: the role, when given, must be %q; after it only %s<pattern>,… (want %s)",
+					n, roleAdmin, propertiesField, keyLineForm)
+			}
+		}
+		keys = append(keys, key)
 	}
 	return keys, sc.Err()
+}
+
+// keyLineForm is the form of a keys-file line, for errors.
+const keyLineForm = "tenant:<sha256 hex of the key>[:admin][:properties=<pattern>,<pattern>…]"
+
+// parsePropertyPatterns reads a properties field's comma-separated globs.
+func parsePropertyPatterns(list string) ([]string, error) {
+	var out []string
+	for _, p := range strings.Split(list, ",") {
+		p = strings.TrimSpace(p)
+		if _, err := path.Match(p, ""); err != nil || p == "" {
+			return nil, fmt.Errorf("property pattern %q must be a property id or a glob such as prop_1a2b*", p)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 func (k *keyring) load(st os.FileInfo) error {
@@ -141,9 +199,12 @@ func (k *keyring) lookup(key string) (apiKey, bool) {
 type callerKey struct{}
 
 // tenantOf is the authenticated tenant of a request.
-func tenantOf(ctx context.Context) string {
+func tenantOf(ctx context.Context) string { return callerOf(ctx).tenant }
+
+// callerOf is the authenticated key of a request.
+func callerOf(ctx context.Context) apiKey {
 	c, _ := ctx.Value(callerKey{}).(apiKey)
-	return c.tenant
+	return c
 }
 
 // adminOnly lets only operator keys (role admin) through; a tenant key is answered
@@ -159,20 +220,27 @@ func adminOnly(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// authenticate lets a request with a valid "Authorization: Bearer <key>" through
-// with its tenant in the context; anything else is answered 401.
+// authenticate lets a request with one valid "Authorization: Bearer <key>" header
+// through with its tenant in the context; the scheme is case-insensitive (RFC
+// 9110 §11.1). Anything else, two Authorization headers included, is answered 401.
 func (k *keyring) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		values := r.Header.Values("Authorization")
 		var caller apiKey
 		known := false
-		if ok && key != "" {
-			caller, known = k.lookup(strings.TrimSpace(key))
+		if len(values) == 1 {
+			scheme, key, ok := strings.Cut(strings.TrimSpace(values[0]), " ")
+			if key = strings.TrimSpace(key); ok && strings.EqualFold(scheme, "Bearer") && key != "" {
+				caller, known = k.lookup(key)
+			}
 		}
 		if !known {
+			detail := "send Authorization: Bearer <your API key>"
+			if len(values) > 1 {
+				detail = "send one Authorization header, not " + strconv.Itoa(len(values))
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="paritysync"`)
-			writeProblem(w, r, http.StatusUnauthorized, probUnauthorized,
-				"send Authorization: Bearer <your API key>")
+			writeProblem(w, r, http.StatusUnauthorized, probUnauthorized, detail)
 			return
 		}
 		if l, ok := r.Context().Value(logKey{}).(*requestLog); ok {
@@ -180,4 +248,37 @@ func (k *keyring) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, caller)))
 	})
+}
+
+// ruleNotOwned refuses a mutation for a property the caller's key does not list.
+const ruleNotOwned = "must be a property of the API key"
+
+// claim refuses, before anything is validated further or recorded, every row of d
+// for a property the caller may not write: the row moves to d.Problems (field
+// property_id, ruleNotOwned), which stay in body order. An operator key claims
+// every row.
+func claim(caller apiKey, d models.Decoded) models.Decoded {
+	if caller.admin {
+		return d
+	}
+	out := d
+	out.Mutations, out.Lines, out.Indexes = nil, nil, nil
+	out.Problems = slices.Clone(d.Problems)
+	refused := false
+	for i, m := range d.Mutations {
+		if caller.mayWrite(m.PropertyID) {
+			out.Mutations = append(out.Mutations, m)
+			out.Lines = append(out.Lines, d.Lines[i])
+			out.Indexes = append(out.Indexes, d.Indexes[i])
+			continue
+		}
+		refused = true
+		out.Problems = append(out.Problems, models.RowProblem{Line: d.Lines[i], Index: d.Indexes[i], ID: m.ID,
+			Field: "property_id", Rule: ruleNotOwned,
+			Detail: fmt.Sprintf("tenant %s's API key does not list property %s", caller.tenant, m.PropertyID)})
+	}
+	if refused {
+		sort.SliceStable(out.Problems, func(a, b int) bool { return out.Problems[a].Index < out.Problems[b].Index })
+	}
+	return out
 }

@@ -41,7 +41,7 @@ const unknownChannel = "unknown"
 // is recorded as rejected and listed in the answer. An unreadable body starts and
 // stores nothing.
 func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBody(w, r, s.cfg.MaxBatchBody)
+	body, ok := s.readBody(w, r, s.cfg.MaxBatchBody)
 	if !ok {
 		return
 	}
@@ -49,15 +49,22 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	all := decoded
+	decoded = claim(callerOf(r.Context()), decoded)
 	valid, problems := s.validator.Check(decoded)
 	if len(valid) == 0 {
 		writeProblem(w, r, http.StatusUnprocessableEntity, probInvalid,
 			fmt.Sprintf("all %d rows were refused; nothing was started", decoded.Rows), func(p *problem) { p.Problems = problems })
 		return
 	}
-	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
-	if len(key) > 255 {
-		writeProblem(w, r, http.StatusBadRequest, probBadRequest, "Idempotency-Key: must be at most 255 characters")
+	keys := r.Header.Values("Idempotency-Key")
+	key := ""
+	if len(keys) > 0 {
+		key = strings.TrimSpace(keys[0])
+	}
+	if len(keys) > 1 || len(keys) == 1 && !idempotencyKeyPattern.MatchString(key) {
+		writeProblem(w, r, http.StatusBadRequest, probBadRequest, "Idempotency-Key: "+ruleIdempotencyKey+", given once; nothing was started",
+			func(p *problem) { p.Field, p.Rule = "Idempotency-Key", ruleIdempotencyKey })
 		return
 	}
 	id := batchID(tenantOf(r.Context()), key, s.now(), uuid.NewString()[:8])
@@ -81,7 +88,7 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	// Recorded after the start, so a refused key stores nothing; an attach records
 	// them again, which keeps the first record.
-	if err := s.recordRejections(r, id, decoded, problems); err != nil {
+	if err := s.recordRejections(r, id, all, problems); err != nil {
 		s.internal(w, r, err)
 		return
 	}
@@ -235,8 +242,9 @@ func (s *Server) getOutcomes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := r.URL.Query().Get("mutation")
-	if m == "" {
-		writeProblem(w, r, http.StatusBadRequest, probBadRequest, "query parameter mutation: required")
+	if !models.ValidMutationID(m) {
+		writeProblem(w, r, http.StatusBadRequest, probBadRequest, "query parameter mutation: "+models.RuleIDFormat,
+			func(p *problem) { p.Field, p.Rule = "mutation", models.RuleIDFormat })
 		return
 	}
 	list, err := s.st.Outcomes(r.Context(), id, m)

@@ -53,7 +53,7 @@ func smootherID(tenant, id string) string { return tenant + ":" + id }
 // Any refusal makes the answer a 429 problem with Retry-After; the accepted ones in
 // it are accepted all the same (sending them again is harmless: same version).
 func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBody(w, r, s.cfg.MaxChangeBody)
+	body, ok := s.readBody(w, r, s.cfg.MaxChangeBody)
 	if !ok {
 		return
 	}
@@ -62,6 +62,7 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenant := tenantOf(r.Context())
+	decoded = claim(callerOf(r.Context()), decoded)
 	_, problems := s.validator.Check(decoded)
 	results := make([]changeResult, decoded.Rows)
 	for i := range results {
@@ -208,6 +209,11 @@ const (
 // list while it is on its way.
 func (s *Server) getChange(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if !models.ValidMutationID(id) {
+		// No change is ever accepted under such an id; it never reaches the store.
+		writeProblem(w, r, http.StatusNotFound, probNotFound, "no such change: a change id is 1-128 characters of [A-Za-z0-9._:@~-]")
+		return
+	}
 	list, err := s.st.OutcomesByMutation(r.Context(), changeBatchPrefix, smootherID(tenantOf(r.Context()), id))
 	if err != nil {
 		s.internal(w, r, err)

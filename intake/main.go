@@ -4,16 +4,19 @@
 // GET /openapi.yaml; the README's "HTTP API" section has curl examples.
 //
 // Configuration: PARITYSYNC_INTAKE_ADDR (default 127.0.0.1:8080),
-// PARITYSYNC_API_KEYS_FILE (required: one "tenant:<sha256 hex of the key>" per line,
-// re-read when it changes), PARITYSYNC_SMOOTHER_MAX_PENDING (the admission limit of
+// PARITYSYNC_API_KEYS_FILE (required: one
+// "tenant:<sha256 hex of the key>[:admin][:properties=<glob>,…]" per line, re-read
+// when it changes), PARITYSYNC_SMOOTHER_MAX_PENDING (the admission limit of
 // the channel smoothers intake starts; default models.DefaultMaxPending),
 // PARITYSYNC_SUBMIT_LINGER (how long an idle channel submitter waits for more posts
-// before it sends their changes as one update; default 0), and the settings the
-// worker and starter share
+// before it sends their changes as one update; default 0), PARITYSYNC_MAX_CONNS and
+// PARITYSYNC_MAX_CONNS_PER_IP (open connections in all and from one client address;
+// default 4096 and 128), and the settings the worker and starter share
 // (TEMPORAL_ADDRESS, REDIS_URL, PARITYSYNC_DATABASE_URL, PARITYSYNC_CHANNELS_FILE …).
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -24,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
@@ -63,7 +67,8 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- string) e
 	cfg := Config{Settings: s, Channels: chs, SmootherMaxPending: is.SmootherMaxPending, SubmitLinger: is.SubmitLinger}
 	log := slog.Default()
 	log.Info("effective config", "settings", s.String(), "addr", addr, "api_keys_file", keysFile,
-		"smoother_max_pending", cfg.SmootherMaxPending, "submit_linger", cfg.SubmitLinger)
+		"smoother_max_pending", cfg.SmootherMaxPending, "submit_linger", cfg.SubmitLinger,
+		"max_conns", cmp.Or(is.MaxConns, DefaultMaxConns), "max_conns_per_ip", cmp.Or(is.MaxConnsPerIP, DefaultMaxConnsPerIP))
 	keys, err := newKeyring(keysFile, func(err error) { log.Error("API keys file not reloaded; the keys last read stay", "error", err) })
 	if err != nil {
 		return err
@@ -91,16 +96,23 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- string) e
 	hs := &http.Server{
 		Handler:           srv.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
-		// A 32 MiB batch over a slow link still fits.
-		ReadTimeout:  2 * time.Minute,
+		// A 32 MiB batch over a slow link still fits; a body must also keep the
+		// pace readBody asks for, so a trickling client is cut long before.
+		ReadTimeout:  DefaultBodyMaxTime,
 		WriteTimeout: 2 * time.Minute,
 		IdleTimeout:  2 * time.Minute,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	ln, err := net.Listen("tcp", addr)
+	tcp, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("PARITYSYNC_INTAKE_ADDR %s: %w", addr, err)
 	}
+	maxConns, perIP := cmp.Or(is.MaxConns, DefaultMaxConns), cmp.Or(is.MaxConnsPerIP, DefaultMaxConnsPerIP)
+	ln := newConnLimiter(tcp, maxConns, perIP)
+	srv.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "paritysync_intake_connections_refused_total",
+		Help: "Connections closed on accept: over PARITYSYNC_MAX_CONNS, or over PARITYSYNC_MAX_CONNS_PER_IP from one address.",
+	}, func() float64 { return float64(ln.refused.Load()) }))
 	log.Info("intake listening", "addr", ln.Addr().String())
 	if ready != nil {
 		ready <- ln.Addr().String()

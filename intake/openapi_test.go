@@ -55,6 +55,7 @@ func loadContract(t *testing.T) *contract {
 	router, err := gorillamux.NewRouter(doc)
 	require.NoError(t, err)
 	openapi3filter.RegisterBodyDecoder("application/x-ndjson", ndjsonDecoder)
+	openapi3filter.RegisterBodyDecoder("application/jsonl", ndjsonDecoder)
 	openapi3filter.RegisterBodyDecoder("application/problem+json", openapi3filter.JSONBodyDecoder)
 	openapi3filter.RegisterBodyDecoder("application/schema+json", openapi3filter.JSONBodyDecoder)
 	openapi3filter.RegisterBodyDecoder("application/yaml", openapi3filter.FileBodyDecoder)
@@ -129,10 +130,13 @@ func (c *contract) exercised(t *testing.T) {
 }
 
 // testKey is the API key of tenant "acme" in the tests, an operator key (role
-// admin); betaKey is tenant "beta"'s, a plain tenant key.
+// admin); betaKey is tenant "beta"'s, a plain tenant key that writes the
+// properties betaProperties matches (not the tests' usual prop_0000abcd).
 const (
 	testKey = "test-key-acme"
 	betaKey = "test-key-beta"
+	// betaProperties is beta's properties field.
+	betaProperties = "properties=prop_bbbb0000,prop_bbbc*"
 )
 
 // keyLine is a keys-file line for key.
@@ -149,7 +153,7 @@ func keyLine(tenant, key, role string) string {
 func writeKeys(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "keys")
-	body := "# tenants\n" + keyLine("acme", testKey, roleAdmin) + keyLine("beta", betaKey, "")
+	body := "# tenants\n" + keyLine("acme", testKey, roleAdmin) + keyLine("beta", betaKey, betaProperties)
 	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
 	return path
 }

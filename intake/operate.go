@@ -29,7 +29,7 @@ func (s *Server) pauseChannel(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Reason string `json:"reason"`
 	}
-	body, ok := readBody(w, r, 64<<10)
+	body, ok := s.readBody(w, r, 64<<10)
 	if !ok {
 		return
 	}
@@ -141,7 +141,7 @@ func (s *Server) getDLQ(w http.ResponseWriter, r *http.Request) {
 
 // replayDLQ re-sends the chosen open dead letters as one new batch.
 func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBody(w, r, 1<<20)
+	body, ok := s.readBody(w, r, 1<<20)
 	if !ok {
 		return
 	}

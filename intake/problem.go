@@ -12,12 +12,15 @@ import (
 // problem is an RFC 9457 problem document. Extension members: Problems names each
 // field and rule, Changes answers a webhook post per change.
 type problem struct {
-	Type     string              `json:"type"`
-	Title    string              `json:"title"`
-	Status   int                 `json:"status"`
-	Detail   string              `json:"detail,omitempty"`
-	Instance string              `json:"instance,omitempty"`
-	Line     int                 `json:"line,omitempty"`
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	Line     int    `json:"line,omitempty"`
+	// Field names the header or parameter a problem is about (Idempotency-Key,
+	// mutation); Rule is its rule.
+	Field    string              `json:"field,omitempty"`
 	Rule     string              `json:"rule,omitempty"`
 	Problems []models.RowProblem `json:"problems,omitempty"`
 	// RetryAfter repeats the Retry-After header in seconds.
@@ -41,6 +44,8 @@ const (
 	probSmootherFull = "smoother-full"
 	probQuota        = "quota-exhausted"
 	probBadRequest   = "bad-request"
+	probMediaType    = "unsupported-media-type"
+	probSlowBody     = "body-too-slow"
 	probUnavailable  = "unavailable"
 	probInternal     = "internal"
 )
@@ -56,6 +61,8 @@ var problemTitles = map[string]string{
 	probSmootherFull: "The channel's smoother is full",
 	probQuota:        "The channel's daily quota cannot absorb the change",
 	probBadRequest:   "The request is malformed",
+	probMediaType:    "The body is not JSON or JSON lines",
+	probSlowBody:     "The body did not arrive in time",
 	probUnavailable:  "A dependency did not answer",
 	probInternal:     "Internal error",
 }

@@ -9,8 +9,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -58,6 +63,11 @@ type Config struct {
 	// SubmitLinger is how long an idle channel submitter waits for more posts
 	// before it sends an update (PARITYSYNC_SUBMIT_LINGER; 0 by default).
 	SubmitLinger time.Duration
+	// BodyGrace, BodyMinRate (bytes/s) and BodyMaxTime pace a request body; see
+	// DefaultBodyGrace.
+	BodyGrace   time.Duration
+	BodyMinRate int64
+	BodyMaxTime time.Duration
 }
 
 // Server is the PMS-facing HTTP API.
@@ -103,6 +113,15 @@ func NewServer(cfg Config, tc client.Client, rdb redis.UniversalClient, st *stor
 	}
 	if cfg.SubmitTimeout <= 0 || cfg.SubmitTimeout > cfg.RequestTimeout/2 {
 		cfg.SubmitTimeout = cfg.RequestTimeout / 3
+	}
+	if cfg.BodyGrace <= 0 {
+		cfg.BodyGrace = DefaultBodyGrace
+	}
+	if cfg.BodyMinRate <= 0 {
+		cfg.BodyMinRate = DefaultBodyMinRate
+	}
+	if cfg.BodyMaxTime <= 0 {
+		cfg.BodyMaxTime = DefaultBodyMaxTime
 	}
 	if cfg.SmootherMaxPending <= 0 {
 		cfg.SmootherMaxPending = models.DefaultMaxPending
@@ -211,21 +230,98 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
-// readBody reads at most limit bytes of the request body; a longer one is answered
-// 413 and ok is false.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, ok bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+// Pace of a request body: it must start within BodyGrace and then arrive at
+// BodyMinRate on average, so a client that trickles its declared body holds a
+// connection for BodyGrace, not for the server's whole ReadTimeout; BodyMaxTime
+// caps the read whatever the pace (a 32 MiB batch at 64 KiB/s would need 8 min).
+const (
+	DefaultBodyGrace   = 10 * time.Second
+	DefaultBodyMinRate = 64 << 10 // bytes per second
+	DefaultBodyMaxTime = 2 * time.Minute
+)
+
+// bodyTypes are the media types a request body may declare: JSON, or JSON lines
+// under either name in use. Parameters (charset=utf-8) are allowed.
+var bodyTypes = []string{"application/json", "application/x-ndjson", "application/jsonl"}
+
+// readBody reads at most limit bytes of the request body, at the pace the server
+// asks for. A body that declares no JSON media type is answered 415 (a body
+// without Content-Type too: curl -d sends a form's type, and a PMS that means
+// JSON says so), a longer one 413, one too slow 408; then ok is false.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, ok bool) {
+	if r.ContentLength != 0 {
+		mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+		if cs, set := params["charset"]; err != nil || !slices.Contains(bodyTypes, mt) || set && !strings.EqualFold(cs, "utf-8") {
+			dropRest(w)
+			writeProblem(w, r, http.StatusUnsupportedMediaType, probMediaType,
+				"Content-Type must be application/json, application/x-ndjson or application/jsonl (UTF-8); got "+strconv.Quote(r.Header.Get("Content-Type")))
+			return nil, false
+		}
+	}
+	paced := &pacedBody{r: http.MaxBytesReader(w, r.Body, limit), rc: http.NewResponseController(w),
+		start: time.Now(), grace: s.cfg.BodyGrace, rate: s.cfg.BodyMinRate}
+	paced.end = paced.start.Add(s.cfg.BodyMaxTime)
+	paced.extend()
+	body, err := io.ReadAll(paced)
+	if err == nil {
+		// The rest of the request may take as long as the server allows; a
+		// deadline left in the past would cancel its context.
+		_ = paced.rc.SetReadDeadline(paced.end)
+	}
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
 		writeProblem(w, r, http.StatusRequestEntityTooLarge, probTooLarge,
 			fmt.Sprintf("this endpoint takes at most %d bytes", limit))
 		return nil, false
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		dropRest(w)
+		writeProblem(w, r, http.StatusRequestTimeout, probSlowBody,
+			fmt.Sprintf("the body must start within %s and arrive at %d bytes/s or more; %d bytes came in %s",
+				s.cfg.BodyGrace, s.cfg.BodyMinRate, paced.n, time.Since(paced.start).Round(time.Millisecond)))
+		return nil, false
 	case err != nil:
 		writeProblem(w, r, http.StatusBadRequest, probUnreadable, "reading the body: "+err.Error())
 		return nil, false
 	}
 	return body, true
+}
+
+// dropRest closes the connection after the answer without reading what is left
+// of the body: the server would otherwise read up to 256 KiB more of it after the
+// handler, at whatever pace the client keeps.
+func dropRest(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+}
+
+// pacedBody moves the connection's read deadline as the body arrives: start +
+// grace + what came so far at rate, never past end. Setting a deadline is a
+// timer reset, no system call.
+type pacedBody struct {
+	r     io.Reader
+	rc    *http.ResponseController
+	start time.Time
+	grace time.Duration
+	rate  int64
+	end   time.Time
+	n     int64
+}
+
+func (p *pacedBody) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.n += int64(n)
+	p.extend()
+	return n, err
+}
+
+func (p *pacedBody) extend() {
+	d := p.start.Add(p.grace + time.Duration(p.n*int64(time.Second)/p.rate))
+	if d.After(p.end) {
+		d = p.end
+	}
+	// Not supported by a test's ResponseRecorder; a real connection always is.
+	_ = p.rc.SetReadDeadline(d)
 }
 
 // batchID names a tenant's batch: the tenant, a dot, and either a digest of the
@@ -239,10 +335,20 @@ func batchID(tenant, idempotencyKey string, now time.Time, random string) string
 	return tenant + "." + now.UTC().Format("20060102-150405") + "-" + random
 }
 
+// batchIDPattern is what a batch id may be: its tenant, a dot, and intake's own
+// suffix (k<digest>, <time>-<random>, replay-…); at most 128 characters. A path id
+// off it (a control character, a megabyte) is answered 404 before it reaches
+// Temporal, which would refuse it.
+var batchIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}\.[A-Za-z0-9._:-]{1,95}$`)
+
 // ownBatch is the batch id of the path if it is the tenant's; otherwise it answers
 // 404 (another tenant's batch is not even said to exist).
 func ownBatch(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
+	if !batchIDPattern.MatchString(id) {
+		writeProblem(w, r, http.StatusNotFound, probNotFound, "no such batch: a batch id is <tenant>.<suffix> of at most 128 characters of [A-Za-z0-9._:-]")
+		return "", false
+	}
 	if !strings.HasPrefix(id, tenantOf(r.Context())+".") {
 		writeProblem(w, r, http.StatusNotFound, probNotFound, "no batch "+id)
 		return "", false
@@ -250,6 +356,13 @@ func ownBatch(w http.ResponseWriter, r *http.Request) (string, bool) {
 	setLogBatch(r, id)
 	return id, true
 }
+
+// idempotencyKeyPattern is what an Idempotency-Key may be: 1-255 visible ASCII
+// characters (it is hashed into the batch id, and echoed in answers).
+var idempotencyKeyPattern = regexp.MustCompile(`^[!-~]{1,255}$`)
+
+// ruleIdempotencyKey is the rule of idempotencyKeyPattern.
+const ruleIdempotencyKey = "must be 1-255 visible ASCII characters (no spaces or control characters)"
 
 // uiLink is where the Temporal UI shows a workflow.
 func (s *Server) uiLink(workflowID string) string {

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -35,6 +38,7 @@ type submitAnswer struct {
 // submitPost is one post's changes for one channel, waiting in a submitter.
 type submitPost struct {
 	ms     []models.Mutation
+	size   int               // the changes' encoded bytes
 	answer chan submitAnswer // buffered: the submitter never blocks on a post gone away
 	// queued is true while the post waits for a group; guarded by submitter.mu.
 	queued bool
@@ -73,8 +77,10 @@ type submitter struct {
 type submitterConfig struct {
 	channel models.ChannelConfig
 	// MaxGroup bounds the changes of one update (at most the smoother's MaxBatch,
-	// so the update stays small).
+	// so the update stays small), maxBytes their encoded bytes (0:
+	// models.MaxUpdateBytes), so no group of posts makes an update Temporal refuses.
 	maxGroup int
+	maxBytes int
 	// Linger is how long an idle submitter waits for more posts before it sends.
 	linger  time.Duration
 	timeout time.Duration
@@ -94,7 +100,13 @@ func newSubmitter(tc client.Client, queue string, smoother models.SmootherInput,
 // hand queues a post's changes and waits for the answer, at most until ctx ends;
 // a post still queued then is withdrawn (never sent) and answered busy.
 func (s *submitter) hand(ctx context.Context, ms []models.Mutation) submitAnswer {
-	p := &submitPost{ms: ms, answer: make(chan submitAnswer, 1), queued: true}
+	p := &submitPost{ms: ms, size: encodedSize(ms), answer: make(chan submitAnswer, 1), queued: true}
+	if p.size > s.maxBytes() {
+		// Valid changes never get here (models.MaxUpdateBytes holds a full group
+		// of the largest); this keeps anything else out of the workflow.
+		return submitAnswer{verdict: submitFailed,
+			err: fmt.Errorf("%d changes of %d bytes exceed the %d bytes of one update", len(ms), p.size, s.maxBytes())}
+	}
 	s.mu.Lock()
 	s.queue = append(s.queue, p)
 	s.mu.Unlock()
@@ -227,9 +239,9 @@ func (s *submitter) gather() ([]*submitPost, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var group []*submitPost
-	n, rest := 0, len(s.queue)
+	n, size, rest := 0, 0, len(s.queue)
 	for i, p := range s.queue {
-		if len(group) > 0 && n+len(p.ms) > s.cfg.maxGroup {
+		if len(group) > 0 && (n+len(p.ms) > s.cfg.maxGroup || size+p.size > s.maxBytes()) {
 			rest = i // the next round's, in the same order
 			break
 		}
@@ -238,12 +250,35 @@ func (s *submitter) gather() ([]*submitPost, int) {
 			p.answer <- s.full(len(p.ms))
 			continue
 		}
-		group, n = append(group, p), n+len(p.ms)
+		group, n, size = append(group, p), n+len(p.ms), size+p.size
 	}
 	left := copy(s.queue, s.queue[rest:])
 	clear(s.queue[left:])
 	s.queue = s.queue[:left]
 	return group, n
+}
+
+// maxBytes is the bound of one update's encoded changes.
+func (s *submitter) maxBytes() int {
+	if s.cfg.maxBytes > 0 {
+		return s.cfg.maxBytes
+	}
+	return models.MaxUpdateBytes
+}
+
+// encodedSize is the bytes ms take in a workflow payload (JSON, as the SDK's
+// default converter writes it); a mutation that does not encode counts as over
+// any bound.
+func encodedSize(ms []models.Mutation) int {
+	n := 0
+	for _, m := range ms {
+		b, err := json.Marshal(m)
+		if err != nil {
+			return math.MaxInt
+		}
+		n += len(b) + 1
+	}
+	return n
 }
 
 // full is the refusal of n changes by the estimate. s.mu is held.

@@ -88,3 +88,38 @@ func TestSubmitterWithdrawsAPostWhoseWaitEndsWhileQueued(t *testing.T) {
 	defer f.mu.Unlock()
 	require.Equal(t, [][]string{{"a"}, {"d"}}, f.updates, "neither the withdrawn post nor the one queued at stop was sent")
 }
+
+// TestSubmitterBoundsAGroupsBytes queues two posts behind an update in flight
+// under a byte bound that holds one of them: they go in two updates, not one; a
+// post over the bound alone is refused without being sent.
+func TestSubmitterBoundsAGroupsBytes(t *testing.T) {
+	f := &fakeSmoother{release: make(chan struct{})}
+	s := f.submitter(t, time.Minute)
+	one := []models.Mutation{{ID: "a"}}
+	s.cfg.maxBytes = encodedSize(one) * 3 / 2
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go s.run(ctx)
+	answers := make(chan submitAnswer, 3)
+	for _, id := range []string{"a", "b", "c"} {
+		go func() { answers <- s.hand(context.Background(), []models.Mutation{{ID: id}}) }()
+		if id == "a" {
+			require.Eventually(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.updates) == 1 },
+				5*time.Second, time.Millisecond, "a is in flight")
+		}
+	}
+	require.Eventually(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.queue) == 2 },
+		5*time.Second, time.Millisecond, "b and c are queued")
+	for range 3 {
+		f.release <- struct{}{}
+		require.Equal(t, submitTaken, (<-answers).verdict)
+	}
+	f.mu.Lock()
+	require.Equal(t, [][]string{{"a"}, {"b"}, {"c"}}, f.updates, "b and c do not fit one update's bytes")
+	f.mu.Unlock()
+	big := s.hand(context.Background(), []models.Mutation{{ID: "d"}, {ID: "e"}})
+	require.Equal(t, submitFailed, big.verdict)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Len(t, f.updates, 3, "the post over the bound was never sent")
+}

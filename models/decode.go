@@ -45,6 +45,7 @@ const (
 	RuleRowTooLong   = "must not be longer than the row size limit"
 	RuleDate         = "must be a date YYYY-MM-DD"
 	RuleAmountFormat = `must be a decimal string such as "129.90": digits, an optional fraction, at most 32 characters`
+	RuleIDFormat     = "must be 1-128 characters of [A-Za-z0-9._:@~-], starting with a letter or digit"
 )
 
 // DecodeLimits bounds what one body may hold; a zero field takes its default.
@@ -364,7 +365,18 @@ func MutationFields() []string {
 }
 
 var mutationFields = []mutationField{
-	{"id", stringField(func(m *Mutation, s string) { m.ID = s })},
+	{"id", func(m *Mutation, field string, v []byte) *fieldProblem {
+		s, p := jsonString(field, v)
+		if p == nil && s != "" && !ValidMutationID(s) {
+			// Neither kept nor echoed: an id off the rule could be a megabyte, and it
+			// would travel into answers, workflows and the outcomes index.
+			return &fieldProblem{field, RuleIDFormat, fmt.Sprintf("id of %d bytes off the rule", len(s))}
+		}
+		if p == nil {
+			m.ID = s
+		}
+		return p
+	}},
 	{"property_id", stringField(func(m *Mutation, s string) { m.PropertyID = s })},
 	{"room_type_code", stringField(func(m *Mutation, s string) { m.RoomTypeCode = s })},
 	{"rate_plan_code", stringField(func(m *Mutation, s string) { m.RatePlanCode = s })},
@@ -648,7 +660,11 @@ func (v *Validator) Check(d Decoded) (valid []Mutation, problems []RowProblem) {
 			continue
 		}
 		for _, fe := range ve {
-			problems = append(problems, RowProblem{Line: d.Lines[i], Index: d.Indexes[i], ID: m.ID, Field: fe.Field, Rule: fe.Rule})
+			id := m.ID
+			if ve.Has("id", RuleIDStored) {
+				id = "" // never echoed: it may be anything
+			}
+			problems = append(problems, RowProblem{Line: d.Lines[i], Index: d.Indexes[i], ID: id, Field: fe.Field, Rule: fe.Rule})
 		}
 	}
 	return valid, append(problems, d.Problems[next:]...)

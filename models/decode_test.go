@@ -373,3 +373,33 @@ func TestMutationsDocExamplesAreValid(t *testing.T) {
 		t.Fatalf("%d examples, want the JSON lines and the array", n)
 	}
 }
+
+// TestAnIDOffTheRuleIsNeitherKeptNorEchoed decodes a row whose id is 900,000
+// characters: the row is refused on field id, and neither the problem's id nor
+// its detail carries the id, so nothing downstream stores or answers it.
+func TestAnIDOffTheRuleIsNeitherKeptNorEchoed(t *testing.T) {
+	long := strings.Repeat("a", 900_000)
+	d, err := DecodeMutations([]byte(lines(row(long), row("m2"))), DecodeLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Problems) != 1 || d.Problems[0].Field != "id" || d.Problems[0].Rule != RuleIDFormat {
+		t.Fatalf("problems %+v, want one on id", d.Problems)
+	}
+	if p := d.Problems[0]; p.ID != "" || len(p.Detail) > 100 {
+		t.Fatalf("the refused id is echoed: id of %d bytes, detail %q", len(p.ID), p.Detail)
+	}
+	if len(d.Mutations) != 1 || d.Mutations[0].ID != "m2" {
+		t.Fatalf("the other row is kept: %+v", d.Mutations)
+	}
+	v := newTestValidator(t)
+	m := d.Mutations[0]
+	m.ID = "acme:" + strings.Repeat("b", 300)
+	if !v.Validate(m).Has("id", RuleIDStored) {
+		t.Fatal("Validate refuses an id longer than the stored bound")
+	}
+	m.ID = "acme:" + strings.Repeat("b", MaxMutationIDLength)
+	if ve := v.Validate(m); ve.Has("id", RuleIDStored) {
+		t.Fatalf("a tenant-prefixed wire id is valid inside paritysync: %v", ve)
+	}
+}

@@ -3,6 +3,7 @@ package models
 import (
 	"fmt"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -175,16 +176,132 @@ func (s Settings) String() string {
 		s.TemporalAPIKeyFile, s.Zones.Default(), len(s.Zones.byProperty))
 }
 
-// MaskURL hides the password of a URL such as redis://:secret@host:6379/0.
+// masked stands in for a hidden secret, or for a whole connection string that
+// cannot be read.
+const masked = "xxxxx"
+
+// MaskURL hides every secret of a connection string, in each form the Redis and
+// PostgreSQL drivers take: the password of a URL's userinfo (redis://:pw@host,
+// postgres://user:pw@host, an invalid % escape included, since the string is not
+// decoded), a password-like query parameter (?password=, ?sslpassword=, …), and
+// the password-like values of a key=value DSN (host=db password='a b'). A string
+// that is none of these is masked whole. Every log line and error that prints a
+// REDIS_URL or PARITYSYNC_DATABASE_URL goes through it (or through MaskError).
 func MaskURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
+	s := strings.TrimSpace(raw)
+	if s == "" {
+		return ""
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	scheme, rest, isURL := strings.Cut(s, "://")
+	switch {
+	case !isURL && strings.Contains(s, "="):
+		return secretKeyword.ReplaceAllString(s, "${1}"+masked)
+	case !isURL || !urlScheme.MatchString(scheme):
+		return masked
 	}
-	return u.String()
+	// The userinfo ends at the last '@': a password may hold '@', '/' or '?'
+	// unescaped, and the drivers split there too. An '@' in the query only makes
+	// this mask more than it must, never less.
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		if user, _, hasPassword := strings.Cut(rest[:at], ":"); hasPassword {
+			rest = user + ":" + masked + rest[at:]
+		}
+	}
+	if path, query, ok := strings.Cut(rest, "?"); ok {
+		params := strings.Split(query, "&")
+		for i, p := range params {
+			if k, _, ok := strings.Cut(p, "="); ok && secretName(k) {
+				params[i] = k + "=" + masked
+			}
+		}
+		rest = path + "?" + strings.Join(params, "&")
+	}
+	return scheme + "://" + rest
+}
+
+// MaskError is err with every secret of the connection string raw hidden from its
+// message, for a driver's error that may quote the string it could not parse
+// (url.Parse does). errors.Is and errors.As still see err.
+func MaskError(err error, raw string) error {
+	if err == nil {
+		return nil
+	}
+	return &maskedError{err: err, raw: raw}
+}
+
+type maskedError struct {
+	err error
+	raw string
+}
+
+func (e *maskedError) Error() string {
+	msg := e.err.Error()
+	if strings.Contains(msg, e.raw) && strings.TrimSpace(e.raw) != "" {
+		msg = strings.ReplaceAll(msg, e.raw, MaskURL(e.raw))
+	}
+	for _, secret := range secretsOf(e.raw) {
+		msg = strings.ReplaceAll(msg, secret, masked)
+	}
+	// url.Parse quotes the bad escape itself, a piece of the password.
+	return badEscape.ReplaceAllString(msg, `${1}"`+masked+`"`)
+}
+
+func (e *maskedError) Unwrap() error { return e.err }
+
+// secretsOf lists the secrets MaskURL hides in raw, each as written and decoded,
+// so a message quoting either form can be cleaned.
+func secretsOf(raw string) []string {
+	var out []string
+	add := func(v string) {
+		v = strings.Trim(v, "'")
+		if v == "" || v == masked {
+			return
+		}
+		out = append(out, v)
+		if d, err := url.PathUnescape(v); err == nil && d != v {
+			out = append(out, d)
+		}
+	}
+	s := strings.TrimSpace(raw)
+	scheme, rest, isURL := strings.Cut(s, "://")
+	if !isURL || !urlScheme.MatchString(scheme) {
+		for _, m := range secretKeyword.FindAllStringSubmatch(s, -1) {
+			add(m[2])
+		}
+		return out
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		if _, pw, ok := strings.Cut(rest[:at], ":"); ok {
+			add(pw)
+		}
+	}
+	if _, query, ok := strings.Cut(rest, "?"); ok {
+		for _, p := range strings.Split(query, "&") {
+			if k, v, ok := strings.Cut(p, "="); ok && secretName(k) {
+				add(v)
+			}
+		}
+	}
+	return out
+}
+
+// badEscape is url.Parse's report of an invalid % escape and the piece it quotes.
+var badEscape = regexp.MustCompile(`(invalid URL escape )"[^"]*"`)
+
+// urlScheme is what a URL scheme may be (RFC 3986).
+var urlScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
+
+// secretKeyword is a password-like key of a key=value DSN and its value, quoted
+// (an unterminated quote runs to the end) or up to the next white space.
+var secretKeyword = regexp.MustCompile(`(?i)((?:^|\s)[a-z_]*(?:pass|secret|token)[a-z_]*\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)`)
+
+// secretName reports whether a query parameter's name says it holds a secret.
+func secretName(k string) bool {
+	if d, err := url.QueryUnescape(k); err == nil {
+		k = d
+	}
+	k = strings.ToLower(k)
+	return strings.Contains(k, "pass") || strings.Contains(k, "secret") || strings.Contains(k, "token")
 }
 
 // IntakeSettings is what the intake HTTP API reads besides Settings.
@@ -199,6 +316,10 @@ type IntakeSettings struct {
 	// a Go duration, at most 1s; default 0: posts that arrive while an update is
 	// in flight go together in the next one anyway).
 	SubmitLinger time.Duration
+	// MaxConns and MaxConnsPerIP bound intake's open connections, in all and from
+	// one client address (PARITYSYNC_MAX_CONNS, PARITYSYNC_MAX_CONNS_PER_IP); 0
+	// takes intake's defaults.
+	MaxConns, MaxConnsPerIP int
 }
 
 // DefaultIntakeAddr is where intake listens without PARITYSYNC_INTAKE_ADDR.
@@ -221,6 +342,18 @@ func LoadIntakeSettings(getenv func(string) string) (IntakeSettings, error) {
 			return s, fmt.Errorf("PARITYSYNC_SMOOTHER_MAX_PENDING: must be a positive integer")
 		}
 		s.SmootherMaxPending = n
+	}
+	for _, n := range []struct {
+		name string
+		dst  *int
+	}{{"PARITYSYNC_MAX_CONNS", &s.MaxConns}, {"PARITYSYNC_MAX_CONNS_PER_IP", &s.MaxConnsPerIP}} {
+		if v := strings.TrimSpace(getenv(n.name)); v != "" {
+			k, err := strconv.Atoi(v)
+			if err != nil || k <= 0 {
+				return s, fmt.Errorf("%s: must be a positive integer", n.name)
+			}
+			*n.dst = k
+		}
 	}
 	if v := strings.TrimSpace(getenv("PARITYSYNC_SUBMIT_LINGER")); v != "" {
 		d, err := time.ParseDuration(v)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/shopspring/decimal"
 )
@@ -24,6 +26,30 @@ const (
 	// MaxAmountWholeDigits bounds an amount the way channels store it: at most 8
 	// digits before the point. Places after it follow the currency (MinorUnits).
 	MaxAmountWholeDigits = 8
+	// MaxMutationIDLength bounds a mutation id on the wire (RuleIDFormat): it keys
+	// the outcomes index, travels in every workflow input and answer, and names a
+	// change in a URL path, so it is short and needs no escaping.
+	MaxMutationIDLength = 128
+	// MaxStoredIDLength bounds the id a mutation carries inside paritysync: the
+	// wire id and the tenant prefix intake adds (tenant ":" id), or a batch's own
+	// "batch#index" name, far below the 2,704 bytes a PostgreSQL btree entry holds.
+	MaxStoredIDLength = 256
+	// MaxPropertyIDLength bounds property_id whatever PARITYSYNC_PROPERTY_PATTERN
+	// allows: it keys the cells table.
+	MaxPropertyIDLength = 64
+	// MaxCorrelationIDLength bounds correlation_id, in characters.
+	MaxCorrelationIDLength = 128
+	// MaxVersion is the ceiling of a version: 2100-01-01T00:00:00Z in Unix
+	// nanoseconds. A PMS versioning cells by a millisecond or a nanosecond clock
+	// (or a counter) stays far below it, and one row cannot hold a cell at a
+	// version no later update reaches (2^63-1 would supersede every update after it).
+	MaxVersion int64 = 4102444800000000000
+	// MaxUpdateBytes bounds the encoded mutations of one workflow input or update
+	// (a smoother update, an inline batch): half Temporal's default 2 MiB payload
+	// limit. With every field bounded, MaxInlineMutations mutations fit in it
+	// (TestWorstCaseMutationsFitAnUpdate), so the bound only bites on input that
+	// bypassed validation.
+	MaxUpdateBytes = 1 << 20
 )
 
 // FieldError is one problem with one field of a mutation; Field is the json name so
@@ -98,6 +124,10 @@ const (
 	RuleLOSRange         = "must be in 1..365"
 	RuleMinLEMax         = "must be <= max_los"
 	RuleVersion          = "must be >= 1"
+	RuleVersionMax       = "must be at most 4102444800000000000 (2100-01-01 in Unix nanoseconds)"
+	RuleIDStored         = "must be at most 256 printable ASCII characters"
+	RulePropertyLength   = "must be at most 64 characters"
+	RuleCorrelationID    = "must be at most 128 characters, none a control character"
 	RulePriority         = "must be 1..5 or absent"
 	RuleNothingToChange  = "must change at least one of amount, inventory, stop_sell, min_los, max_los, cta, ctd"
 	RuleChannexUnmapped  = "must be mapped to a Channex id in the channel's channex configuration"
@@ -141,12 +171,17 @@ func (v *Validator) Validate(m Mutation) ValidationError {
 	var ve ValidationError
 	add := func(field, rule string) { ve = append(ve, FieldError{Field: field, Rule: rule}) }
 
-	if m.ID == "" {
+	switch {
+	case m.ID == "":
 		add("id", RuleRequired)
+	case !validStoredID(m.ID):
+		add("id", RuleIDStored)
 	}
 	switch {
 	case m.PropertyID == "":
 		add("property_id", RuleRequired)
+	case len(m.PropertyID) > MaxPropertyIDLength:
+		add("property_id", RulePropertyLength)
 	case !v.propertyPattern().MatchString(m.PropertyID):
 		add("property_id", RulePropertyPattern)
 	}
@@ -210,11 +245,17 @@ func (v *Validator) Validate(m Mutation) ValidationError {
 	if minOK && maxOK && m.MinLOS != nil && m.MaxLOS != nil && *m.MinLOS > *m.MaxLOS {
 		add("min_los", RuleMinLEMax)
 	}
-	if m.Version < 1 {
+	switch {
+	case m.Version < 1:
 		add("version", RuleVersion)
+	case m.Version > MaxVersion:
+		add("version", RuleVersionMax)
 	}
 	if m.Priority < 0 || m.Priority > PriorityBulk {
 		add("priority", RulePriority)
+	}
+	if !validCorrelationID(m.CorrelationID) {
+		add("correlation_id", RuleCorrelationID)
 	}
 	if known && ch.Protocol == ProtocolChannex {
 		for _, p := range ch.Channex.Problems(m) {
@@ -246,6 +287,45 @@ func (v *Validator) now() time.Time {
 var defaultPropertyRE = sync.OnceValue(func() *regexp.Regexp {
 	return regexp.MustCompile(DefaultPropertyPattern)
 })
+
+// ValidMutationID reports whether id keeps the wire rule of a mutation id
+// (RuleIDFormat): 1..MaxMutationIDLength characters of A-Z a-z 0-9 . _ : @ ~ -,
+// the first a letter or digit (so "." and ".." never name a path segment).
+func ValidMutationID(id string) bool {
+	if len(id) == 0 || len(id) > MaxMutationIDLength || !isAlnum(id[0]) {
+		return false
+	}
+	for i := 1; i < len(id); i++ {
+		if c := id[i]; !isAlnum(c) && !strings.ContainsRune("._:@~-", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// validStoredID reports whether id is at most MaxStoredIDLength bytes of printable
+// ASCII: what the outcomes index and the workflows carry safely.
+func validStoredID(id string) bool {
+	if len(id) > MaxStoredIDLength {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// validCorrelationID reports whether s is at most MaxCorrelationIDLength
+// characters, none a control character.
+func validCorrelationID(s string) bool {
+	return utf8.RuneCountInString(s) <= MaxCorrelationIDLength && !strings.ContainsFunc(s, unicode.IsControl)
+}
 
 // isCode reports whether s is min..max characters of [A-Z0-9_]; a byte loop, because
 // channels reject lower case and anything non-ASCII alike.

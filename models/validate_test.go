@@ -3,6 +3,7 @@ package models
 import (
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -380,4 +381,37 @@ func TestKeysOfWorkflowIDs(t *testing.T) {
 			t.Errorf("KeysOf(%q) = %+v, want %+v", id, got, want)
 		}
 	}
+}
+
+// TestWorstCaseMutationsFitAnUpdate encodes the largest mutation validation lets
+// through (every field at its bound, the id with intake's tenant prefix, the
+// correlation id of characters JSON escapes to six bytes) MaxInlineMutations
+// times: the group stays within MaxUpdateBytes, so a smoother update or inline
+// batch of valid changes never meets Temporal's payload limit.
+func TestWorstCaseMutationsFitAnUpdate(t *testing.T) {
+	v := newTestValidator(t)
+	v.PropertyPattern = regexp.MustCompile(`^.*$`)
+	m := Mutation{
+		ID:         strings.Repeat("t", 32) + ":" + strings.Repeat("a", MaxMutationIDLength),
+		PropertyID: strings.Repeat("p", MaxPropertyIDLength), RoomTypeCode: strings.Repeat("R", 16),
+		RatePlanCode: strings.Repeat("P", 24), Channel: "booking_com", StayDate: DateOf(testNow()),
+		Amount: dec("99999999.999"), Currency: "KWD", Inventory: ptr(999), StopSell: ptr(true),
+		MinLOS: ptr(365), MaxLOS: ptr(365), CTA: ptr(true), CTD: ptr(true), Version: MaxVersion,
+		Priority: 5, FullSync: true, CorrelationID: strings.Repeat("<", MaxCorrelationIDLength),
+	}
+	if ve := v.Validate(m); len(ve) > 0 {
+		t.Fatalf("the worst case must be valid: %v", ve)
+	}
+	ms := make([]Mutation, MaxInlineMutations)
+	for i := range ms {
+		ms[i] = m
+	}
+	b, err := json.Marshal(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > MaxUpdateBytes {
+		t.Fatalf("%d worst-case mutations encode to %d bytes, more than MaxUpdateBytes %d", len(ms), len(b), MaxUpdateBytes)
+	}
+	t.Logf("%d worst-case mutations: %d bytes of %d", len(ms), len(b), MaxUpdateBytes)
 }

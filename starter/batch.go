@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -107,7 +108,13 @@ storing anything (--rerun starts a finished one again under a new id).
 
 With --wait, follow the batch (progress on stderr) and print its summary; the exit
 status is 3 when some mutations were rejected or dead-lettered. Ctrl-C stops
-following, not the batch.`,
+following, not the batch.
+
+With PARITYSYNC_TENANT=<tenant> the batch is that tenant's: its id is
+<tenant>.<id>, so the tenant's API key reads it over intake. Without it the batch
+is the operator's. Either way starter writes every property: it reaches Temporal
+and PostgreSQL directly, as an operator does, and the tenant's property list is
+intake's check (a PMS posts through the API).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.batchStart(cmd.Context(), file, id, wait, rerun)
@@ -120,6 +127,9 @@ following, not the batch.`,
 	required(cmd, "file")
 	return cmd
 }
+
+// tenantName is what a tenant name may be, as in intake's keys file.
+var tenantName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
 
 // started is what batch start prints.
 type started struct {
@@ -144,6 +154,15 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 	batchID := id
 	if batchID == "" {
 		batchID = time.Now().UTC().Format("20060102-150405") + "-" + uuid.NewString()[:8]
+	}
+	if tenant := strings.TrimSpace(c.getenv("PARITYSYNC_TENANT")); tenant != "" {
+		if !tenantName.MatchString(tenant) {
+			return usageError{fmt.Sprintf("PARITYSYNC_TENANT %q: must match %s", tenant, tenantName)}
+		}
+		// The tenant's batch: intake lets that tenant's key read it.
+		if !strings.HasPrefix(batchID, tenant+".") {
+			batchID = tenant + "." + batchID
+		}
 	}
 	tc, err := d.temporal(ctx)
 	if err != nil {

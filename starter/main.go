@@ -98,6 +98,13 @@ redis://host1:port1,host2:port2), TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, the Temp
 TLS and API key files (TEMPORAL_TLS_CERT, TEMPORAL_TLS_KEY, TEMPORAL_TLS_CA,
 TEMPORAL_API_KEY_FILE), PARITYSYNC_CHANNELS_FILE and the rest listed in the README.
 
+starter acts as an operator: it reaches Temporal, Redis and PostgreSQL directly,
+so it sees every tenant's batches, channels and dead letters and writes every
+property, as an operator key does over the API. PARITYSYNC_TENANT=<tenant> makes
+'batch start' start the batch as that tenant's (id <tenant>.…, readable with the
+tenant's API key); a tenant's own PMS posts through intake, which holds it to the
+properties of its key.
+
 Data goes to stdout (a table, or JSON with --output json); progress and errors go
 to stderr.` + "\n\n" + exitHelp,
 		Version:       versionString(),

@@ -60,15 +60,15 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("parse database url: %w", err)
+		return nil, fmt.Errorf("parse database url %s: %w", models.MaskURL(url), models.MaskError(err, url))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to postgres: %w", err)
+		return nil, fmt.Errorf("connect to postgres %s: %w", models.MaskURL(url), models.MaskError(err, url))
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to postgres %s: %w", models.MaskURL(url), err)
+		return nil, fmt.Errorf("connect to postgres %s: %w", models.MaskURL(url), models.MaskError(err, url))
 	}
 	return New(pool, opts...), nil
 }

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -136,7 +137,9 @@ func StartBatch(ctx context.Context, tc client.Client, queue string, saver Batch
 		return out, nil
 	}
 	in := models.BatchSyncInput{BatchID: b.ID, Retry: models.DefaultRetryPolicy(), ResendSalt: b.ResendSalt}
-	if len(b.Mutations) > models.MaxInlineMutations {
+	// Inline only while small in count and in bytes: a workflow input over
+	// Temporal's payload limit would fail its start.
+	if len(b.Mutations) > models.MaxInlineMutations || encodedSize(b.Mutations) > models.MaxUpdateBytes {
 		if in.PayloadKey, err = saver.SaveBatch(ctx, b.ID, b.Mutations); err != nil {
 			return out, err
 		}
@@ -321,4 +324,14 @@ func AwaitCancelled(ctx context.Context, tc client.Client, batchID string) error
 		return fmt.Errorf("batch %s: %w", wfID, err)
 	}
 	return nil
+}
+
+// encodedSize is the bytes ms take as a workflow input (JSON, as the SDK's default
+// converter writes it); ms that do not encode count as over any bound.
+func encodedSize(ms []models.Mutation) int {
+	b, err := json.Marshal(ms)
+	if err != nil {
+		return math.MaxInt
+	}
+	return len(b)
 }
