@@ -64,8 +64,16 @@ func (b *batchSync) run(ctx workflow.Context) (models.BatchStatus, error) {
 			b.paused = c.Paused
 		}
 	} else {
-		actx := withActivity(ctx, 10*time.Minute, models.PriorityDefault)
-		if err := workflow.ExecuteActivity(actx, acts.PrepareBatch, b.in).Get(ctx, &b.plan); err != nil {
+		// PrepareBatch runs to its end even when the batch is cancelled meanwhile:
+		// what it stored is then closed as cancelled, so no update is left without
+		// an outcome whenever the cancel came.
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		actx := withActivity(dctx, 10*time.Minute, models.PriorityDefault)
+		err := workflow.ExecuteActivity(actx, acts.PrepareBatch, b.in).Get(dctx, &b.plan)
+		if ctx.Err() != nil {
+			return b.cancel(ctx)
+		}
+		if err != nil {
 			return b.status(), fmt.Errorf("prepare batch %s: %w", b.in.BatchID, err)
 		}
 		// Urgent chunks first, whatever order the plan came in; stable keeps the
@@ -75,20 +83,17 @@ func (b *batchSync) run(ctx workflow.Context) (models.BatchStatus, error) {
 	}
 
 	sel := workflow.NewSelector(ctx)
-	sel.AddReceive(workflow.GetSignalChannel(ctx, models.SignalPauseChannel), func(c workflow.ReceiveChannel, _ bool) {
+	pause := workflow.GetSignalChannel(ctx, models.SignalPauseChannel)
+	resume := workflow.GetSignalChannel(ctx, models.SignalResumeChannel)
+	sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) {
 		var sig models.PauseSignal
 		c.Receive(ctx, &sig)
-		if sig.Reason == "" {
-			sig.Reason = "paused by operator"
-		}
-		b.paused[sig.Channel] = sig.Reason
-		b.forward(ctx, models.SignalPauseChannel, sig)
+		b.pause(ctx, sig)
 	})
-	sel.AddReceive(workflow.GetSignalChannel(ctx, models.SignalResumeChannel), func(c workflow.ReceiveChannel, _ bool) {
+	sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) {
 		var sig models.PauseSignal
 		c.Receive(ctx, &sig)
-		delete(b.paused, sig.Channel)
-		b.forward(ctx, models.SignalResumeChannel, sig)
+		b.resume(ctx, sig)
 	})
 
 	// An operator's cancel (starter batch cancel) stops starting chunks and asks the
@@ -111,6 +116,12 @@ func (b *batchSync) run(ctx workflow.Context) (models.BatchStatus, error) {
 				break
 			}
 			if long {
+				// Signals that came with the last child's result, and handlers still
+				// running, land in this run's state before it is handed on.
+				if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+					return b.cancel(ctx)
+				}
+				b.drain(ctx, pause, resume)
 				log.Info("continuing as new", "next", b.next)
 				next := b.in
 				next.Mutations, next.PayloadKey = nil, ""
@@ -223,6 +234,40 @@ func (b *batchSync) remove(id string) {
 	for i, r := range b.running {
 		if r.id == id {
 			b.running = append(b.running[:i], b.running[i+1:]...)
+			return
+		}
+	}
+}
+
+// pause records an operator's pause of a channel and passes it to its running children.
+func (b *batchSync) pause(ctx workflow.Context, sig models.PauseSignal) {
+	if sig.Reason == "" {
+		sig.Reason = "paused by operator"
+	}
+	b.paused[sig.Channel] = sig.Reason
+	b.forward(ctx, models.SignalPauseChannel, sig)
+}
+
+// resume ends an operator's pause of a channel, here and in its running children.
+func (b *batchSync) resume(ctx workflow.Context, sig models.PauseSignal) {
+	delete(b.paused, sig.Channel)
+	b.forward(ctx, models.SignalResumeChannel, sig)
+}
+
+// drain applies every signal still waiting in its channel, so a continuation does
+// not lose one. Resumes go before pauses: of a pause and a resume that arrived
+// together, whose order the two channels no longer tell, the continuation keeps
+// the pause, the safe side (an operator resumes again; a push sent while paused
+// cannot be taken back).
+func (b *batchSync) drain(ctx workflow.Context, pause, resume workflow.ReceiveChannel) {
+	for {
+		var sig models.PauseSignal
+		switch {
+		case resume.ReceiveAsync(&sig):
+			b.resume(ctx, sig)
+		case pause.ReceiveAsync(&sig):
+			b.pause(ctx, sig)
+		default:
 			return
 		}
 	}
