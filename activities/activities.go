@@ -91,6 +91,9 @@ type Activities struct {
 	Validator *models.Validator
 	// ChunkSize is how many requests one ChannelSync child pushes.
 	ChunkSize int
+	// MaxInFlight bounds the pushes a batch keeps in flight per channel
+	// (models.PlanInFlight); zero means models.DefaultMaxInFlight.
+	MaxInFlight int
 	// ShortWait is the longest wait for a held slot spent inside the activity rather
 	// than in a durable timer; DefaultShortWait when zero.
 	ShortWait time.Duration
@@ -160,6 +163,7 @@ func (a *Activities) PrepareBatch(ctx context.Context, in models.BatchSyncInput)
 	if err := a.storeChunks(ctx, in.BatchID, co.Requests, &plan, counts); err != nil {
 		return plan, err
 	}
+	plan.InFlight = models.PlanInFlight(co.Requests, a.Channels, a.MaxInFlight)
 	for _, c := range counts {
 		plan.Decided = append(plan.Decided, *c)
 	}

@@ -58,7 +58,9 @@ type part struct {
 // in input order wins, as the PMS sent it last. Winners are grouped by channel,
 // priority, property and family, sorted by room type, rate plan and date, and runs
 // of consecutive nights with equal values and equal version merge into one line.
-// Lines pack into requests of at most the channel's MaxLinesPerRequest.
+// Lines pack into requests of at most the channel's MaxLinesPerRequest. Requests
+// come out by channel and priority, most urgent first, and within a priority
+// round-robin by property (see interleave).
 func Coalesce(ms []Mutation, channels map[string]ChannelConfig) Coalesced {
 	fams := make([]familySet, len(ms))
 	// Pass 1: the winning input index per (cell, family).
@@ -125,7 +127,44 @@ func Coalesce(ms []Mutation, channels map[string]ChannelConfig) Coalesced {
 		out, starts = appendGroup(out, ms, parts[lo:hi], maxLines(channels, ms[parts[lo].idx].Channel), starts[:0])
 		lo = hi
 	}
-	return Coalesced{Requests: out, Superseded: superseded}
+	return Coalesced{Requests: interleave(out), Superseded: superseded}
+}
+
+// interleave reorders each (channel, priority) run of reqs, which arrive grouped by
+// property, round-robin by property: the first request of every property, then the
+// second of every property, and so on. Chunks are consecutive requests, so a chunk
+// then holds work of many properties, and on a channel that limits per property
+// its lanes are not all waiting for one property's window while others have a slot
+// due. A property's own requests keep their order, so two that touch the same
+// nights go in the order Coalesce made them. O(len(reqs)): each round visits only
+// the properties with requests left.
+func interleave(reqs []ChannelRequest) []ChannelRequest {
+	out := make([]ChannelRequest, 0, len(reqs))
+	type span struct{ next, end int }
+	var spans []span
+	for lo := 0; lo < len(reqs); {
+		spans = spans[:0]
+		hi := lo
+		for hi < len(reqs) && reqs[hi].Channel == reqs[lo].Channel && reqs[hi].Priority == reqs[lo].Priority {
+			if hi == lo || reqs[hi].PropertyID != reqs[hi-1].PropertyID {
+				spans = append(spans, span{next: hi, end: hi})
+			}
+			spans[len(spans)-1].end = hi + 1
+			hi++
+		}
+		for len(spans) > 0 {
+			live := spans[:0]
+			for _, sp := range spans {
+				out = append(out, reqs[sp.next])
+				if sp.next++; sp.next < sp.end {
+					live = append(live, sp)
+				}
+			}
+			spans = live
+		}
+		lo = hi
+	}
+	return out
 }
 
 // rank replaces a string key by its position among the distinct values in byte

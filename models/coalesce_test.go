@@ -267,10 +267,12 @@ func TestCoalesceRequestOrder(t *testing.T) {
 	for _, r := range out.Requests {
 		got = append(got, fmt.Sprintf("%s/%s/%s", r.Channel, r.PropertyID[5:], r.Family))
 	}
+	// By channel, then round-robin by property: each property's requests in their
+	// family order.
 	var want []string
 	for _, ch := range []string{"agoda", "booking_com", "expedia"} {
-		for _, p := range []string{"000000aa", "000000bb"} {
-			for _, f := range Families {
+		for _, f := range Families {
+			for _, p := range []string{"000000aa", "000000bb"} {
 				want = append(want, fmt.Sprintf("%s/%s/%s", ch, p, f))
 			}
 		}

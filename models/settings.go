@@ -40,6 +40,7 @@ type Settings struct {
 	HTTPTimeout        time.Duration // PARITYSYNC_HTTP_TIMEOUT
 	MetricsAddr        string        // PARITYSYNC_METRICS_ADDR
 	ChunkSize          int           // PARITYSYNC_CHUNK_SIZE
+	MaxInFlight        int           // PARITYSYNC_MAX_INFLIGHT: pushes in flight per channel, at most
 	PropertyPattern    string        // PARITYSYNC_PROPERTY_PATTERN
 	MaxActivities      int           // PARITYSYNC_MAX_ACTIVITIES
 	ShutdownTimeout    time.Duration // PARITYSYNC_SHUTDOWN_TIMEOUT
@@ -79,6 +80,7 @@ func DefaultSettings() Settings {
 		HTTPTimeout:       10 * time.Second,
 		MetricsAddr:       "127.0.0.1:9464",
 		ChunkSize:         100,
+		MaxInFlight:       DefaultMaxInFlight,
 		PropertyPattern:   `^prop_[0-9a-f]{8}$`,
 		MaxActivities:     32,
 		ShutdownTimeout:   30 * time.Second,
@@ -130,6 +132,7 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 	dur("PARITYSYNC_HTTP_TIMEOUT", &s.HTTPTimeout)
 	str("PARITYSYNC_METRICS_ADDR", &s.MetricsAddr)
 	num("PARITYSYNC_CHUNK_SIZE", &s.ChunkSize)
+	num("PARITYSYNC_MAX_INFLIGHT", &s.MaxInFlight)
 	str("PARITYSYNC_PROPERTY_PATTERN", &s.PropertyPattern)
 	num("PARITYSYNC_MAX_ACTIVITIES", &s.MaxActivities)
 	dur("PARITYSYNC_SHUTDOWN_TIMEOUT", &s.ShutdownTimeout)
@@ -167,11 +170,11 @@ func (s Settings) String() string {
 		token = "****"
 	}
 	return fmt.Sprintf("redis_url=%s database_url=%s temporal_address=%s namespace=%s task_queue=%s channel_url=%s "+
-		"channels_file=%q token=%s token_file=%q key_prefix=%s http_timeout=%s metrics_addr=%s chunk_size=%d "+
+		"channels_file=%q token=%s token_file=%q key_prefix=%s http_timeout=%s metrics_addr=%s chunk_size=%d max_inflight=%d "+
 		"max_activities=%d shutdown_timeout=%s temporal_tls_cert=%q temporal_tls_key=%q temporal_tls_ca=%q "+
 		"temporal_api_key_file=%q time_zone=%s property_zones=%d",
 		MaskURL(s.RedisURL), MaskURL(s.DatabaseURL), s.TemporalAddress, s.TemporalNamespace, s.TaskQueue, s.ChannelURL,
-		s.ChannelsFile, token, s.TokenFile, s.KeyPrefix, s.HTTPTimeout, s.MetricsAddr, s.ChunkSize,
+		s.ChannelsFile, token, s.TokenFile, s.KeyPrefix, s.HTTPTimeout, s.MetricsAddr, s.ChunkSize, s.MaxInFlight,
 		s.MaxActivities, s.ShutdownTimeout, s.TemporalTLS.CertFile, s.TemporalTLS.KeyFile, s.TemporalTLS.CAFile,
 		s.TemporalAPIKeyFile, s.Zones.Default(), len(s.Zones.byProperty))
 }

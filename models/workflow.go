@@ -89,9 +89,11 @@ type BatchSyncInput struct {
 	BatchID    string     `json:"batch_id"`
 	Mutations  []Mutation `json:"mutations,omitempty"`
 	PayloadKey string     `json:"payload_key,omitempty"`
-	// MaxRunningChildren bounds the ChannelSync children running at once.
+	// MaxRunningChildren, when set, bounds the ChannelSync children running at
+	// once; otherwise the plan's in-flight budgets do (BatchPlan.InFlight).
 	MaxRunningChildren int `json:"max_running_children,omitempty"`
-	// Window is how many requests each ChannelSync keeps in flight.
+	// Window, when set, is how many requests each ChannelSync keeps in flight;
+	// otherwise a child takes what its channel's in-flight budget leaves free.
 	Window int         `json:"window,omitempty"`
 	Retry  RetryPolicy `json:"retry"`
 	// ResendSalt marks a deliberate re-send (reconciliation): it becomes every
@@ -107,6 +109,8 @@ type BatchCarry struct {
 	Next    int               `json:"next"`
 	Results []ChannelCounts   `json:"results"`
 	Paused  map[string]string `json:"paused,omitempty"`
+	// Started lists the chunks from Next on that were started (and finished).
+	Started []int `json:"started,omitempty"`
 }
 
 // Chunk is a stored slice of one channel's requests at one priority.
@@ -127,6 +131,10 @@ type BatchPlan struct {
 	Chunks    []Chunk         `json:"chunks"`
 	Decided   []ChannelCounts `json:"decided"`
 	Rejected  []Rejection     `json:"rejected,omitempty"`
+	// InFlight sizes, per channel, the pushes the batch keeps in flight
+	// (PlanInFlight); a channel missing from it runs DefaultMaxRunningChildren
+	// children of four lanes, as before the plan carried it.
+	InFlight []ChannelInFlight `json:"in_flight,omitempty"`
 }
 
 // Rejection is an invalid mutation and every reason it is invalid.

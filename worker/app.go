@@ -155,7 +155,7 @@ func newActivities(s models.Settings, chs []models.ChannelConfig, st *store.Stor
 	m.Zero(slugs(chs))
 	return &activities.Activities{
 		Limiter: lim, Client: cc, Tokens: creds, Store: st,
-		Channels: models.ChannelMap(chs), Validator: v, ChunkSize: s.ChunkSize, Metrics: m,
+		Channels: models.ChannelMap(chs), Validator: v, ChunkSize: s.ChunkSize, MaxInFlight: s.MaxInFlight, Metrics: m,
 	}, nil
 }
 

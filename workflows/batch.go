@@ -29,12 +29,16 @@ type batchSync struct {
 	results []models.ChannelCounts
 	paused  map[string]string
 	running []runningChild
+	// started marks the chunks started; every chunk before next is.
+	started []bool
 }
 
 type runningChild struct {
 	id      string
 	channel string
-	fut     workflow.ChildWorkflowFuture
+	// lanes is the child's window: the pushes it keeps in flight.
+	lanes int
+	fut   workflow.ChildWorkflowFuture
 }
 
 func (b *batchSync) status() models.BatchStatus {
@@ -63,32 +67,45 @@ func (b *batchSync) run(ctx workflow.Context) (models.BatchStatus, error) {
 		if c.Paused != nil {
 			b.paused = c.Paused
 		}
+		b.started = make([]bool, len(b.plan.Chunks))
+		for i := range b.next {
+			b.started[i] = true
+		}
+		for _, i := range c.Started {
+			b.started[i] = true
+		}
 	} else {
-		actx := withActivity(ctx, 10*time.Minute, models.PriorityDefault)
-		if err := workflow.ExecuteActivity(actx, acts.PrepareBatch, b.in).Get(ctx, &b.plan); err != nil {
+		// PrepareBatch runs to its end even when the batch is cancelled meanwhile:
+		// what it stored is then closed as cancelled, so no update is left without
+		// an outcome whenever the cancel came.
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		actx := withActivity(dctx, 10*time.Minute, models.PriorityDefault)
+		err := workflow.ExecuteActivity(actx, acts.PrepareBatch, b.in).Get(dctx, &b.plan)
+		if ctx.Err() != nil {
+			return b.cancel(ctx)
+		}
+		if err != nil {
 			return b.status(), fmt.Errorf("prepare batch %s: %w", b.in.BatchID, err)
 		}
 		// Urgent chunks first, whatever order the plan came in; stable keeps the
 		// plan's order within a priority.
 		sort.SliceStable(b.plan.Chunks, func(i, j int) bool { return b.plan.Chunks[i].Priority < b.plan.Chunks[j].Priority })
+		b.started = make([]bool, len(b.plan.Chunks))
 		log.Info("batch planned", "mutations", b.plan.Mutations, "chunks", len(b.plan.Chunks))
 	}
 
 	sel := workflow.NewSelector(ctx)
-	sel.AddReceive(workflow.GetSignalChannel(ctx, models.SignalPauseChannel), func(c workflow.ReceiveChannel, _ bool) {
+	pause := workflow.GetSignalChannel(ctx, models.SignalPauseChannel)
+	resume := workflow.GetSignalChannel(ctx, models.SignalResumeChannel)
+	sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) {
 		var sig models.PauseSignal
 		c.Receive(ctx, &sig)
-		if sig.Reason == "" {
-			sig.Reason = "paused by operator"
-		}
-		b.paused[sig.Channel] = sig.Reason
-		b.forward(ctx, models.SignalPauseChannel, sig)
+		b.pause(ctx, sig)
 	})
-	sel.AddReceive(workflow.GetSignalChannel(ctx, models.SignalResumeChannel), func(c workflow.ReceiveChannel, _ bool) {
+	sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) {
 		var sig models.PauseSignal
 		c.Receive(ctx, &sig)
-		delete(b.paused, sig.Channel)
-		b.forward(ctx, models.SignalResumeChannel, sig)
+		b.resume(ctx, sig)
 	})
 
 	// An operator's cancel (starter batch cancel) stops starting chunks and asks the
@@ -96,25 +113,31 @@ func (b *batchSync) run(ctx workflow.Context) (models.BatchStatus, error) {
 	cancelled := false
 	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) { cancelled = true })
 
-	maxRunning := b.in.MaxRunningChildren
-	if maxRunning <= 0 {
-		maxRunning = DefaultMaxRunningChildren
-	}
 	for !cancelled {
 		long := historyFull(ctx)
-		for !long && len(b.running) < maxRunning && b.next < len(b.plan.Chunks) {
-			b.start(ctx, sel, b.plan.Chunks[b.next])
-			b.next++
+		if !long {
+			b.startDue(ctx, sel)
 		}
 		if len(b.running) == 0 {
 			if b.next >= len(b.plan.Chunks) {
 				break
 			}
 			if long {
+				// Signals that came with the last child's result, and handlers still
+				// running, land in this run's state before it is handed on.
+				if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+					return b.cancel(ctx)
+				}
+				b.drain(ctx, pause, resume)
 				log.Info("continuing as new", "next", b.next)
 				next := b.in
 				next.Mutations, next.PayloadKey = nil, ""
 				next.Carry = &models.BatchCarry{Plan: b.plan, Next: b.next, Results: b.results, Paused: b.paused}
+				for i := b.next; i < len(b.started); i++ {
+					if b.started[i] {
+						next.Carry.Started = append(next.Carry.Started, i)
+					}
+				}
 				return b.status(), workflow.NewContinueAsNewError(ctx, BatchSync, next)
 			}
 		}
@@ -140,8 +163,77 @@ func (b *batchSync) run(ctx workflow.Context) (models.BatchStatus, error) {
 	return st, nil
 }
 
-// start launches the ChannelSync child for chunk c and wires its result into sel.
-func (b *batchSync) start(ctx workflow.Context, sel workflow.Selector, c models.Chunk) {
+// startDue starts, in plan order (most urgent first), every chunk whose channel
+// has room for it. A channel's chunks start in order, but one channel waiting
+// for room does not hold back another's.
+func (b *batchSync) startDue(ctx workflow.Context, sel workflow.Selector) {
+	for i := b.next; i < len(b.plan.Chunks); i++ {
+		if b.started[i] {
+			continue
+		}
+		c := b.plan.Chunks[i]
+		lanes := b.room(c)
+		if lanes == 0 {
+			if b.budget(c.Channel) == 0 {
+				break // sized by child count: strictly in plan order, as always
+			}
+			continue
+		}
+		b.start(ctx, sel, c, lanes)
+		b.started[i] = true
+	}
+	for b.next < len(b.started) && b.started[b.next] {
+		b.next++
+	}
+}
+
+// room is the window chunk c would start with now, 0 when its channel (or the
+// batch) has no room for another child. A channel the plan sized gets pushes in
+// flight up to its budget, the child taking what is free (its requests at most);
+// one it did not runs DefaultMaxRunningChildren children of DefaultWindow lanes.
+// An input's MaxRunningChildren and Window, when set, override both.
+func (b *batchSync) room(c models.Chunk) int {
+	if b.in.MaxRunningChildren > 0 && len(b.running) >= b.in.MaxRunningChildren {
+		return 0
+	}
+	budget := b.budget(c.Channel)
+	if budget == 0 {
+		if b.in.MaxRunningChildren <= 0 && len(b.running) >= DefaultMaxRunningChildren {
+			return 0
+		}
+		if b.in.Window > 0 {
+			return b.in.Window
+		}
+		return DefaultWindow
+	}
+	used := 0
+	for _, r := range b.running {
+		if r.channel == c.Channel {
+			used += r.lanes
+		}
+	}
+	if used >= budget {
+		return 0
+	}
+	if b.in.Window > 0 {
+		return b.in.Window
+	}
+	return max(1, min(budget-used, c.Requests))
+}
+
+// budget is the pushes in flight the plan allows on channel, 0 when it does not say.
+func (b *batchSync) budget(channel string) int {
+	for _, f := range b.plan.InFlight {
+		if f.Channel == channel {
+			return f.InFlight
+		}
+	}
+	return 0
+}
+
+// start launches the ChannelSync child for chunk c with the given window and wires
+// its result into sel.
+func (b *batchSync) start(ctx workflow.Context, sel workflow.Selector, c models.Chunk, lanes int) {
 	id := models.ChannelSyncWorkflowID(b.in.BatchID, c.Channel, c.Priority, c.N)
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            id,
@@ -155,10 +247,14 @@ func (b *batchSync) start(ctx workflow.Context, sel workflow.Selector, c models.
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			attrChannel.ValueSet(c.Channel), attrBatchID.ValueSet(b.in.BatchID), attrPriority.ValueSet(int64(c.Priority))),
 	})
-	in := models.ChannelSyncInput{BatchID: b.in.BatchID, Chunk: c, Window: b.in.Window, Retry: b.in.Retry,
+	window := b.in.Window // a child sized by count keeps its input as it always had
+	if b.budget(c.Channel) > 0 {
+		window = lanes
+	}
+	in := models.ChannelSyncInput{BatchID: b.in.BatchID, Chunk: c, Window: window, Retry: b.in.Retry,
 		Paused: b.paused[c.Channel], Counts: models.ChannelCounts{Channel: c.Channel, Total: c.Updates}}
 	fut := workflow.ExecuteChildWorkflow(cctx, ChannelSync, in)
-	b.running = append(b.running, runningChild{id: id, channel: c.Channel, fut: fut})
+	b.running = append(b.running, runningChild{id: id, channel: c.Channel, lanes: lanes, fut: fut})
 	sel.AddFuture(fut, func(f workflow.Future) {
 		var counts models.ChannelCounts
 		if err := f.Get(ctx, &counts); err != nil {
@@ -223,6 +319,40 @@ func (b *batchSync) remove(id string) {
 	for i, r := range b.running {
 		if r.id == id {
 			b.running = append(b.running[:i], b.running[i+1:]...)
+			return
+		}
+	}
+}
+
+// pause records an operator's pause of a channel and passes it to its running children.
+func (b *batchSync) pause(ctx workflow.Context, sig models.PauseSignal) {
+	if sig.Reason == "" {
+		sig.Reason = "paused by operator"
+	}
+	b.paused[sig.Channel] = sig.Reason
+	b.forward(ctx, models.SignalPauseChannel, sig)
+}
+
+// resume ends an operator's pause of a channel, here and in its running children.
+func (b *batchSync) resume(ctx workflow.Context, sig models.PauseSignal) {
+	delete(b.paused, sig.Channel)
+	b.forward(ctx, models.SignalResumeChannel, sig)
+}
+
+// drain applies every signal still waiting in its channel, so a continuation does
+// not lose one. Resumes go before pauses: of a pause and a resume that arrived
+// together, whose order the two channels no longer tell, the continuation keeps
+// the pause, the safe side (an operator resumes again; a push sent while paused
+// cannot be taken back).
+func (b *batchSync) drain(ctx workflow.Context, pause, resume workflow.ReceiveChannel) {
+	for {
+		var sig models.PauseSignal
+		switch {
+		case resume.ReceiveAsync(&sig):
+			b.resume(ctx, sig)
+		case pause.ReceiveAsync(&sig):
+			b.pause(ctx, sig)
+		default:
 			return
 		}
 	}

@@ -78,6 +78,12 @@ func (s *channelSync) run(ctx workflow.Context) (models.ChannelCounts, error) {
 		return s.counts, err
 	}
 	if len(s.queue) > 0 {
+		// A pause or resume that came with the last push's result is in this run's
+		// state before the state is handed on.
+		if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+			return s.counts, err
+		}
+		s.drain(ctx)
 		log.Info("continuing as new", "remaining", len(s.queue))
 		next := s.in
 		next.Remaining, next.Counts, next.Paused = s.queue, s.counts, s.paused
@@ -96,19 +102,46 @@ func (s *channelSync) listen(ctx workflow.Context) {
 			sel := workflow.NewSelector(ctx)
 			sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) {
 				c.Receive(ctx, &sig)
-				s.paused = sig.Reason
-				if s.paused == "" {
-					s.paused = "paused by operator"
-				}
+				s.pause(sig)
 			})
 			sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) {
 				c.Receive(ctx, &sig)
-				s.paused = ""
-				s.resumes++
+				s.resume()
 			})
 			sel.Select(ctx)
 		}
 	})
+}
+
+func (s *channelSync) pause(sig models.PauseSignal) {
+	s.paused = sig.Reason
+	if s.paused == "" {
+		s.paused = "paused by operator"
+	}
+}
+
+func (s *channelSync) resume() {
+	s.paused = ""
+	s.resumes++
+}
+
+// drain applies the pause and resume signals still waiting in their channels, so a
+// continuation does not lose one; resumes first, so that of a pause and a resume
+// that arrived together the pause, the safe side, is what the next run keeps.
+func (s *channelSync) drain(ctx workflow.Context) {
+	pause := workflow.GetSignalChannel(ctx, models.SignalPauseChannel)
+	resume := workflow.GetSignalChannel(ctx, models.SignalResumeChannel)
+	for {
+		var sig models.PauseSignal
+		switch {
+		case resume.ReceiveAsync(&sig):
+			s.resume()
+		case pause.ReceiveAsync(&sig):
+			s.pause(sig)
+		default:
+			return
+		}
+	}
 }
 
 // take hands out the next request index, or false when the chunk is done or the
