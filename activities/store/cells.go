@@ -383,10 +383,18 @@ func (s *Store) RecordAcknowledged(ctx context.Context, ack Ack) (committed, sup
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		var conf pgtype.Int8
 		if ack.ConfirmationID != "" {
+			// last_night is the latest night the confirmation may stand for: Prune
+			// drops it once that night is past retention, its cells gone with it.
+			last := rows[0].night
+			for _, row := range rows {
+				if row.night.After(last) {
+					last = row.night
+				}
+			}
 			if err := tx.QueryRow(ctx, `
-INSERT INTO confirmations (channel, code, confirmed_at) VALUES ($1, $2, $3)
-ON CONFLICT (channel, code) DO UPDATE SET code = excluded.code
-RETURNING id`, ch, ack.ConfirmationID, s.now()).Scan(&conf); err != nil {
+INSERT INTO confirmations AS f (channel, code, confirmed_at, last_night) VALUES ($1, $2, $3, $4)
+ON CONFLICT (channel, code) DO UPDATE SET last_night = greatest(f.last_night, excluded.last_night)
+RETURNING id`, ch, ack.ConfirmationID, s.now(), last.Time()).Scan(&conf); err != nil {
 				return err
 			}
 		}
@@ -475,7 +483,10 @@ func (c CellState) Drifted() bool { return c.Desired.Version > c.Acked.Version }
 // [from, to], sorted by property, room type, rate plan, night and family, so that a
 // caller can read one property back from the channel at a time. Reconciliation calls
 // it to compare the channel with the desired state (including cells that were never
-// acknowledged) and re-send the desired values at their versions.
+// acknowledged) and re-send the desired values at their versions. Naming every
+// family lets each room rate's read range on the whole primary key (room_rate,
+// family, night), and each cell's confirmation is one probe: the read costs the
+// cells it returns, not every night of the channel's room rates.
 func (s *Store) CellStates(ctx context.Context, channel string, from, to models.Date, fn func(CellState) error) error {
 	rows, _ := s.pool.Query(ctx, `
 SELECT r.property_id, r.room_type, r.rate_plan, c.night, c.family::text,
@@ -487,8 +498,10 @@ SELECT r.property_id, r.room_type, r.rate_plan, c.night, c.family::text,
 	coalesce(f.code, ''), f.confirmed_at
 FROM room_rates r
 JOIN channels ch ON ch.id = r.channel
-JOIN cells c ON c.room_rate = r.id
-LEFT JOIN confirmations f ON f.id = c.confirmation
+JOIN cells c ON c.room_rate = r.id AND c.family = ANY (enum_range(NULL::family))
+-- OFFSET 0 keeps the lateral a probe per cell: pulled up, it becomes a join that
+-- reads every confirmation.
+LEFT JOIN LATERAL (SELECT code, confirmed_at FROM confirmations WHERE id = c.confirmation OFFSET 0) f ON true
 WHERE ch.slug = $1 AND c.night BETWEEN $2 AND $3
 ORDER BY r.property_id, r.room_type, r.rate_plan, c.night, c.family`, channel, from.Time(), to.Time())
 	var st CellState
@@ -582,13 +595,14 @@ type SentVersion struct {
 // SentVersions calls fn with every cell and family of channel whose night is on or
 // after from and that was ever sent, sorted by property, family, room type, rate
 // plan and night: one (channel, property, family) ordering gate after another. The
-// gate rebuild calls it after a Redis loss, before anything is sent.
+// gate rebuild calls it after a Redis loss, before anything is sent. Like
+// CellStates it ranges on the primary key per room rate and family.
 func (s *Store) SentVersions(ctx context.Context, channel string, from models.Date, fn func(SentVersion) error) error {
 	rows, _ := s.pool.Query(ctx, `
 SELECT r.property_id, c.family::text, r.room_type, r.rate_plan, c.night, c.sent_version
 FROM room_rates r
 JOIN channels ch ON ch.id = r.channel
-JOIN cells c ON c.room_rate = r.id
+JOIN cells c ON c.room_rate = r.id AND c.family = ANY (enum_range(NULL::family))
 WHERE ch.slug = $1 AND c.night >= $2 AND c.sent_version > 0
 ORDER BY r.property_id, c.family, r.room_type, r.rate_plan, c.night`, channel, from.Time())
 	var sv SentVersion
