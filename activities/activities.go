@@ -103,6 +103,11 @@ type Activities struct {
 	Metrics *Metrics
 
 	rebuilds gateRebuilds
+	// ahead and held are what this worker already knows of a lane's next request
+	// (read with the current one) and of its held slot (from the current push's
+	// Settle), so the next push on this worker skips a read and a decision.
+	ahead requestCache
+	held  heldSlots
 }
 
 func (a *Activities) now() time.Time {
@@ -288,145 +293,6 @@ func (a *Activities) storeChunks(ctx context.Context, batchID string, reqs []mod
 	return nil
 }
 
-// PushRequest sends one stored request through the limiter to its channel and
-// records what came of it. The limiter's Reserve holds the request's slot and, once it
-// is due, drops the nights a newer version already went out for (superseded) and
-// leases the rest until the outcome is known. A slot a few seconds away is waited
-// out here; a later one comes back as a typed RateLimited error carrying the wait,
-// for a durable timer. With in.NextReservation set, the lane's next request's slot is
-// reserved once this one has its outcome, and returned in PushResult.Next.
-//
-// What is sent is recorded in the store before the call (RecordSent), so the gate
-// can be rebuilt after a Redis loss, and sent only if the gate that admitted it was
-// whole: its epoch read before Reserve is still in force after RecordSent.
-func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (models.PushResult, error) {
-	log := activity.GetLogger(ctx)
-	req, err := a.Store.Request(ctx, in.ChunkKey, in.Index)
-	if err != nil {
-		return models.PushResult{}, payloadError(err)
-	}
-	cfg, ok := a.Channels[req.Channel]
-	if !ok {
-		return models.PushResult{}, FailureError(ErrRejected, Failure{Message: "unknown channel " + req.Channel})
-	}
-	lr := limiter.Request{Channel: req.Channel, Family: req.Family, Property: req.PropertyID,
-		Priority: req.Priority, Cost: cfg.Cost(req), ID: in.Reservation, Lines: req.Lines}
-	if lr.ID == "" {
-		lr.ID = models.ReservationID(in.ChunkKey, in.Index)
-	}
-	var d limiter.Decision
-	for attempt := 1; ; attempt++ {
-		epoch, err := a.gateEpoch(ctx, req.Channel)
-		if err != nil {
-			return models.PushResult{}, err
-		}
-		if d, err = a.reserve(ctx, lr); err != nil {
-			// Fail closed: no decision, no call. A request the limiter can never
-			// take is parked at once; anything else (Redis unreachable) is retried
-			// by Temporal within its bound. The limiter's error names the channel.
-			return models.PushResult{}, permanent(err)
-		}
-		switch d.State {
-		case limiter.Send:
-		case limiter.Superseded:
-			log.Info("superseded before sending", "channel", req.Channel, "property", req.PropertyID,
-				"family", req.Family, "updates", len(req.Refs))
-			n, err := a.supersede(ctx, in.BatchID, req, req.Refs)
-			if err != nil {
-				return models.PushResult{}, err
-			}
-			res := models.PushResult{Superseded: n}
-			res.Next = a.reserveNext(ctx, in)
-			return res, nil
-		case limiter.Quota:
-			a.Metrics.deny(req.Channel, string(d.Tier))
-			return models.PushResult{}, FailureError(ErrQuotaExhausted, Failure{Wait: d.Wait, Tier: string(d.Tier),
-				Message: fmt.Sprintf("daily quota %d/%d", d.DailyUsed, d.DailyLimit)})
-		default:
-			a.Metrics.deny(req.Channel, string(d.Tier))
-			f := Failure{Wait: d.Wait, Tier: string(d.Tier), Paused: d.PausedReason, Held: d.State == limiter.Wait}
-			if d.State == limiter.Breaker {
-				// Named in the failure so the wait reads as the breaker's in the history.
-				f.Message = "circuit breaker open"
-			}
-			return models.PushResult{}, FailureError(ErrRateLimited, f)
-		}
-		send, _ := req.WithoutNights(d.Dropped)
-		if err := a.Store.RecordSent(ctx, send); err != nil {
-			a.release(ctx, lr)
-			return models.PushResult{}, err
-		}
-		now, err := a.Limiter.GateEpoch(ctx, req.Channel)
-		if err == nil && now == epoch {
-			break
-		}
-		// Redis lost its state between the two reads: the gate that admitted the
-		// request may have forgotten newer versions. Rebuild it and ask again.
-		a.release(ctx, lr)
-		log.Warn("ordering gate lost during the decision; rebuilding", "channel", req.Channel, "attempt", attempt)
-		if attempt >= maxGateAttempts {
-			return models.PushResult{}, FailureError(ErrRateLimited, Failure{Wait: time.Second,
-				Message: "ordering gate lost; rebuilt, ask again"})
-		}
-	}
-	defer a.release(ctx, lr)
-	send, dropped := req.WithoutNights(d.Dropped)
-	if in.RefreshCredential {
-		if err := a.Tokens.Refresh(ctx, req.Channel); err != nil {
-			return models.PushResult{}, fmt.Errorf("refresh credential for %s: %w", req.Channel, err)
-		}
-	}
-
-	resp, err := a.Client.Push(ctx, send)
-	if err != nil {
-		return models.PushResult{}, fmt.Errorf("push %s/%s: %w", req.Channel, req.Family, err)
-	}
-	if resp.HasRateLimit {
-		if err := a.Limiter.Adapt(ctx, req.Channel, req.PropertyID, req.Family,
-			resp.RateLimit.Limit, resp.RateLimit.Remaining, resp.RateLimit.Reset); err != nil {
-			log.Warn("adapt rate", "channel", req.Channel, "error", err)
-		}
-	}
-	a.Metrics.push(req.Channel, string(req.Family), resp.Class)
-	a.feedBreaker(ctx, req.Channel, resp.Class)
-	log.Info("pushed", "channel", req.Channel, "family", req.Family, "property", req.PropertyID,
-		"lines", len(send.Lines), "dropped_nights", len(d.Dropped), "status", resp.Status, "class", resp.Class)
-
-	f := Failure{Status: resp.Status, Message: resp.Message}
-	switch resp.Class {
-	case channels.ClassCommitted, channels.ClassPartial:
-		res, err := a.acknowledge(ctx, in.BatchID, req, send, resp)
-		if err != nil {
-			return models.PushResult{}, err
-		}
-		n, err := a.supersede(ctx, in.BatchID, req, dropped)
-		if err != nil {
-			return models.PushResult{}, err
-		}
-		res.Superseded += n
-		res.Next = a.reserveNext(ctx, in)
-		return res, nil
-	case channels.ClassThrottled:
-		f.Wait, f.ServerWait = resp.RetryAfter, resp.ServerWait
-		if f.ServerWait && f.Wait > 0 {
-			// Every worker holds back, not just this activity.
-			if err := a.Limiter.Backoff(ctx, req.Channel, f.Wait); err != nil {
-				log.Warn("channel back-off", "channel", req.Channel, "error", err)
-			}
-		}
-		return models.PushResult{}, FailureError(ErrThrottled, f)
-	case channels.ClassTransient:
-		return models.PushResult{}, FailureError(ErrTransient, f)
-	case channels.ClassAuthExpired:
-		return models.PushResult{}, FailureError(ErrAuthExpired, f)
-	case channels.ClassQuotaExhausted:
-		f.Wait = a.quotaStop(ctx, req.Channel)
-		return models.PushResult{}, FailureError(ErrQuotaExhausted, f)
-	default:
-		return models.PushResult{}, FailureError(ErrRejected, f)
-	}
-}
-
 // permanent types the limiter errors that no retry can cure (a family without a
 // budget share, a channel the limiter does not know, an invalid request) as
 // Rejected, so the request is dead-lettered with the reason instead of retried.
@@ -454,17 +320,6 @@ func (a *Activities) quotaStop(ctx context.Context, channel string) time.Duratio
 	return wait
 }
 
-// maxGateAttempts bounds how often one PushRequest rebuilds a gate lost under it.
-const maxGateAttempts = 3
-
-// release ends the lease a Send took; a lost release only delays the nights' next
-// request until the lease expires.
-func (a *Activities) release(ctx context.Context, lr limiter.Request) {
-	if err := a.Limiter.Release(context.WithoutCancel(ctx), lr); err != nil {
-		activity.GetLogger(ctx).Warn("release lease", "channel", lr.Channel, "error", err)
-	}
-}
-
 // supersede records refs of req as superseded by a newer version the gate already
 // sent, and returns how many of them are superseded as stored.
 func (a *Activities) supersede(ctx context.Context, batchID string, req models.ChannelRequest, refs []models.MutationRef) (int, error) {
@@ -483,90 +338,12 @@ func (a *Activities) supersede(ctx context.Context, batchID string, req models.C
 	return counts[models.OutcomeSuperseded], nil
 }
 
-// feedBreaker tells the channel's circuit breaker what a push came to: a 5xx or a
-// timeout counts toward opening it, any answer that shows the channel up closes it,
-// and throttling says nothing about the channel's health.
-func (a *Activities) feedBreaker(ctx context.Context, channel string, class channels.Class) {
-	if class == channels.ClassThrottled {
-		return
-	}
-	st, changed, err := a.Limiter.Outcome(ctx, channel, class != channels.ClassTransient)
-	if err != nil {
-		activity.GetLogger(ctx).Warn("circuit breaker", "channel", channel, "error", err)
-		return
-	}
-	if changed {
-		a.Metrics.breaker(channel, st)
-		activity.GetLogger(ctx).Warn("circuit breaker "+st, "channel", channel)
-	}
-}
-
-// DefaultShortWait is how long PushRequest waits in process for a held slot.
-const DefaultShortWait = 2 * time.Second
-
-// reserve asks the limiter for r's slot, waiting in process for a slot at most
-// ShortWait away: a durable timer for a second or two would cost more than it saves.
-func (a *Activities) reserve(ctx context.Context, r limiter.Request) (limiter.Decision, error) {
-	short := a.ShortWait
-	if short <= 0 {
-		short = DefaultShortWait
-	}
-	for range 3 {
-		d, err := a.Limiter.Reserve(ctx, r)
-		if err != nil || d.State != limiter.Wait || d.Wait > short {
-			return d, err
-		}
-		t := time.NewTimer(d.Wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return limiter.Decision{}, ctx.Err()
-		case <-t.C:
-		}
-	}
-	return a.Limiter.Reserve(ctx, r)
-}
-
-// ReserveSlots holds the slots of the first request of each of a ChannelSync's lanes,
-// in one activity instead of one push per lane that would only come back with a
-// wait. A request the limiter cannot hold a slot for now is left out: its lane asks
-// when it pushes.
-func (a *Activities) ReserveSlots(ctx context.Context, in models.ReserveSlotsInput) ([]models.Slot, error) {
-	var out []models.Slot
-	for k, i := range in.Indexes {
-		if s := a.reserveNext(ctx, models.PushInput{ChunkKey: in.ChunkKey, Next: i, NextReservation: in.Reservations[k]}); s != nil {
-			out = append(out, *s)
-		}
-	}
-	return out, nil
-}
-
-// reserveNext holds the slot of the lane's next request, if it named one. Failing to
-// hold one is not this request's failure: the next request then asks for itself.
-func (a *Activities) reserveNext(ctx context.Context, in models.PushInput) *models.Slot {
-	if in.NextReservation == "" {
-		return nil
-	}
-	req, err := a.Store.Request(ctx, in.ChunkKey, in.Next)
-	if err != nil {
-		return nil
-	}
-	cfg, ok := a.Channels[req.Channel]
-	if !ok {
-		return nil
-	}
-	d, err := a.Limiter.Reserve(ctx, limiter.Request{Channel: req.Channel, Family: req.Family,
-		Property: req.PropertyID, Priority: req.Priority, Cost: cfg.Cost(req), ID: in.NextReservation, Hold: true})
-	if err != nil || d.State != limiter.Wait {
-		return nil
-	}
-	return &models.Slot{Index: in.Next, Wait: d.Wait}
-}
-
 // acknowledge records what the channel confirmed of send (cut from orig by the
-// gate): every line of a 2xx, the accepted lines of a partial success. The failed
-// lines are handed back numbered as in orig, so they can be parked from it.
-func (a *Activities) acknowledge(ctx context.Context, batchID string, orig, send models.ChannelRequest, resp channels.PushResponse) (models.PushResult, error) {
+// gate): every line of a 2xx, the accepted lines of a partial success, and the refs
+// the gate dropped as superseded, in one transaction. The failed lines are handed
+// back numbered as in orig, so they can be parked from it.
+func (a *Activities) acknowledge(ctx context.Context, batchID string, orig, send models.ChannelRequest,
+	dropped []models.MutationRef, resp channels.PushResponse) (models.PushResult, error) {
 	res := models.PushResult{ConfirmationID: resp.ConfirmationID}
 	var failed []int
 	for _, lf := range resp.Failed {
@@ -580,7 +357,7 @@ func (a *Activities) acknowledge(ctx context.Context, batchID string, orig, send
 	}
 	var err error
 	res.Committed, res.Superseded, err = a.Store.RecordAcknowledged(ctx, store.Ack{BatchID: batchID, Request: send,
-		ConfirmationID: resp.ConfirmationID, FailedLines: failed})
+		ConfirmationID: resp.ConfirmationID, FailedLines: failed, Superseded: dropped})
 	if err != nil {
 		return models.PushResult{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"slices"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 	"go.temporal.io/sdk/converter"
@@ -65,6 +68,12 @@ type envOptions struct {
 	// limiterRDB replaces the limiter's Redis client.
 	limiterRDB redis.Scripter
 	chunkSize  int
+	// pgTracer sees every statement the store sends.
+	pgTracer pgx.QueryTracer
+	// handler wraps the simulator's handler; client replaces the channel client's
+	// HTTP client.
+	handler func(http.Handler) http.Handler
+	client  func(*httptest.Server) *http.Client
 }
 
 // testRedisClient connects to REDIS_URL (or the local default) and returns a fresh
@@ -127,7 +136,11 @@ func newActivityEnv(t *testing.T, o envOptions) *activityEnv {
 		o.sim(&sc)
 	}
 	s := sim.New(sc)
-	srv := httptest.NewServer(s)
+	var h http.Handler = s
+	if o.handler != nil {
+		h = o.handler(s)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(func() { s.Close(); srv.Close() })
 
 	now := time.Now().UTC().Truncate(time.Hour)
@@ -143,11 +156,7 @@ func newActivityEnv(t *testing.T, o envOptions) *activityEnv {
 	if o.limiterRDB != nil {
 		limRDB = o.limiterRDB
 	}
-	st, err := store.Open(context.Background(), storetest.Schema(t, "actstest"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := openStore(t, storetest.Schema(t, "actstest"), o.pgTracer)
 	if err := st.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -156,12 +165,32 @@ func newActivityEnv(t *testing.T, o envOptions) *activityEnv {
 	for _, c := range chs {
 		creds[c.Slug] = tokens
 	}
-	client := channels.New(srv.Client(), srv.URL, creds, chs, 5*time.Second)
+	hc := srv.Client()
+	if o.client != nil {
+		hc = o.client(srv)
+	}
+	client := channels.New(hc, srv.URL, creds, chs, 5*time.Second)
 	acts := &Activities{Limiter: lim, Client: client, Tokens: creds, Store: st,
 		Channels: models.ChannelMap(chs), Validator: validator, ChunkSize: o.chunkSize,
 		Now: func() time.Time { return now }}
 	return &activityEnv{t: t, rdb: rdb, prefix: prefix, store: st, lim: lim, sim: s, srv: srv, acts: acts,
 		now: now, today: models.DateOf(now)}
+}
+
+// openStore opens the store at url, its statements seen by tracer when not nil.
+func openStore(t *testing.T, url string, tracer pgx.QueryTracer) *store.Store {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return store.New(pool)
 }
 
 // exec runs one activity in the SDK's activity test environment, so activity.GetLogger

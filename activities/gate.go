@@ -20,6 +20,25 @@ import (
 type gateRebuilds struct {
 	mu       sync.Mutex
 	building map[string]*sync.Mutex
+	// whole holds the channels whose gate this worker last saw whole: the first
+	// push to any other checks (and rebuilds) the gate before it asks for a slot,
+	// rather than spend a slot on a decision it then cannot trust.
+	whole map[string]bool
+}
+
+func (g *gateRebuilds) seenWhole(channel string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.whole[channel]
+}
+
+func (g *gateRebuilds) setWhole(channel string, whole bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.whole == nil {
+		g.whole = map[string]bool{}
+	}
+	g.whole[channel] = whole
 }
 
 func (g *gateRebuilds) lock(channel string) *sync.Mutex {

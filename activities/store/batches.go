@@ -177,6 +177,48 @@ WHERE b.batch_id = $1 AND ch.slug = $2 AND q.priority = $3 AND q.chunk = $4 AND 
 	return r, nil
 }
 
+// Requests reads requests idx of a stored chunk in one statement; the
+// requests that do not exist (past the chunk's end, or released) are missing from
+// the answer. ReserveSlots reads the first request of every lane with it.
+func (s *Store) Requests(ctx context.Context, chunkKey string, idx ...int) (map[int]models.ChannelRequest, error) {
+	ref, err := parseChunkKey(chunkKey)
+	if err != nil {
+		return nil, fmt.Errorf("requests of %s: %w", chunkKey, errors.Join(err, ErrBatchNotFound))
+	}
+	got, err := readRequests(ctx, s.pool, ref, idx)
+	if err != nil {
+		return nil, fmt.Errorf("requests of %s: %w", chunkKey, err)
+	}
+	return got, nil
+}
+
+// readRequests reads requests idx of chunk ref on q, by primary key.
+func readRequests(ctx context.Context, q dbtx, ref chunkRef, idx []int) (map[int]models.ChannelRequest, error) {
+	is := make([]int32, len(idx))
+	for k, i := range idx {
+		is[k] = int32(i)
+	}
+	rows, _ := q.Query(ctx, `
+SELECT q.idx, q.body FROM batch_requests q
+JOIN batches b ON b.id = q.batch JOIN channels ch ON ch.id = q.channel
+WHERE b.batch_id = $1 AND ch.slug = $2 AND q.priority = $3 AND q.chunk = $4 AND q.idx = ANY($5)`,
+		ref.batchID, ref.channel, ref.priority, ref.n, is)
+	out := make(map[int]models.ChannelRequest, len(idx))
+	var i int32
+	var body []byte
+	if _, err := pgx.ForEachRow(rows, []any{&i, &body}, func() error {
+		var r models.ChannelRequest
+		if err := inflate(body, &r); err != nil {
+			return fmt.Errorf("decode request %d: %w", i, err)
+		}
+		out[int(i)] = r
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReleaseBatch drops a finished batch's payload and stored requests; BatchSync calls
 // it once every update has an outcome. The batch's outcomes stay.
 func (s *Store) ReleaseBatch(ctx context.Context, batchID string) error {

@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -236,9 +237,11 @@ func requestRows(r models.ChannelRequest, skip []int) []cellRow {
 }
 
 // RecordSent records that request r was admitted to its channel: per night, the
-// newest version sent. PushRequest calls it after the ordering gate admitted r and
-// before the HTTP call, so that the gate can be rebuilt from SentVersions after a
-// Redis loss and never let an older version follow a newer one.
+// newest version sent. It is an upper bound of what went out: PushRequest records a
+// request before it asks the limiter (RecordSending), so that the gate can be
+// rebuilt from SentVersions after a Redis loss and never let an older version
+// follow a newer one, and nothing but the HTTP write stands between the limiter's
+// grant and the call.
 func (s *Store) RecordSent(ctx context.Context, r models.ChannelRequest) error {
 	rows := requestRows(r, nil)
 	if len(rows) == 0 {
@@ -247,20 +250,89 @@ func (s *Store) RecordSent(ctx context.Context, r models.ChannelRequest) error {
 	if err := s.resolve(ctx, rows); err != nil {
 		return fmt.Errorf("record sent %s/%s: %w", r.Channel, r.PropertyID, err)
 	}
+	if err := upsertSent(ctx, s.pool, rows); err != nil {
+		return fmt.Errorf("record sent %s/%s: %w", r.Channel, r.PropertyID, err)
+	}
+	return nil
+}
+
+// upsertSent raises the sent version of rows (resolved) on q; O(rows), by key.
+func upsertSent(ctx context.Context, q dbtx, rows []cellRow) error {
 	for _, chunk := range statements(rows) {
 		var a cellArrays
 		for _, row := range chunk {
 			a.add(row)
 		}
-		if _, err := s.pool.Exec(ctx, `
+		if _, err := q.Exec(ctx, `
 INSERT INTO cells AS c (room_rate, family, night, sent_version)
 SELECT * FROM unnest($1::integer[], $2::text[]::family[], $3::date[], $4::bigint[])
 ON CONFLICT (room_rate, family, night) DO UPDATE SET sent_version = excluded.sent_version
 WHERE c.sent_version < excluded.sent_version`, a.roomRate, a.family, a.night, a.version); err != nil {
-			return fmt.Errorf("record sent %s/%s: %w", r.Channel, r.PropertyID, err)
+			return err
 		}
 	}
 	return nil
+}
+
+// RecordSending is what PushRequest writes before it asks the limiter for request
+// index of chunk chunkKey: the request as sent (RecordSent), read first unless the
+// caller has it (known), together with the requests ahead that the caller will need
+// next (the lane's next request), in one transaction — one statement when there is
+// nothing to read. It returns the request and those of ahead that exist; a request
+// that does not is ErrBatchNotFound as for Request.
+func (s *Store) RecordSending(ctx context.Context, chunkKey string, index int, known *models.ChannelRequest,
+	ahead ...int) (models.ChannelRequest, map[int]models.ChannelRequest, error) {
+	var need []int
+	if known == nil {
+		need = append(need, index)
+	}
+	need = append(need, ahead...)
+	fail := func(err error) (models.ChannelRequest, map[int]models.ChannelRequest, error) {
+		return models.ChannelRequest{}, nil, fmt.Errorf("record sending %d of %s: %w", index, chunkKey, err)
+	}
+	var ref chunkRef
+	if len(need) > 0 {
+		var err error
+		if ref, err = parseChunkKey(chunkKey); err != nil {
+			return fail(errors.Join(err, ErrBatchNotFound))
+		}
+	}
+	var req models.ChannelRequest
+	var got map[int]models.ChannelRequest
+	write := func(q dbtx) error {
+		if len(need) > 0 {
+			var err error
+			if got, err = readRequests(ctx, q, ref, need); err != nil {
+				return err
+			}
+		}
+		if known != nil {
+			req = *known
+		} else if r, ok := got[index]; ok {
+			req = r
+			delete(got, index)
+		} else {
+			return ErrBatchNotFound
+		}
+		rows := requestRows(req, nil)
+		if len(rows) == 0 {
+			return nil
+		}
+		if err := s.resolve(ctx, rows); err != nil {
+			return err
+		}
+		return upsertSent(ctx, q, rows)
+	}
+	var err error
+	if len(need) == 0 {
+		err = write(s.pool)
+	} else {
+		err = s.inTx(ctx, func(tx pgx.Tx) error { return write(tx) })
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return req, got, nil
 }
 
 // Ack is a channel's confirmation of a request, or of the lines of it that it
@@ -273,6 +345,9 @@ type Ack struct {
 	// are neither acknowledged nor given an outcome here: the dead-letter activity
 	// parks them.
 	FailedLines []int
+	// Superseded are refs of the request the ordering gate dropped before sending
+	// (a newer version went out): recorded superseded in the same transaction.
+	Superseded []models.MutationRef
 }
 
 // RecordAcknowledged records what the channel confirmed and the outcome of every
@@ -280,7 +355,10 @@ type Ack struct {
 // accepted part of a 207). A ref whose cell already holds a newer acknowledged
 // version is superseded and leaves the acknowledged state alone; every other ref is
 // committed. Calling it again for the same request (a retried activity) records
-// nothing new and returns the same counts, read back from the stored outcomes.
+// nothing new and returns the same counts, read back from the stored outcomes. The
+// counts include ack.Superseded. With the room rates, batch and channel cached
+// (every push after a worker's first), it is one transaction of at most four
+// statements, each by key.
 func (s *Store) RecordAcknowledged(ctx context.Context, ack Ack) (committed, superseded int, err error) {
 	r := ack.Request
 	rows := requestRows(r, ack.FailedLines)
@@ -305,10 +383,18 @@ func (s *Store) RecordAcknowledged(ctx context.Context, ack Ack) (committed, sup
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		var conf pgtype.Int8
 		if ack.ConfirmationID != "" {
+			// last_night is the latest night the confirmation may stand for: Prune
+			// drops it once that night is past retention, its cells gone with it.
+			last := rows[0].night
+			for _, row := range rows {
+				if row.night.After(last) {
+					last = row.night
+				}
+			}
 			if err := tx.QueryRow(ctx, `
-INSERT INTO confirmations (channel, code, confirmed_at) VALUES ($1, $2, $3)
-ON CONFLICT (channel, code) DO UPDATE SET code = excluded.code
-RETURNING id`, ch, ack.ConfirmationID, s.now()).Scan(&conf); err != nil {
+INSERT INTO confirmations AS f (channel, code, confirmed_at, last_night) VALUES ($1, $2, $3, $4)
+ON CONFLICT (channel, code) DO UPDATE SET last_night = greatest(f.last_night, excluded.last_night)
+RETURNING id`, ch, ack.ConfirmationID, s.now(), last.Time()).Scan(&conf); err != nil {
 				return err
 			}
 		}
@@ -344,6 +430,10 @@ RETURNING room_rate, night`, append(a.args(), conf)...)
 			}
 		}
 		var outs []outcomeRow
+		for _, ref := range ack.Superseded {
+			outs = append(outs, outcomeRow{mutationID: ref.ID, family: r.Family, channel: ch,
+				outcome: models.OutcomeSuperseded, reason: "a newer version was sent"})
+		}
 		for _, ref := range r.Refs {
 			if slices.Contains(ack.FailedLines, ref.Line) || ref.Line < 0 || ref.Line >= len(r.Lines) {
 				continue
@@ -357,10 +447,11 @@ RETURNING room_rate, night`, append(a.args(), conf)...)
 			}
 			outs = append(outs, o)
 		}
-		if err := insertOutcomes(ctx, tx, batch, outs); err != nil {
+		inserted, err := insertOutcomes(ctx, tx, batch, outs)
+		if err != nil {
 			return err
 		}
-		counts, err := countOutcomes(ctx, tx, batch, outs)
+		counts, err := storedCounts(ctx, tx, batch, outs, inserted)
 		committed, superseded = counts[models.OutcomeCommitted], counts[models.OutcomeSuperseded]
 		return err
 	})
@@ -392,7 +483,10 @@ func (c CellState) Drifted() bool { return c.Desired.Version > c.Acked.Version }
 // [from, to], sorted by property, room type, rate plan, night and family, so that a
 // caller can read one property back from the channel at a time. Reconciliation calls
 // it to compare the channel with the desired state (including cells that were never
-// acknowledged) and re-send the desired values at their versions.
+// acknowledged) and re-send the desired values at their versions. Naming every
+// family lets each room rate's read range on the whole primary key (room_rate,
+// family, night), and each cell's confirmation is one probe: the read costs the
+// cells it returns, not every night of the channel's room rates.
 func (s *Store) CellStates(ctx context.Context, channel string, from, to models.Date, fn func(CellState) error) error {
 	rows, _ := s.pool.Query(ctx, cellStatesSelect+`
 WHERE ch.slug = $1 AND c.night BETWEEN $2 AND $3
@@ -415,8 +509,10 @@ SELECT r.property_id, r.room_type, r.rate_plan, c.night, c.family::text,
 	coalesce(f.code, ''), f.confirmed_at
 FROM room_rates r
 JOIN channels ch ON ch.id = r.channel
-JOIN cells c ON c.room_rate = r.id
-LEFT JOIN confirmations f ON f.id = c.confirmation`
+JOIN cells c ON c.room_rate = r.id AND c.family = ANY (enum_range(NULL::family))
+-- OFFSET 0 keeps the lateral a probe per cell: pulled up, it becomes a join that
+-- reads every confirmation.
+LEFT JOIN LATERAL (SELECT code, confirmed_at FROM confirmations WHERE id = c.confirmation OFFSET 0) f ON true`
 
 // scanCellStates calls fn with each row of a cellStatesSelect query.
 func (s *Store) scanCellStates(rows pgx.Rows, channel string, fn func(CellState) error) error {
@@ -508,13 +604,14 @@ type SentVersion struct {
 // SentVersions calls fn with every cell and family of channel whose night is on or
 // after from and that was ever sent, sorted by property, family, room type, rate
 // plan and night: one (channel, property, family) ordering gate after another. The
-// gate rebuild calls it after a Redis loss, before anything is sent.
+// gate rebuild calls it after a Redis loss, before anything is sent. Like
+// CellStates it ranges on the primary key per room rate and family.
 func (s *Store) SentVersions(ctx context.Context, channel string, from models.Date, fn func(SentVersion) error) error {
 	rows, _ := s.pool.Query(ctx, `
 SELECT r.property_id, c.family::text, r.room_type, r.rate_plan, c.night, c.sent_version
 FROM room_rates r
 JOIN channels ch ON ch.id = r.channel
-JOIN cells c ON c.room_rate = r.id
+JOIN cells c ON c.room_rate = r.id AND c.family = ANY (enum_range(NULL::family))
 WHERE ch.slug = $1 AND c.night >= $2 AND c.sent_version > 0
 ORDER BY r.property_id, c.family, r.room_type, r.rate_plan, c.night`, channel, from.Time())
 	var sv SentVersion

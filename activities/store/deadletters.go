@@ -114,7 +114,8 @@ RETURNING id`, d.BatchID, ch, d.PropertyID, string(d.Family), d.Reason,
 			outs[i] = outcomeRow{mutationID: ref.ID, family: r.Family, channel: ch,
 				outcome: models.OutcomeDeadLettered, reason: d.Reason}
 		}
-		return insertOutcomes(ctx, tx, batch, outs)
+		_, err = insertOutcomes(ctx, tx, batch, outs)
+		return err
 	})
 	if err != nil {
 		return fail(err)

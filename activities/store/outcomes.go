@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -36,8 +37,17 @@ type outcomeRow struct {
 }
 
 // insertOutcomes records rows for batch; a (mutation, family) that already has an
-// outcome in the batch keeps it.
-func insertOutcomes(ctx context.Context, tx pgx.Tx, batch int64, rows []outcomeRow) error {
+// outcome in the batch keeps it. The same statement adds what it inserted to the
+// batch's outcome_counts, so nothing ever counts a batch's outcomes. It returns how
+// many rows it inserted, per outcome. O(len(rows)): one index probe per row.
+func insertOutcomes(ctx context.Context, tx pgx.Tx, batch int64, rows []outcomeRow) (map[models.Outcome]int, error) {
+	// Counter rows are locked in (channel, outcome) order in every writer, across
+	// statements too, so two writers of one batch never deadlock on them.
+	rows = slices.Clone(rows)
+	slices.SortStableFunc(rows, func(a, b outcomeRow) int {
+		return cmp.Or(cmp.Compare(a.channel, b.channel), cmp.Compare(a.outcome, b.outcome))
+	})
+	inserted := map[models.Outcome]int{}
 	for len(rows) > 0 {
 		chunk := rows[:min(rowsPerStatement, len(rows))]
 		rows = rows[len(chunk):]
@@ -51,18 +61,56 @@ func insertOutcomes(ctx context.Context, tx pgx.Tx, batch int64, rows []outcomeR
 			fams[i] = pgtype.Text{String: string(o.family), Valid: o.family != ""}
 			reasons[i] = pgtype.Text{String: o.reason, Valid: o.reason != ""}
 		}
-		if _, err := tx.Exec(ctx, `
-INSERT INTO outcomes (batch, mutation_id, family, channel, outcome, reason)
-SELECT $1, * FROM unnest($2::text[], $3::text[]::family[], $4::smallint[], $5::text[]::outcome[], $6::text[])
-ON CONFLICT (batch, mutation_id, family) DO NOTHING`, batch, ids, fams, chs, outs, reasons); err != nil {
-			return fmt.Errorf("record outcomes: %w", err)
+		got, _ := tx.Query(ctx, `
+WITH ins AS (
+	INSERT INTO outcomes (batch, mutation_id, family, channel, outcome, reason)
+	SELECT $1, * FROM unnest($2::text[], $3::text[]::family[], $4::smallint[], $5::text[]::outcome[], $6::text[])
+	ON CONFLICT (batch, mutation_id, family) DO NOTHING
+	RETURNING channel, outcome),
+tally AS (SELECT channel, outcome, count(*)::integer AS n FROM ins GROUP BY 1, 2),
+bump AS (
+	INSERT INTO outcome_counts AS c (batch, channel, outcome, n)
+	SELECT $1, channel, outcome, n FROM tally ORDER BY channel, outcome
+	ON CONFLICT (batch, channel, outcome) DO UPDATE SET n = c.n + excluded.n)
+SELECT outcome::text, sum(n)::integer FROM tally GROUP BY 1`, batch, ids, fams, chs, outs, reasons)
+		var outcome string
+		var n int
+		if _, err := pgx.ForEachRow(got, []any{&outcome, &n}, func() error {
+			inserted[models.Outcome(outcome)] += n
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("record outcomes: %w", err)
 		}
 	}
-	return nil
+	return inserted, nil
 }
 
-// countOutcomes counts the stored outcomes of rows' (mutation, family) keys: what a
-// caller reports, the same on every retry.
+// storedCounts is what a writer of outcomes reports for rows: the stored count per
+// outcome of their keys, the same on every retry. On a first attempt every key was
+// inserted and the insert's own tally is the answer; only a retry reads the rows
+// back, one index probe per key.
+func storedCounts(ctx context.Context, tx pgx.Tx, batch int64, rows []outcomeRow, inserted map[models.Outcome]int) (map[models.Outcome]int, error) {
+	type key struct {
+		id     string
+		family models.Family
+	}
+	keys := make(map[key]struct{}, len(rows))
+	for _, o := range rows {
+		keys[key{o.mutationID, o.family}] = struct{}{}
+	}
+	n := 0
+	for _, c := range inserted {
+		n += c
+	}
+	if n == len(keys) {
+		return inserted, nil
+	}
+	return countOutcomes(ctx, tx, batch, rows)
+}
+
+// countOutcomes counts the stored outcomes of rows' (mutation, family) keys. The
+// lateral join keeps it to the index probes of the given keys (at most one row per
+// family of a mutation), never the batch's other outcomes.
 func countOutcomes(ctx context.Context, tx pgx.Tx, batch int64, rows []outcomeRow) (map[models.Outcome]int, error) {
 	ids := make([]string, len(rows))
 	fams := make([]pgtype.Text, len(rows))
@@ -73,7 +121,8 @@ func countOutcomes(ctx context.Context, tx pgx.Tx, batch int64, rows []outcomeRo
 	got, _ := tx.Query(ctx, `
 SELECT o.outcome::text, count(*)
 FROM (SELECT DISTINCT * FROM unnest($2::text[], $3::text[]::family[]) AS k(mutation_id, family)) k
-JOIN outcomes o ON o.batch = $1 AND o.mutation_id = k.mutation_id AND o.family IS NOT DISTINCT FROM k.family
+CROSS JOIN LATERAL (SELECT outcome FROM outcomes o
+	WHERE o.batch = $1 AND o.mutation_id = k.mutation_id AND o.family IS NOT DISTINCT FROM k.family) o
 GROUP BY 1`, batch, ids, fams)
 	counts := map[models.Outcome]int{}
 	var outcome string
@@ -122,10 +171,11 @@ func (s *Store) RecordOutcomes(ctx context.Context, batchID string, os []Mutatio
 	}
 	var counts map[models.Outcome]int
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		if err := insertOutcomes(ctx, tx, batch, rows); err != nil {
+		inserted, err := insertOutcomes(ctx, tx, batch, rows)
+		if err != nil {
 			return err
 		}
-		counts, err = countOutcomes(ctx, tx, batch, rows)
+		counts, err = storedCounts(ctx, tx, batch, rows, inserted)
 		return err
 	})
 	if err != nil {
@@ -157,14 +207,14 @@ ORDER BY o.family NULLS FIRST`, batchID, mutationID)
 
 // BatchCounts tallies the recorded outcomes of a batch per channel, as the batch's
 // status reports them: Total counts updates with an outcome, Rejected whole
-// mutations. Operators and the end-to-end
-// tests call it to check that a batch's outcomes add up.
+// mutations. Operators and the end-to-end tests call it to check that a batch's
+// outcomes add up. It reads the batch's outcome_counts (a row per channel and
+// outcome), not its outcomes.
 func (s *Store) BatchCounts(ctx context.Context, batchID string) ([]models.ChannelCounts, error) {
 	rows, _ := s.pool.Query(ctx, `
-SELECT ch.slug, o.outcome::text, count(*)
-FROM outcomes o JOIN batches b ON b.id = o.batch JOIN channels ch ON ch.id = o.channel
-WHERE b.batch_id = $1
-GROUP BY 1, 2`, batchID)
+SELECT ch.slug, c.outcome::text, c.n
+FROM outcome_counts c JOIN batches b ON b.id = c.batch JOIN channels ch ON ch.id = c.channel
+WHERE b.batch_id = $1`, batchID)
 	by := map[string]*models.ChannelCounts{}
 	var slug, outcome string
 	var n int

@@ -45,15 +45,22 @@ func (s *Store) Prune(ctx context.Context, r Retention) (Pruned, error) {
 		keep time.Duration
 	}{
 		// The night is a calendar date (UTC, as models.Date), whatever the session's
-		// time zone.
-		{&p.Cells, `DELETE FROM cells WHERE night < ($1::timestamptz AT TIME ZONE 'UTC')::date`, r.Nights},
-		// Not referenced by a key: a cell may still point at a pruned confirmation,
-		// which then reads as empty.
-		{&p.Confirmations, `DELETE FROM confirmations f WHERE confirmed_at < $1
-			AND NOT EXISTS (SELECT 1 FROM cells c WHERE c.confirmation = f.id)`, r.Nights},
+		// time zone. Naming every room rate and family makes it one range of the
+		// primary key per (room rate, family): the statement reads what it deletes
+		// and one probe per room rate, not the table.
+		{&p.Cells, `DELETE FROM cells WHERE room_rate = ANY (ARRAY(SELECT id FROM room_rates))
+			AND family = ANY (enum_range(NULL::family))
+			AND night < ($1::timestamptz AT TIME ZONE 'UTC')::date`, r.Nights},
+		// A confirmation stands for nights up to its last_night: once that is past
+		// retention, every cell that could refer to it was deleted just above.
+		{&p.Confirmations, `DELETE FROM confirmations WHERE last_night < ($1::timestamptz AT TIME ZONE 'UTC')::date`, r.Nights},
 		{&p.Payloads, `UPDATE batches SET payload = NULL WHERE created_at < $1 AND payload IS NOT NULL`, r.Payloads},
-		{&p.Requests, `DELETE FROM batch_requests WHERE batch IN (SELECT id FROM batches WHERE created_at < $1)`, r.Payloads},
-		{&p.Parts, `DELETE FROM batch_parts WHERE batch IN (SELECT id FROM batches WHERE created_at < $1)`, r.Payloads},
+		// From the requests' side: they are few (a batch releases its own when it
+		// ends), the batches many. The same for the parts of batches written in parts.
+		{&p.Requests, `DELETE FROM batch_requests q WHERE EXISTS (
+			SELECT 1 FROM batches b WHERE b.id = q.batch AND b.created_at < $1)`, r.Payloads},
+		{&p.Parts, `DELETE FROM batch_parts q WHERE EXISTS (
+			SELECT 1 FROM batches b WHERE b.id = q.batch AND b.created_at < $1)`, r.Payloads},
 		{&p.Batches, `DELETE FROM batches WHERE created_at < $1`, r.Outcomes},
 		{&p.DeadLetters, `DELETE FROM dead_letters WHERE acked_at < $1`, r.DeadLetters},
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paritysync/paritysync/models"
@@ -34,9 +35,16 @@ type Store struct {
 	pool *pgxpool.Pool
 	now  func() time.Time
 
-	mu       sync.Mutex
-	channels map[string]int16 // slug → id; ids never change once given
-	batches  map[string]int64 // batch id → row id; bounded, see batchRef
+	mu        sync.Mutex
+	channels  map[string]int16   // slug → id; ids never change once given
+	batches   map[string]int64   // batch id → row id; bounded, see batchRef
+	roomRates map[roomRate]int32 // room rate → id; ids never change once given; bounded
+}
+
+// dbtx is what a statement runs on: the pool, or a transaction it is part of.
+type dbtx interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // Option configures a Store.
@@ -47,7 +55,8 @@ func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = no
 
 // New returns a store over pool. The caller owns the pool.
 func New(pool *pgxpool.Pool, opts ...Option) *Store {
-	s := &Store{pool: pool, now: time.Now, channels: map[string]int16{}, batches: map[string]int64{}}
+	s := &Store{pool: pool, now: time.Now, channels: map[string]int16{}, batches: map[string]int64{},
+		roomRates: map[roomRate]int32{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -176,9 +185,51 @@ func roomRateOf(c models.Cell) roomRate {
 	return roomRate{c.Channel, c.PropertyID, c.RoomTypeCode, c.RatePlanCode}
 }
 
-// roomRateIDs returns the id of each room rate, numbering new ones. A batch names few
-// distinct room rates, so this is two short statements per call.
+// maxCachedRoomRates bounds the room rate cache (about 100 B an entry).
+const maxCachedRoomRates = 1 << 16
+
+// roomRateIDs returns the id of each room rate, numbering new ones. Ids never change
+// once given, so they are cached: a push resolves its room rates without a statement
+// once this worker saw them. The lookup commits on its own, never in a caller's
+// transaction, whose rollback would leave the cache an id that does not exist.
 func (s *Store) roomRateIDs(ctx context.Context, rrs map[roomRate]int32) error {
+	s.mu.Lock()
+	missing := 0
+	for rr := range rrs {
+		if id, ok := s.roomRates[rr]; ok {
+			rrs[rr] = id
+		} else {
+			missing++
+		}
+	}
+	s.mu.Unlock()
+	if missing == 0 {
+		return nil
+	}
+	uncached := make(map[roomRate]int32, missing)
+	for rr, id := range rrs {
+		if id == 0 {
+			uncached[rr] = 0
+		}
+	}
+	if err := s.lookupRoomRates(ctx, uncached); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if len(s.roomRates)+len(uncached) > maxCachedRoomRates {
+		clear(s.roomRates)
+	}
+	for rr, id := range uncached {
+		rrs[rr] = id
+		s.roomRates[rr] = id
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// lookupRoomRates fills the ids of rrs from the table, numbering new ones. A batch
+// names few distinct room rates, so this is two short statements per call.
+func (s *Store) lookupRoomRates(ctx context.Context, rrs map[roomRate]int32) error {
 	slugs := make([]string, 0, 4)
 	for rr := range rrs {
 		if !slices.Contains(slugs, rr.channel) {
