@@ -266,7 +266,8 @@ func claim(caller apiKey, d models.Decoded) models.Decoded {
 	out.Problems = slices.Clone(d.Problems)
 	refused := false
 	for i, m := range d.Mutations {
-		if caller.mayWrite(m.PropertyID) {
+		// A row without a property is Validate's to refuse (required).
+		if m.PropertyID == "" || caller.mayWrite(m.PropertyID) {
 			out.Mutations = append(out.Mutations, m)
 			out.Lines = append(out.Lines, d.Lines[i])
 			out.Indexes = append(out.Indexes, d.Indexes[i])
