@@ -8,7 +8,7 @@ TEMPORAL_SERVER_VERSION := v1.29.1
 WORKFLOWCHECK_VERSION := v0.6.0
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build demo up down test test-prod vet fmt-check workflowcheck bench bench-e2e bench-intake clean
+.PHONY: all build demo up down test test-prod vet fmt-check workflowcheck bench bench-e2e bench-intake clean promtool
 
 all: build
 
@@ -23,6 +23,13 @@ $(BIN)/server:
 
 $(BIN)/sql:
 	GOBIN=$(BIN) go install go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION)
+
+# promtool checks the Prometheus config, rules and alert tests (worker/compose_test.go);
+# Debian's prometheus package carries it.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+promtool:
+	@command -v promtool >/dev/null || { echo "installing promtool (apt package prometheus)"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq prometheus >/dev/null; }
 
 $(BIN)/workflowcheck:
 	GOBIN=$(BIN) go install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
@@ -64,7 +71,7 @@ workflowcheck: $(BIN)/workflowcheck
 # against the real Redis, the store against the local PostgreSQL (a database of
 # this run's own, dropped at the end; each test makes a schema in it), and the
 # end-to-end runs on a real Temporal dev server.
-test: $(BIN)/temporal fmt-check vet workflowcheck
+test: $(BIN)/temporal promtool fmt-check vet workflowcheck
 	scripts/with-db.sh test env TEMPORAL_CLI=$(BIN)/temporal go test -race -count=1 -timeout 30m ./...
 
 bench:
