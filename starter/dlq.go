@@ -156,11 +156,8 @@ func (c *cli) selected(ctx context.Context, sel *dlqSelection) (*deps, *store.St
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if sel.channel != "" {
-		if _, err := d.selectChannels(sel.channel); err != nil {
-			return nil, nil, nil, err
-		}
-	}
+	// --channel is not checked against the configuration: dead letters of a
+	// channel since removed from it are still exported, acknowledged or replayed.
 	st, err := d.store(ctx)
 	if err != nil {
 		d.close()
