@@ -306,7 +306,8 @@ terminated) and its progress per update from the store, which answers even when 
 worker does. Table and --output json print the same counts; once the batch has
 ended the exit status is 3 when some mutations were rejected, dead-lettered or left
 without an outcome (0 while it runs), and 66 for a batch Temporal does not know.`,
-		Args: exactArgs(1, "exactly one batch id"),
+		Args:              exactArgs(1, "exactly one batch id"),
+		ValidArgsFunction: c.batchArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return c.batchStatus(cmd.Context(), args[0])
 		},

@@ -1,14 +1,19 @@
 package main
 
 import (
+	"context"
+	"strings"
+	"time"
+
 	"github.com/spf13/cobra"
+	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/paritysync/paritysync/models"
 )
 
-// Dynamic shell completion: the output formats, and the channels of the channel
+// Dynamic shell completion: the output formats, the channels of the channel
 // configuration the command would read (PARITYSYNC_CHANNELS_FILE, or the built-in
-// channels).
+// channels), and the ids of recent batches, from Temporal.
 
 // outputFormats are the values of --output.
 var outputFormats = []string{"table", "json"}
@@ -52,4 +57,44 @@ func (c *cli) channelArgs(_ *cobra.Command, args []string, _ string) ([]string, 
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	return c.channelNames(), cobra.ShellCompDirectiveNoFileComp
+}
+
+// completionTimeout bounds a completion that asks Temporal: a shell waits on it.
+const completionTimeout = 2 * time.Second
+
+// maxCompletedBatches is how many of the most recent batches completion offers.
+const maxCompletedBatches = 50
+
+// batchArgs completes a command's one BATCH_ID argument with the most recent
+// batches whose id starts with what was typed; nothing when Temporal does not
+// answer in time.
+func (c *cli) batchArgs(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), completionTimeout)
+	defer cancel()
+	d, err := c.deps()
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	defer d.close()
+	tc, err := d.temporal(ctx)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+		Query: "WorkflowType = 'BatchSync'", PageSize: maxCompletedBatches,
+	})
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var ids []string
+	for _, e := range resp.GetExecutions() {
+		id, _ := batchWorkflowID(e.GetExecution().GetWorkflowId())
+		if strings.HasPrefix(id, toComplete) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, cobra.ShellCompDirectiveNoFileComp
 }

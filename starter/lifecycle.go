@@ -73,6 +73,9 @@ no recorded outcome (not in the batch, or still on its way) exits 66.`,
 	}
 	outcome.Flags().StringVarP(&mutation, "mutation", "m", "", "the mutation id (required)")
 	required(outcome, "mutation")
+	for _, cmd := range []*cobra.Command{cancel, rejections, outcome} {
+		cmd.ValidArgsFunction = c.batchArgs
+	}
 	return []*cobra.Command{cancel, rejections, outcome}
 }
 

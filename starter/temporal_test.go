@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,4 +77,12 @@ func TestBatchStatusOfEndedAndUnknownBatches(t *testing.T) {
 	code, out, errOut = runCLI(t, env, "batch", "status", "batch/b-end")
 	require.Equal(t, exitReported, code, "the table exits as the JSON does: %s", errOut)
 	require.Contains(t, out, "batch/b-end: terminated")
+
+	// Completion offers the batches Temporal knows, by the prefix typed.
+	require.Eventually(t, func() bool {
+		_, out, _ := runCLI(t, env, "__complete", "batch", "cancel", "b-")
+		return slices.Contains(strings.Fields(out), "b-end")
+	}, 10*time.Second, 200*time.Millisecond, "batch ids complete (visibility is eventually consistent)")
+	_, out, _ = runCLI(t, env, "__complete", "batch", "status", "zz")
+	require.NotContains(t, out, "b-end")
 }
