@@ -19,7 +19,8 @@ import (
 )
 
 // devServer starts the Temporal dev server `make test` builds (TEMPORAL_CLI, or
-// ../.bin/temporal) and returns its address.
+// ../.bin/temporal), with the new matcher and one partition as every test's dev
+// server runs, and returns its address.
 func devServer(t *testing.T) (string, client.Client) {
 	t.Helper()
 	path := os.Getenv("TEMPORAL_CLI")
@@ -33,6 +34,11 @@ func devServer(t *testing.T) (string, client.Client) {
 	defer cancel()
 	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
 		ExistingPath: path, LogLevel: "error", ClientOptions: &client.Options{Logger: quietLogger{}},
+		ExtraArgs: []string{
+			"--dynamic-config-value", "matching.useNewMatcher=true",
+			"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+			"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+		},
 	})
 	require.NoError(t, err, "start Temporal dev server")
 	t.Cleanup(func() { _ = srv.Stop() })
