@@ -17,16 +17,18 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
-# Static binaries: the final images have no libc.
+# Static binaries: the final images have no libc. probe is each image's healthcheck
+# (no shell, wget or curl in distroless): docker-compose.yml runs it.
 ENV CGO_ENABLED=0
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     mkdir -p /out && \
-    go build -trimpath -ldflags="-s -w" -o /out/ ./worker ./starter ./otasim ./intake
+    go build -trimpath -ldflags="-s -w" -o /out/ ./worker ./starter ./otasim ./intake ./deploy/probe
 
 # The simulator: a demo target and test double, never part of production.
 FROM gcr.io/distroless/static-debian12:nonroot AS otasim
 COPY --from=build /out/otasim /usr/local/bin/otasim
+COPY --from=build /out/probe /usr/local/bin/probe
 ENV OTASIM_ADDR=:8090
 EXPOSE 8090
 USER nonroot:nonroot
@@ -36,6 +38,7 @@ ENTRYPOINT ["/usr/local/bin/otasim"]
 # per line) is mounted, never baked in: PARITYSYNC_API_KEYS_FILE names it.
 FROM gcr.io/distroless/static-debian12:nonroot AS intake
 COPY --from=build /out/intake /usr/local/bin/intake
+COPY --from=build /out/probe /usr/local/bin/probe
 ENV PARITYSYNC_INTAKE_ADDR=:8080
 EXPOSE 8080
 USER nonroot:nonroot
@@ -47,6 +50,7 @@ ENTRYPOINT ["/usr/local/bin/intake"]
 FROM gcr.io/distroless/static-debian12:nonroot AS worker
 COPY --from=build /out/worker /usr/local/bin/worker
 COPY --from=build /out/starter /usr/local/bin/starter
+COPY --from=build /out/probe /usr/local/bin/probe
 # The image default listens on every interface, so the metrics can be scraped from
 # outside the container.
 ENV PARITYSYNC_METRICS_ADDR=:9464

@@ -8,7 +8,7 @@ TEMPORAL_SERVER_VERSION := v1.29.1
 WORKFLOWCHECK_VERSION := v0.6.0
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build demo up down test test-prod vet fmt-check workflowcheck xmllint bench bench-e2e bench-intake clean
+.PHONY: all build demo up down test test-prod vet fmt-check workflowcheck xmllint bench bench-e2e bench-intake clean promtool
 
 all: build
 
@@ -23,6 +23,13 @@ $(BIN)/server:
 
 $(BIN)/sql:
 	GOBIN=$(BIN) go install go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION)
+
+# promtool checks the Prometheus config, rules and alert tests (worker/compose_test.go);
+# Debian's prometheus package carries it.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+promtool:
+	@command -v promtool >/dev/null || { echo "installing promtool (apt package prometheus)"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq prometheus >/dev/null; }
 
 $(BIN)/workflowcheck:
 	GOBIN=$(BIN) go install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
@@ -69,7 +76,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 xmllint:
 	@command -v xmllint >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libxml2-utils; }
 
-test: $(BIN)/temporal fmt-check vet workflowcheck xmllint
+test: $(BIN)/temporal promtool xmllint fmt-check vet workflowcheck
 	scripts/with-db.sh test env TEMPORAL_CLI=$(BIN)/temporal go test -race -count=1 -timeout 30m ./...
 
 bench:

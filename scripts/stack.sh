@@ -4,8 +4,10 @@
 # its own on the local PostgreSQL (paritysync_stack, dropped by `down`), the channel
 # simulator, a worker and intake (the PMS-facing HTTP API).
 #
-#   scripts/stack.sh up      start the stack and leave it running (make up)
+#   scripts/stack.sh up      start the stack and leave it running (make up); writes
+#                            .run/env, the environment a second shell sources for the starter
 #   scripts/stack.sh down    stop what `up` started (make down)
+#   scripts/stack.sh env     write and print .run/env again, without starting anything
 #   scripts/stack.sh demo    start, send a sample batch through intake, print the summary, stop (make demo)
 #   scripts/stack.sh bench-intake [loadgen flags]
 #                            start a stack of its own (own ports, database and Redis
@@ -15,7 +17,8 @@ cd "$(dirname "$0")/.."
 
 # PARITYSYNC_BIN: where make put the binaries (and the Temporal CLI).
 BIN=${PARITYSYNC_BIN:-.bin}
-RUN=.run
+# PARITYSYNC_RUN_DIR: where the stack keeps its state, logs and secrets [.run].
+RUN=${PARITYSYNC_RUN_DIR:-.run}
 if [ "${1:-}" = bench-intake ]; then
   # The benchmark's stack is its own: other ports, state under .run/bench, a fresh
   # dev server, a throwaway database and a Redis key prefix of its own, so it runs
@@ -161,8 +164,32 @@ up() {
   wait_for intake 30 curl -fsS "$INTAKE_URL/readyz"
 }
 
+# write_env writes .run/env: what a second shell needs for the starter to reach this
+# stack (`source .run/env`), then prints it. It holds paths to secret files, never
+# a secret; a database password, if PARITYSYNC_ADMIN_DATABASE_URL has one, is masked
+# on the terminal (the file itself is readable by its owner only).
+write_env() {
+  local env=$RUN/env name abs
+  abs=$(cd "$RUN" && pwd)
+  (umask 077; {
+    echo "# written by 'make up' ($(date -u +%FT%TZ)); 'source $env' in another shell"
+    printf 'export PATH=%q:"$PATH"\n' "$(cd "$BIN" && pwd)"
+    for name in REDIS_URL PARITYSYNC_DATABASE_URL TEMPORAL_ADDRESS TEMPORAL_NAMESPACE TEMPORAL_UI_URL \
+      PARITYSYNC_TASK_QUEUE PARITYSYNC_KEY_PREFIX PARITYSYNC_CHANNEL_URL; do
+      [ -n "${!name:-}" ] && printf 'export %s=%q\n' "$name" "${!name}"
+    done
+    printf 'export PARITYSYNC_CHANNELS_FILE=%q\n' "$(cd "$(dirname "$PARITYSYNC_CHANNELS_FILE")" && pwd)/$(basename "$PARITYSYNC_CHANNELS_FILE")"
+    printf 'export PARITYSYNC_TOKEN_FILE=%q\n' "$abs/token"
+    printf 'export PARITYSYNC_CHANNEL_CHANNEX_DEMO_CREDENTIALS_FILE=%q\n' "$abs/channex.key"
+    printf 'export PARITYSYNC_CHANNEL_OTA_DEMO_CREDENTIALS_FILE=%q\n' "$abs/ota.secret"
+  } >"$env")
+  say "for a second shell: source $env   (then: starter quota, starter batch start --file … --wait)"
+  sed -E 's#(://[^:/@]+):[^@/]*@#\1:xxxxx@#' "$env" | grep '^export'
+}
+
 down() {
   local name pid
+  rm -f "$RUN/env"
   for name in intake worker otasim temporal redis; do
     [ -f "$RUN/$name.pid" ] || continue
     pid=$(cat "$RUN/$name.pid")
@@ -255,9 +282,10 @@ bench_intake() {
 }
 
 case "${1:-}" in
-  up) up; say "stack is up: UI $TEMPORAL_UI_URL, simulator $PARITYSYNC_CHANNEL_URL, intake $INTAKE_URL (key in $API_KEY_FILE); 'make down' stops it" ;;
+  up) up; write_env; say "stack is up: UI $TEMPORAL_UI_URL, simulator $PARITYSYNC_CHANNEL_URL, intake $INTAKE_URL (key in $API_KEY_FILE); 'make down' stops it" ;;
   down) down ;;
+  env) write_env ;;
   demo) demo ;;
   bench-intake) shift; bench_intake "$@" ;;
-  *) echo "usage: $0 up|down|demo|bench-intake [loadgen flags]" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|demo|env|bench-intake [loadgen flags]" >&2; exit 2 ;;
 esac

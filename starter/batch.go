@@ -322,61 +322,13 @@ func (c *cli) batchStatusCmd() *cobra.Command {
 		Short: "Ask a batch for its counts (BATCH_ID or batch/BATCH_ID)",
 		Long: `Show a batch's state as Temporal records it (running, done, cancelled,
 terminated) and its progress per update from the store, which answers even when no
-worker does. With --output json: the batch's own status query, whose exit status is
-3 when some mutations were rejected or dead-lettered.`,
-		Args: exactArgs(1, "exactly one batch id"),
+worker does. Table and --output json print the same counts; once the batch has
+ended the exit status is 3 when some mutations were rejected, dead-lettered or left
+without an outcome (0 while it runs), and 66 for a batch Temporal does not know.`,
+		Args:              exactArgs(1, "exactly one batch id"),
+		ValidArgsFunction: c.batchArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return c.batchStatus(cmd.Context(), args[0])
 		},
 	}
-}
-
-func (c *cli) batchStatus(ctx context.Context, id string) error {
-	if !c.json() {
-		// The state from Temporal (running, done, cancelled, terminated) and the
-		// progress per update from the store, even with no worker answering.
-		return batchStatus([]string{id}, c.stdout, c.getenv)
-	}
-	d, err := c.deps()
-	if err != nil {
-		return err
-	}
-	defer d.close()
-	tc, err := d.temporal(ctx)
-	if err != nil {
-		return err
-	}
-	wfID := id
-	if !strings.HasPrefix(wfID, "batch/") {
-		wfID = models.BatchWorkflowID(wfID)
-	}
-	st, err := queryStatus(ctx, tc, wfID)
-	if err != nil {
-		return err
-	}
-	if c.json() {
-		if err := c.writeJSON(struct {
-			WorkflowID string `json:"workflow_id"`
-			UI         string `json:"ui"`
-			models.BatchStatus
-		}{wfID, d.uiLink(wfID), st}); err != nil {
-			return err
-		}
-		return verdict(st)
-	}
-	state := "running"
-	if st.Done {
-		state = "done"
-	}
-	fmt.Fprintf(c.stdout, "%s: %s, %d mutations, chunks %d finished / %d running / %d total\n",
-		wfID, state, st.Mutations, st.Finished, st.Running, st.Chunks)
-	if len(st.Paused) > 0 {
-		fmt.Fprintf(c.stdout, "paused: %s\n", strings.Join(st.Paused, ", "))
-	}
-	err = c.summary(st)
-	fmt.Fprintln(c.stdout, d.uiLink(wfID))
-	if !st.Done {
-		return nil // the counts are not final yet
-	}
-	return err
 }

@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/intake/ops"
@@ -17,25 +17,30 @@ import (
 
 // dlqSelection is the dead letters a dlq command acts on.
 type dlqSelection struct {
-	channel, reason, batch, ids *string
-	acked                       *bool
+	channel, reason, batch, ids string
+	acked                       bool
 }
 
-func dlqFlags(fs *flag.FlagSet) dlqSelection {
-	return dlqSelection{
-		channel: fs.String("channel", "", "only this channel"),
-		reason:  fs.String("reason", "", "only this reason (rejected, auth, quota_exhausted, …)"),
-		batch:   fs.String("batch", "", "only this batch"),
-		ids:     fs.String("id", "", "only these entries (comma-separated ids)"),
-		acked:   fs.Bool("acked", false, "include entries already acknowledged"),
-	}
+// flags registers the selection's flags on cmd.
+func (sel *dlqSelection) flags(c *cli, cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&sel.channel, "channel", "c", "", "only this channel")
+	cmd.Flags().StringVar(&sel.reason, "reason", "", "only this reason (rejected, auth, quota_exhausted, …)")
+	cmd.Flags().StringVar(&sel.batch, "batch", "", "only this batch")
+	cmd.Flags().StringVar(&sel.ids, "id", "", "only these entries (comma-separated ids)")
+	cmd.Flags().BoolVar(&sel.acked, "acked", false, "include entries already acknowledged")
+	c.completeChannels(cmd, "channel")
+}
+
+// empty reports whether no entry was selected by channel, reason, batch or id.
+func (sel *dlqSelection) empty() bool {
+	return sel.ids == "" && sel.channel == "" && sel.reason == "" && sel.batch == ""
 }
 
 // load reads every selected dead letter, oldest first.
-func (sel dlqSelection) load(ctx context.Context, st *store.Store) ([]store.DeadLetter, error) {
-	if *sel.ids != "" {
+func (sel *dlqSelection) load(ctx context.Context, st *store.Store) ([]store.DeadLetter, error) {
+	if sel.ids != "" {
 		var out []store.DeadLetter
-		for _, s := range strings.Split(*sel.ids, ",") {
+		for _, s := range strings.Split(sel.ids, ",") {
 			id, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 			if err != nil {
 				return nil, usageError{fmt.Sprintf("--id: %q is not an entry id", s)}
@@ -44,13 +49,13 @@ func (sel dlqSelection) load(ctx context.Context, st *store.Store) ([]store.Dead
 			if err != nil {
 				return nil, err
 			}
-			if d.AckedAt.IsZero() || *sel.acked {
+			if d.AckedAt.IsZero() || sel.acked {
 				out = append(out, d)
 			}
 		}
 		return out, nil
 	}
-	f := store.DeadLetterFilter{Channel: *sel.channel, Reason: *sel.reason, BatchID: *sel.batch, Acked: *sel.acked, Limit: 1000}
+	f := store.DeadLetterFilter{Channel: sel.channel, Reason: sel.reason, BatchID: sel.batch, Acked: sel.acked, Limit: 1000}
 	var out []store.DeadLetter
 	for {
 		page, err := st.DeadLetters(ctx, f)
@@ -65,52 +70,142 @@ func (sel dlqSelection) load(ctx context.Context, st *store.Store) ([]store.Dead
 	}
 }
 
-func dlqCommand(sub string, args []string, out io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("dlq "+sub, flag.ContinueOnError)
-	sel := dlqFlags(fs)
-	note := fs.String("note", "", "why (ack)")
-	wait := fs.Bool("wait", false, "follow the replay batch until it ends (replay)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+// checkIDs refuses an --id list that is not numbers before anything connects.
+func (sel *dlqSelection) checkIDs() error {
+	if sel.ids == "" {
+		return nil
 	}
-	if fs.NArg() > 0 {
-		return usageError{"dlq " + sub + ": unexpected argument " + fs.Arg(0)}
+	for _, s := range strings.Split(sel.ids, ",") {
+		if _, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64); err != nil {
+			return usageError{fmt.Sprintf("--id: %q is not an entry id", s)}
+		}
 	}
-	d, err := loadDeps(getenv)
+	return nil
+}
+
+const dlqSelectionHelp = `Entries are selected with --channel C, --reason R, --batch B and --id N,… (and
+--acked for entries already acknowledged).`
+
+// dlqCmds are the dead-letter commands beside list.
+func (c *cli) dlqCmds() []*cobra.Command {
+	var exportSel dlqSelection
+	export := &cobra.Command{
+		Use:   "export [--channel C] [--reason R] [--batch B] [--id N,…] [--acked]",
+		Short: "Write dead letters as JSON lines",
+		Long: "Write the selected dead letters (every open one without a selection) as JSON\n" +
+			"lines, one entry a line, with its requests, mutation ids and stay dates; the\n" +
+			"format is the same with --output json.\n" + dlqSelectionHelp,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return c.dlqExport(cmd.Context(), &exportSel) },
+	}
+	exportSel.flags(c, export)
+
+	var ackSel dlqSelection
+	var note string
+	ack := &cobra.Command{
+		Use:   "ack SELECTION [--note N]",
+		Short: "Mark dead letters as dealt with",
+		Long:  "Acknowledge the selected dead letters, with an optional --note. A selection is\nrequired.\n" + dlqSelectionHelp,
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ackSel.empty() {
+				return usageError{"dlq ack: select entries (--id, --channel, --reason or --batch)"}
+			}
+			return c.dlqAck(cmd.Context(), &ackSel, note)
+		},
+	}
+	ackSel.flags(c, ack)
+	ack.Flags().StringVar(&note, "note", "", "why they are dealt with, kept with each entry")
+
+	var replaySel dlqSelection
+	var all, dryRun, wait bool
+	replay := &cobra.Command{
+		Use:   "replay (SELECTION | --all) [--dry-run] [--wait]",
+		Short: "Re-send dead letters' newest desired values as a new batch",
+		Long: `Re-send the selected dead letters as a new batch — the newest desired values of
+their cells, never older ones — then acknowledge them (--wait follows the batch).
+A selection, or --all for every open dead letter, is required; --dry-run prints
+what would be replayed and sends nothing.
+` + dlqSelectionHelp,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case replaySel.empty() && !all:
+				return usageError{"dlq replay: select entries (--id, --channel, --reason or --batch), or --all for every open dead letter"}
+			case !replaySel.empty() && all:
+				return usageError{"dlq replay: --all replays every open dead letter; drop it or the selection"}
+			case dryRun && wait:
+				return usageError{"dlq replay: --dry-run sends nothing, so there is nothing to --wait for"}
+			}
+			return c.dlqReplay(cmd.Context(), &replaySel, dryRun, wait)
+		},
+	}
+	replaySel.flags(c, replay)
+	replay.Flags().BoolVar(&all, "all", false, "replay every open dead letter (instead of a selection)")
+	replay.Flags().BoolVar(&dryRun, "dry-run", false, "print the entries that would be replayed; send and acknowledge nothing")
+	replay.Flags().BoolVarP(&wait, "wait", "w", false, "follow the replay batch until it ends and print its summary")
+	return []*cobra.Command{export, ack, replay}
+}
+
+// selected opens the store and loads sel.
+func (c *cli) selected(ctx context.Context, sel *dlqSelection) (*deps, *store.Store, []store.DeadLetter, error) {
+	if err := sel.checkIDs(); err != nil {
+		return nil, nil, nil, err
+	}
+	d, err := c.deps()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	// --channel is not checked against the configuration: dead letters of a
+	// channel since removed from it are still exported, acknowledged or replayed.
+	st, err := d.store(ctx)
+	if err != nil {
+		d.close()
+		return nil, nil, nil, err
+	}
+	entries, err := sel.load(ctx, st)
+	if err != nil {
+		d.close()
+		return nil, nil, nil, err
+	}
+	return d, st, entries, nil
+}
+
+func (c *cli) dlqExport(ctx context.Context, sel *dlqSelection) error {
+	d, _, entries, err := c.selected(ctx, sel)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	ctx := context.Background()
-	st, err := d.store(ctx)
+	enc := json.NewEncoder(c.stdout)
+	for _, e := range entries {
+		if err := enc.Encode(e); err != nil {
+			return fmt.Errorf("write entry %d: %w", e.ID, err)
+		}
+	}
+	c.diag("%d entries", len(entries))
+	return nil
+}
+
+func (c *cli) dlqAck(ctx context.Context, sel *dlqSelection, note string) error {
+	d, st, entries, err := c.selected(ctx, sel)
 	if err != nil {
 		return err
 	}
-	entries, err := sel.load(ctx, st)
+	defer d.close()
+	ids := entryIDs(entries)
+	n, err := st.AckDeadLetters(ctx, ids, note)
 	if err != nil {
 		return err
 	}
-	switch sub {
-	case "export":
-		enc := json.NewEncoder(out)
-		for _, e := range entries {
-			if err := enc.Encode(e); err != nil {
-				return err
-			}
-		}
-		return nil
-	case "ack":
-		if *sel.ids == "" && *sel.channel == "" && *sel.reason == "" && *sel.batch == "" {
-			return usageError{"dlq ack: select entries (--id, --channel, --reason or --batch)"}
-		}
-		n, err := st.AckDeadLetters(ctx, entryIDs(entries), *note)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "%d entries acknowledged\n", n)
-		return nil
+	if c.json() {
+		return c.writeJSON(struct {
+			Acknowledged int64   `json:"acknowledged"`
+			IDs          []int64 `json:"ids"`
+		}{int64(n), ids})
 	}
-	return dlqReplay(ctx, d, st, entries, *wait, out)
+	fmt.Fprintf(c.stdout, "%d entries acknowledged\n", n)
+	return nil
 }
 
 func entryIDs(entries []store.DeadLetter) []int64 {
@@ -121,15 +216,50 @@ func entryIDs(entries []store.DeadLetter) []int64 {
 	return ids
 }
 
+// replayed is what dlq replay prints.
+type replayed struct {
+	DryRun     bool            `json:"dry_run,omitempty"`
+	Entries    int             `json:"entries"`
+	Updates    int             `json:"updates"`
+	IDs        []int64         `json:"ids"`
+	BatchID    string          `json:"batch_id,omitempty"`
+	WorkflowID string          `json:"workflow_id,omitempty"`
+	Acked      int             `json:"acknowledged"`
+	UI         string          `json:"ui,omitempty"`
+	Would      []deadLetterRow `json:"would_replay,omitempty"`
+}
+
 // dlqReplay re-sends the selected dead letters as one new batch and acknowledges
 // them. Each parked update goes at the version it carried: the batch records it as
 // desired, so one whose cell moved on to a newer version since is superseded and
 // never sent (the newer one is the cell's desired state, sent by its own batch or by
 // reconciliation). The batch re-sends content the channel may have seen, so it
 // carries a fresh idempotency salt.
-func dlqReplay(ctx context.Context, d *deps, st *store.Store, entries []store.DeadLetter, wait bool, out io.Writer) error {
+func (c *cli) dlqReplay(ctx context.Context, sel *dlqSelection, dryRun, wait bool) error {
+	d, st, entries, err := c.selected(ctx, sel)
+	if err != nil {
+		return err
+	}
+	defer d.close()
 	if len(entries) == 0 {
-		fmt.Fprintln(out, "no dead letters selected")
+		if c.json() {
+			return c.writeJSON(replayed{DryRun: dryRun, IDs: []int64{}})
+		}
+		fmt.Fprintln(c.stdout, "no dead letters selected")
+		return nil
+	}
+	if dryRun {
+		out := replayed{DryRun: true, Entries: len(entries), IDs: entryIDs(entries)}
+		for _, e := range entries {
+			out.Updates += len(e.Mutations())
+			out.Would = append(out.Would, deadLetterRowOf(e.Channel, e))
+		}
+		if c.json() {
+			return c.writeJSON(out)
+		}
+		c.deadLetterTable(out.Would)
+		fmt.Fprintf(c.stdout, "would replay %d entries (%d updates) as one new batch; nothing sent, nothing acknowledged\n",
+			out.Entries, out.Updates)
 		return nil
 	}
 	tc, err := d.temporal(ctx)
@@ -140,15 +270,30 @@ func dlqReplay(ctx context.Context, d *deps, st *store.Store, entries []store.De
 	if err != nil {
 		return err
 	}
-	batchID, wfID, run := r.BatchID, r.WorkflowID, r.Run
-	fmt.Fprintf(out, "replaying %d entries (%d updates) as %s; %d acknowledged\n%s\n", r.Entries, r.Updates, wfID, r.Acked,
-		d.uiLink(wfID))
+	out := replayed{Entries: r.Entries, Updates: r.Updates, IDs: entryIDs(entries), BatchID: r.BatchID,
+		WorkflowID: r.WorkflowID, Acked: r.Acked, UI: d.uiLink(r.WorkflowID)}
 	if !wait {
+		if c.json() {
+			return c.writeJSON(out)
+		}
+		fmt.Fprintf(c.stdout, "replaying %d entries (%d updates) as %s; %d acknowledged\n%s\n", r.Entries, r.Updates,
+			r.WorkflowID, r.Acked, out.UI)
 		return nil
 	}
-	final, err := follow(ctx, tc, run, out, d.outcomes(batchID))
+	c.diag("replaying %d entries (%d updates) as %s; %d acknowledged; following it\n%s", r.Entries, r.Updates,
+		r.WorkflowID, r.Acked, out.UI)
+	final, err := c.followBatch(ctx, tc, r.Run, r.BatchID, out.UI)
 	if err != nil {
 		return err
 	}
-	return summary(final, out)
+	if c.json() {
+		if err := c.writeJSON(struct {
+			replayed
+			Status any `json:"status"`
+		}{out, final}); err != nil {
+			return err
+		}
+		return verdict(final)
+	}
+	return c.summary(final)
 }

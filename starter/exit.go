@@ -21,6 +21,7 @@ const (
 	exitReported    = 3
 	exitUsage       = 64  // a command line that makes no sense
 	exitData        = 65  // an input file that cannot be read as mutations or changes
+	exitNotFound    = 66  // the batch, mutation or dead letter named does not exist
 	exitUnavailable = 69  // Redis or Temporal did not answer
 	exitError       = 70  // anything else that went wrong
 	exitRefused     = 75  // admission refused: a channel's smoother is full, retry later
@@ -35,6 +36,7 @@ const exitHelp = `Exit status:
   3   quota: throttle or stop (≥ 95 %); batch: some mutations rejected or dead-lettered
   64  usage error
   65  input file unreadable (names the file, line and field)
+  66  not found: no such batch, or no outcome for the mutation named
   69  Redis or Temporal unreachable
   70  other error
   75  admission refused: the channel's smoother is full, submit again later
@@ -51,6 +53,12 @@ type dataError struct{ err error }
 
 func (e dataError) Error() string { return e.err.Error() }
 func (e dataError) Unwrap() error { return e.err }
+
+// notFoundError is a batch, mutation or dead letter named on the command line
+// that does not exist.
+type notFoundError struct{ msg string }
+
+func (e notFoundError) Error() string { return e.msg }
 
 // configError is a configuration that cannot be used.
 type configError struct{ err error }
@@ -81,6 +89,7 @@ func exitCode(err error) int {
 	var (
 		ue usageError
 		de dataError
+		nf notFoundError
 		ce configError
 		re refusedError
 		ie interruptedError
@@ -97,6 +106,8 @@ func exitCode(err error) int {
 		return exitUsage
 	case errors.As(err, &de):
 		return exitData
+	case errors.As(err, &nf):
+		return exitNotFound
 	case errors.As(err, &ce):
 		return exitConfig
 	case errors.As(err, &re):

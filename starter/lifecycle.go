@@ -2,15 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
@@ -35,54 +34,70 @@ func batchWorkflowID(arg string) (string, string) {
 	return arg, models.BatchWorkflowID(arg)
 }
 
-// outcomes reads batch batchID's recorded outcomes per channel, for follow.
-func (d *deps) outcomes(batchID string) func(context.Context) ([]models.ChannelCounts, error) {
-	return func(ctx context.Context) ([]models.ChannelCounts, error) {
-		st, err := d.store(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return st.BatchCounts(ctx, batchID)
+// lifecycleCmds are the batch lifecycle commands beside start, status and submit.
+func (c *cli) lifecycleCmds() []*cobra.Command {
+	cancel := &cobra.Command{
+		Use:   "cancel BATCH_ID",
+		Short: "Cancel a batch: every update ends committed or cancelled",
+		Long: `Cancel a running batch. In-flight pushes finish and record their outcomes; every
+update still waiting gets the outcome cancelled, and the batch ends cancelled. A
+batch that ended without closing its outcomes (terminated from the UI) has them
+closed as cancelled; reconciliation re-sends those cells.`,
+		Args: exactArgs(1, "exactly one batch id"),
+		RunE: func(cmd *cobra.Command, args []string) error { return c.batchCancel(cmd.Context(), args[0]) },
 	}
+	rejections := &cobra.Command{
+		Use:   "rejections BATCH_ID",
+		Short: "Every rejected mutation of a batch with its reasons",
+		Long: `List every rejected mutation of a batch with each field and rule it broke, as
+the system of record holds them (--output json: an array of outcomes).`,
+		Args: exactArgs(1, "exactly one batch id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.batchOutcomes(cmd.Context(), args[0], "")
+		},
+	}
+	var mutation string
+	outcome := &cobra.Command{
+		Use:   "outcome BATCH_ID --mutation M",
+		Short: "One mutation's fate in a batch",
+		Long: `Print the outcome of mutation M in a batch, per endpoint family: committed,
+superseded, rejected, dead-lettered or cancelled, with the reason. A mutation with
+no recorded outcome (not in the batch, or still on its way) exits 66.`,
+		Args: exactArgs(1, "exactly one batch id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(mutation) == "" {
+				return usageError{"batch outcome: --mutation must name a mutation id"}
+			}
+			return c.batchOutcomes(cmd.Context(), args[0], mutation)
+		},
+	}
+	outcome.Flags().StringVarP(&mutation, "mutation", "m", "", "the mutation id (required)")
+	required(outcome, "mutation")
+	for _, cmd := range []*cobra.Command{cancel, rejections, outcome} {
+		cmd.ValidArgsFunction = c.batchArgs
+	}
+	return []*cobra.Command{cancel, rejections, outcome}
 }
 
-// liveCounts is st's per-channel totals with the outcomes recorded so far, or st's
-// own counts (whole chunks) when the store cannot be read.
-func liveCounts(ctx context.Context, outcomes func(context.Context) ([]models.ChannelCounts, error), st models.BatchStatus) []models.ChannelCounts {
-	if outcomes == nil {
-		return st.Channels
-	}
-	stored, err := outcomes(ctx)
-	if err != nil {
-		return st.Channels
-	}
-	out := make([]models.ChannelCounts, 0, len(st.Channels))
-	for _, c := range st.Channels {
-		live := models.ChannelCounts{Channel: c.Channel, Total: c.Total, Deferred: c.Deferred, Requests: c.Requests}
-		for _, s := range stored {
-			if s.Channel == c.Channel {
-				live.Committed, live.Superseded, live.Rejected = s.Committed, s.Superseded, s.Rejected
-				live.DeadLettered, live.Cancelled = s.DeadLettered, s.Cancelled
-			}
-		}
-		out = append(out, live)
-	}
-	return out
+// cancelled is what batch cancel prints.
+type cancelled struct {
+	BatchID    string                 `json:"batch_id"`
+	WorkflowID string                 `json:"workflow_id"`
+	Was        string                 `json:"was"`
+	Closed     int                    `json:"closed_as_cancelled"`
+	Channels   []models.ChannelCounts `json:"channels"`
 }
 
 // batchCancel cancels a batch and waits until it has closed its outcomes. For a
 // batch that ended without closing them (terminated), it closes them itself.
-func batchCancel(args []string, out io.Writer, getenv func(string) string) error {
-	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
-		return usageError{"batch cancel: want exactly one batch id"}
-	}
-	batchID, wfID := batchWorkflowID(args[0])
-	d, err := loadDeps(getenv)
+func (c *cli) batchCancel(ctx context.Context, arg string) error {
+	batchID, wfID := batchWorkflowID(arg)
+	d, err := c.deps()
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	tc, err := d.temporal(ctx)
 	if err != nil {
@@ -93,22 +108,32 @@ func batchCancel(args []string, out io.Writer, getenv func(string) string) error
 		return err
 	}
 	if running, err := isRunning(ctx, tc, wfID); err == nil && running {
-		fmt.Fprintf(out, "cancelling %s: running chunks finish their in-flight request, the rest is cancelled\n", wfID)
+		c.diag("cancelling %s: running chunks finish their in-flight request, the rest is cancelled", wfID)
 	}
-	c, err := ops.CancelBatch(ctx, tc, st, batchID)
+	r, err := ops.CancelBatch(ctx, tc, st, batchID)
+	if errors.Is(err, ops.ErrNoBatch) {
+		return notFoundError{fmt.Sprintf("batch cancel: no batch %s", batchID)}
+	}
 	if err != nil {
 		return err
 	}
-	switch {
-	case c.Was == ops.StateRunning:
-	case c.Was == ops.StateTerminated || c.Was == ops.StateFailed || c.Was == ops.StateTimedOut:
+	counts, err := st.BatchCounts(ctx, batchID)
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return c.writeJSON(cancelled{BatchID: batchID, WorkflowID: wfID, Was: r.Was, Closed: r.Closed, Channels: counts})
+	}
+	switch r.Was {
+	case ops.StateRunning:
+	case ops.StateTerminated, ops.StateFailed, ops.StateTimedOut:
 		// Ended without closing its outcomes (terminated from the UI, say): what
 		// still waited is cancelled now, and reconciliation re-sends those cells.
-		fmt.Fprintf(out, "%s had ended without closing its outcomes: %d updates cancelled\n", wfID, c.Closed)
+		fmt.Fprintf(c.stdout, "%s had ended without closing its outcomes: %d updates cancelled\n", wfID, r.Closed)
 	default:
-		fmt.Fprintf(out, "%s already ended\n", wfID)
+		fmt.Fprintf(c.stdout, "%s already ended\n", wfID)
 	}
-	return printStoredCounts(ctx, d, batchID, out)
+	return c.outcomeTable(counts)
 }
 
 // isRunning reports whether workflow wfID runs.
@@ -120,45 +145,80 @@ func isRunning(ctx context.Context, tc client.Client, wfID string) (bool, error)
 	return desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
 }
 
-// printStoredCounts prints a batch's outcomes as the store holds them.
-func printStoredCounts(ctx context.Context, d *deps, batchID string, out io.Writer) error {
-	st, err := d.store(ctx)
-	if err != nil {
-		return err
-	}
-	counts, err := st.BatchCounts(ctx, batchID)
-	if err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+// outcomeTable prints a batch's outcomes per channel, as the store holds them.
+func (c *cli) outcomeTable(counts []models.ChannelCounts) error {
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "channel\twith outcome\tcommitted\tsuperseded\trejected\tdead-lettered\tcancelled\t")
-	var t models.ChannelCounts
-	for _, c := range append(counts, models.ChannelCounts{Channel: "all"}) {
-		if c.Channel == "all" {
-			c = t
-			c.Channel = "all"
+	t := models.ChannelCounts{Channel: "all"}
+	for _, ch := range append(counts, t) {
+		if ch.Channel == "all" {
+			ch = t
 		}
-		t.Add(c)
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", c.Channel, c.Total, c.Committed, c.Superseded, c.Rejected,
-			c.DeadLettered, c.Cancelled)
+		t.Add(ch)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", ch.Channel, ch.Total, ch.Committed, ch.Superseded, ch.Rejected,
+			ch.DeadLettered, ch.Cancelled)
 	}
 	return tw.Flush()
 }
 
+// statusReport is what batch status prints, the same in both forms: the state as
+// Temporal records it, and per channel the outcomes the system of record holds.
+type statusReport struct {
+	BatchID    string `json:"batch_id"`
+	WorkflowID string `json:"workflow_id"`
+	// State is running, done, cancelled, terminated, failed or timed_out; Done is
+	// true for every state but running (the counts are final).
+	State string `json:"state"`
+	Done  bool   `json:"done"`
+	// Live says whether a worker answered for the running batch (chunks, pauses,
+	// deferred and requests come from it).
+	Live      bool     `json:"live"`
+	Mutations int      `json:"mutations,omitempty"`
+	Chunks    int      `json:"chunks,omitempty"`
+	Running   int      `json:"running_chunks,omitempty"`
+	Finished  int      `json:"finished_chunks,omitempty"`
+	Paused    []string `json:"paused,omitempty"`
+	// Channels count by the one rule of statusCounts.
+	Channels []models.ChannelCounts `json:"channels"`
+	Totals   models.ChannelCounts   `json:"totals"`
+	UI       string                 `json:"ui"`
+}
+
+// statusCounts is the one counting rule of batch status, for table and JSON
+// alike. Every outcome is the store's (the system of record; a rejected mutation
+// counts once, in Rejected and in Total). Total is every update of the channel:
+// the batch's own count when a worker answered or the batch has ended, never fewer
+// than the outcomes recorded; otherwise the outcomes recorded. Deferred and
+// requests are the batch's own.
+func statusCounts(stored []models.ChannelCounts, live *models.BatchStatus) []models.ChannelCounts {
+	out := append([]models.ChannelCounts(nil), stored...)
+	if live == nil {
+		return models.MergeCounts(out)
+	}
+	for _, l := range live.Channels {
+		i := slices.IndexFunc(out, func(c models.ChannelCounts) bool { return c.Channel == l.Channel })
+		if i < 0 {
+			i = len(out)
+			out = append(out, models.ChannelCounts{Channel: l.Channel})
+		}
+		out[i].Total = max(out[i].Total, l.Total)
+		out[i].Deferred, out[i].Requests = l.Deferred, l.Requests
+	}
+	return models.MergeCounts(out)
+}
+
 // batchStatus reports a batch truthfully: its state from Temporal (running, done,
 // cancelled, terminated …), its per-update progress from the system of record,
-// and, while it runs and a worker answers, its chunks and pauses.
-func batchStatus(args []string, out io.Writer, getenv func(string) string) error {
-	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
-		return usageError{"batch status: want exactly one batch id"}
-	}
-	batchID, wfID := batchWorkflowID(args[0])
-	d, err := loadDeps(getenv)
+// and, while it runs and a worker answers, its chunks and pauses. Table and JSON
+// print the same report and exit with the same status.
+func (c *cli) batchStatus(ctx context.Context, arg string) error {
+	batchID, wfID := batchWorkflowID(arg)
+	d, err := c.deps()
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	tc, err := d.temporal(ctx)
 	if err != nil {
@@ -170,85 +230,104 @@ func batchStatus(args []string, out io.Writer, getenv func(string) string) error
 	}
 	r, err := ops.BatchState(ctx, tc, st, batchID)
 	if errors.Is(err, ops.ErrNoBatch) {
-		return fmt.Errorf("no batch %s", batchID)
+		return notFoundError{fmt.Sprintf("batch status: no batch %s", batchID)}
 	}
 	if err != nil {
 		return err
 	}
-	state := r.State
+	rep := statusReport{BatchID: batchID, WorkflowID: wfID, State: r.State, Done: r.State != ops.StateRunning,
+		Live: r.Live != nil, Channels: statusCounts(r.Counts, r.Live), UI: d.uiLink(wfID)}
+	if rep.Channels == nil {
+		rep.Channels = []models.ChannelCounts{}
+	}
+	if r.Live != nil {
+		rep.Mutations, rep.Chunks, rep.Running, rep.Finished, rep.Paused =
+			r.Live.Mutations, r.Live.Chunks, r.Live.Running, r.Live.Finished, r.Live.Paused
+	}
+	rep.Totals = models.BatchStatus{Channels: rep.Channels}.Totals()
+	if c.json() {
+		if err := c.writeJSON(rep); err != nil {
+			return err
+		}
+	} else {
+		c.statusTable(rep, d.settings.TaskQueue)
+	}
+	return statusVerdict(rep)
+}
+
+// statusVerdict is batch status's exit status: errReported once the batch has
+// ended with some updates rejected, dead-lettered or without an outcome; nil while
+// it runs (the counts are not final).
+func statusVerdict(rep statusReport) error {
+	if !rep.Done {
+		return nil
+	}
+	return verdict(models.BatchStatus{Channels: rep.Channels})
+}
+
+func (c *cli) statusTable(rep statusReport, taskQueue string) {
+	state := rep.State
 	if state == ops.StateTerminated {
 		state = "terminated (batch cancel closes its waiting updates; reconciliation re-sends their cells)"
 	}
-	fmt.Fprintf(out, "%s: %s\n", wfID, strings.ReplaceAll(state, "_", " "))
-	if r.State == ops.StateRunning {
-		if r.Live == nil {
-			fmt.Fprintln(out, "no worker answered the status query (is a worker running on task queue "+
-				d.settings.TaskQueue+"?); progress below is from the store")
+	fmt.Fprintf(c.stdout, "%s: %s\n", rep.WorkflowID, strings.ReplaceAll(state, "_", " "))
+	if rep.State == ops.StateRunning {
+		if !rep.Live {
+			fmt.Fprintln(c.stdout, "no worker answered the status query (is a worker running on task queue "+
+				taskQueue+"?); progress below is from the store")
 		} else {
-			fmt.Fprintf(out, "%d mutations, chunks %d finished / %d running / %d total\n",
-				r.Live.Mutations, r.Live.Finished, r.Live.Running, r.Live.Chunks)
-			if len(r.Live.Paused) > 0 {
-				fmt.Fprintf(out, "paused: %s\n", strings.Join(r.Live.Paused, ", "))
+			fmt.Fprintf(c.stdout, "%d mutations, chunks %d finished / %d running / %d total\n",
+				rep.Mutations, rep.Finished, rep.Running, rep.Chunks)
+			if len(rep.Paused) > 0 {
+				fmt.Fprintf(c.stdout, "paused: %s\n", strings.Join(rep.Paused, ", "))
 			}
 		}
 	}
-	if err := printStoredCounts(ctx, d, batchID, out); err != nil {
-		return err
+	t := newTable(c.stdout, "channel\ttotal\tcommitted\tsuperseded\trejected\tdead-lettered\tcancelled\tdeferred\trequests\t", tabwriter.AlignRight)
+	for _, ch := range append(rep.Channels, rep.Totals) {
+		t.row("%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t", ch.Channel, ch.Total, ch.Committed, ch.Superseded,
+			ch.Rejected, ch.DeadLettered, ch.Cancelled, ch.Deferred, ch.Requests)
 	}
-	fmt.Fprintln(out, d.uiLink(wfID))
-	return nil
+	_ = t.flush()
+	if lost := rep.Totals.Total - rep.Totals.Done(); lost != 0 && rep.Done {
+		c.diag("WARNING: %d updates without an outcome", lost)
+	}
+	fmt.Fprintln(c.stdout, rep.UI)
 }
 
-// batchOutcomes lists a batch's outcomes: all rejections (batch rejections ID), or
-// one mutation's fate (batch outcome ID --mutation M), as a table or JSON lines.
-func batchOutcomes(rejections bool, args []string, out io.Writer, getenv func(string) string) error {
-	name := map[bool]string{true: "batch rejections", false: "batch outcome"}[rejections]
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	mutation := fs.String("mutation", "", "the mutation id (batch outcome)")
-	asJSON := fs.Bool("json", false, "JSON lines instead of a table")
-	var id string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		id, args = args[0], args[1:]
-	}
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if id == "" || fs.NArg() > 0 || (!rejections && *mutation == "") {
-		return usageError{name + ": want a batch id" + map[bool]string{true: "", false: " and --mutation"}[rejections]}
-	}
-	batchID, _ := batchWorkflowID(id)
-	d, err := loadDeps(getenv)
+// batchOutcomes lists a batch's outcomes: all rejections (mutation empty), or one
+// mutation's fate, as a table or a JSON array.
+func (c *cli) batchOutcomes(ctx context.Context, arg, mutation string) error {
+	batchID, _ := batchWorkflowID(arg)
+	d, err := c.deps()
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	ctx := context.Background()
 	st, err := d.store(ctx)
 	if err != nil {
 		return err
 	}
-	var list []store.MutationOutcome
-	if rejections {
+	list := []store.MutationOutcome{}
+	if mutation == "" {
 		err = st.BatchOutcomes(ctx, batchID, models.OutcomeRejected, func(o store.MutationOutcome) error {
 			list = append(list, o)
 			return nil
 		})
 	} else {
-		list, err = st.Outcomes(ctx, batchID, *mutation)
+		list, err = st.Outcomes(ctx, batchID, mutation)
 	}
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		enc := json.NewEncoder(out)
-		for _, o := range list {
-			if err := enc.Encode(o); err != nil {
-				return err
-			}
-		}
-		return nil
+	if mutation != "" && len(list) == 0 {
+		return notFoundError{fmt.Sprintf("batch outcome: no outcome for mutation %s in batch %s (not in the batch, or still on its way)",
+			mutation, batchID)}
 	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	if c.json() {
+		return c.writeJSON(list)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "mutation\tchannel\tfamily\toutcome\treason")
 	for _, o := range list {
 		fam := string(o.Family)
@@ -258,10 +337,6 @@ func batchOutcomes(rejections bool, args []string, out io.Writer, getenv func(st
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", o.MutationID, o.Channel, fam, o.Outcome, o.Reason)
 	}
 	_ = tw.Flush()
-	if !rejections && len(list) == 0 {
-		fmt.Fprintf(out, "no outcome yet for %s in %s (still on its way, or not in the batch)\n", *mutation, batchID)
-		return nil
-	}
-	fmt.Fprintf(out, "%d %s\n", len(list), map[bool]string{true: "rejections", false: "outcomes"}[rejections])
+	c.diag("%d %s", len(list), map[bool]string{true: "rejections", false: "outcomes"}[mutation == ""])
 	return nil
 }

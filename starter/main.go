@@ -116,6 +116,9 @@ to stderr.` + "\n\n" + exitHelp,
 		},
 	}
 	root.PersistentFlags().StringVarP(&c.output, "output", "o", "table", "output format: table or json")
+	if err := root.RegisterFlagCompletionFunc("output", completeOutput); err != nil {
+		panic(err)
+	}
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
 		if c.output != "table" && c.output != "json" {
 			return usageError{fmt.Sprintf("--output %q: want table or json", c.output)}

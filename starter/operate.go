@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,7 +22,8 @@ func (c *cli) channelCmd() *cobra.Command {
 		Short: "Pause a channel everywhere: in the limiter and in every running batch",
 		Long: `Pause CHANNEL in the shared limiter, so every worker and every new batch waits,
 and signal every running BatchSync, which forwards the pause to its children.`,
-		Args: exactArgs(1, "one channel name"),
+		Args:              exactArgs(1, "one channel name"),
+		ValidArgsFunction: c.channelArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(reason) == "" {
 				return usageError{"channel pause: --reason must say why"}
@@ -32,9 +34,10 @@ and signal every running BatchSync, which forwards the pause to its children.`,
 	pause.Flags().StringVarP(&reason, "reason", "r", "", "why the channel is paused; shown by quota and in the workflows (required)")
 	required(pause, "reason")
 	resume := &cobra.Command{
-		Use:   "resume CHANNEL",
-		Short: "Resume a paused channel everywhere",
-		Args:  exactArgs(1, "one channel name"),
+		Use:               "resume CHANNEL",
+		Short:             "Resume a paused channel everywhere",
+		Args:              exactArgs(1, "one channel name"),
+		ValidArgsFunction: c.channelArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return c.channelPause(cmd.Context(), false, args[0], "")
 		},
@@ -96,6 +99,7 @@ func (c *cli) dlqCmd() *cobra.Command {
 	}
 	list.Flags().StringVarP(&channel, "channel", "c", "", "one channel (default: every configured channel)")
 	list.Flags().Int64VarP(&count, "count", "n", 50, "most entries per channel")
+	c.completeChannels(list, "channel")
 	return group("dlq", "Read, export, acknowledge and replay the dead-letter queue", append([]*cobra.Command{list}, c.dlqCmds()...)...)
 }
 
@@ -135,24 +139,34 @@ func (c *cli) dlqList(ctx context.Context, channel string, count int64) error {
 			return err
 		}
 		for _, e := range entries {
-			rows = append(rows, deadLetterRow{Channel: slug, ID: e.ID, At: e.ParkedAt, BatchID: e.BatchID, Property: e.PropertyID,
-				Family: string(e.Family), Mutations: e.MutationIDs, Nights: nightsText(e.StayDates), Reason: e.Reason,
-				Status: e.Status, Message: e.Message})
+			rows = append(rows, deadLetterRowOf(slug, e))
 		}
 	}
 	if c.json() {
 		return c.writeJSON(rows)
 	}
+	if err := c.deadLetterTable(rows); err != nil {
+		return err
+	}
+	c.diag("%d entries", len(rows))
+	return nil
+}
+
+// deadLetterRowOf is entry e of channel slug as dlq list prints it.
+func deadLetterRowOf(slug string, e store.DeadLetter) deadLetterRow {
+	return deadLetterRow{Channel: slug, ID: e.ID, At: e.ParkedAt, BatchID: e.BatchID, Property: e.PropertyID,
+		Family: string(e.Family), Mutations: e.MutationIDs, Nights: nightsText(e.StayDates), Reason: e.Reason,
+		Status: e.Status, Message: e.Message}
+}
+
+// deadLetterTable prints rows as dlq list's table.
+func (c *cli) deadLetterTable(rows []deadLetterRow) error {
 	t := newTable(c.stdout, "channel\tid\tat\tbatch\tproperty\tfamily\tupdates\tnights\treason\tstatus\tmessage", 0)
 	for _, r := range rows {
 		t.row("%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s", r.Channel, r.ID, r.At.Format("2006-01-02 15:04:05"),
 			r.BatchID, r.Property, r.Family, len(r.Mutations), r.Nights, r.Reason, r.Status, r.Message)
 	}
-	if err := t.flush(); err != nil {
-		return err
-	}
-	c.diag("%d entries", len(rows))
-	return nil
+	return t.flush()
 }
 
 // nightsText is a dead letter's stay dates, shortened to the first and last.
@@ -182,11 +196,38 @@ A failure to read the state exits 64 or more (see starter --help), never 0–3.`
 		RunE: func(cmd *cobra.Command, _ []string) error { return c.quota(cmd.Context(), channel) },
 	}
 	cmd.Flags().StringVarP(&channel, "channel", "c", "", "one channel (default: every configured channel, exit status of the worst)")
+	c.completeChannels(cmd, "channel")
 	return cmd
 }
 
-// quotaRow is one channel's limiter state as quota prints it.
-type quotaRow = ops.QuotaRow
+// quotaRow is one channel's limiter state as quota prints it. A per-property
+// channel has one window per property: WindowLimit is then the limit of each
+// (the configured rate), and InWindow and Ahead, which count one window, are 0.
+type quotaRow struct {
+	ops.QuotaRow
+	Scope       models.LimitScope `json:"scope"`
+	WindowLimit int               `json:"window_limit"`
+}
+
+// quotaRows are rows as quota prints them, with each channel's scope.
+func (d *deps) quotaRows(rows []ops.QuotaRow) []quotaRow {
+	out := make([]quotaRow, len(rows))
+	for i, r := range rows {
+		out[i] = quotaRow{QuotaRow: r, Scope: models.ScopeChannel, WindowLimit: r.WindowLimit}
+		if ch, ok := d.channel(r.Channel); ok && ch.Scope == models.ScopeProperty {
+			out[i].Scope, out[i].WindowLimit = models.ScopeProperty, ch.RatePerMinute
+		}
+	}
+	return out
+}
+
+// windowLimit is the window limit column: per property for a per-property channel.
+func (r quotaRow) windowLimit() string {
+	if r.Scope == models.ScopeProperty {
+		return fmt.Sprintf("%d/property", r.WindowLimit)
+	}
+	return strconv.Itoa(r.WindowLimit)
+}
 
 // tierExitCode is the exit status of a quota tier.
 func tierExitCode(t limiter.Tier) int {
@@ -215,10 +256,11 @@ func (c *cli) quota(ctx context.Context, channel string) error {
 	if err != nil {
 		return err
 	}
-	rows, err := ops.Quota(ctx, lim, slugs)
+	read, err := ops.Quota(ctx, lim, slugs)
 	if err != nil {
 		return err
 	}
+	rows := d.quotaRows(read)
 	worst := exitOK
 	for _, r := range rows {
 		worst = max(worst, tierExitCode(r.Tier))
@@ -228,15 +270,15 @@ func (c *cli) quota(ctx context.Context, channel string) error {
 			Channels []quotaRow   `json:"channels"`
 			Worst    limiter.Tier `json:"worst_tier"`
 			Exit     int          `json:"exit_status"`
-		}{rows, worstTier(rows), worst}); err != nil {
+		}{rows, ops.WorstTier(read), worst}); err != nil {
 			return err
 		}
 	} else {
 		t := newTable(c.stdout, "channel\tdaily used\tlimit\tused\ttier\tresets in\tpaused\tback-off\twindow limit\tin window\treserved ahead\tothers' use\tbreaker", 0)
 		for _, r := range rows {
-			t.row("%s\t%d\t%d\t%.1f%%\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s", r.Channel, r.DailyUsed, r.DailyLimit, r.UsedPercent, r.Tier,
+			t.row("%s\t%d\t%d\t%.1f%%\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s", r.Channel, r.DailyUsed, r.DailyLimit, r.UsedPercent, r.Tier,
 				seconds(r.ResetsInSeconds).Round(time.Second), r.Paused, seconds(r.BackoffSeconds).Round(time.Millisecond),
-				r.WindowLimit, r.InWindow, r.Ahead, r.Foreign, r.Breaker)
+				r.windowLimit(), r.InWindow, r.Ahead, r.Foreign, r.Breaker)
 		}
 		if err := t.flush(); err != nil {
 			return err
@@ -247,7 +289,5 @@ func (c *cli) quota(ctx context.Context, channel string) error {
 	}
 	return nil
 }
-
-func worstTier(rows []quotaRow) limiter.Tier { return ops.WorstTier(rows) }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

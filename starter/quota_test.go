@@ -102,3 +102,33 @@ func TestQuotaExitStatusIsTheTier(t *testing.T) {
 	code, _, _ = runCLI(t, map[string]string{"REDIS_URL": testRedisURL()}, "quota", "--channel", "nosuch")
 	require.Equal(t, exitUsage, code)
 }
+
+func TestQuotaShowsThePerPropertyWindowLimit(t *testing.T) {
+	ctx := context.Background()
+	rdb, err := dial.Redis(ctx, testRedisURL())
+	if err != nil {
+		t.Skipf("no Redis: %v", err)
+	}
+	env, prefix := quotaEnv(t, testRedisURL())
+	cleanPrefix(t, rdb, prefix)
+	env["PARITYSYNC_CHANNELS_FILE"] = writeFile(t, "channels:\n  - slug: perprop\n    rate_per_minute: 10\n    burst: 2\n    scope: property\n")
+
+	code, out, errOut := runCLI(t, env, "quota", "--channel", "perprop", "-o", "json")
+	require.Equal(t, exitOK, code, errOut)
+	var res struct {
+		Channels []quotaRow `json:"channels"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Len(t, res.Channels, 1)
+	require.Equal(t, 10, res.Channels[0].WindowLimit, "each property's window allows 10, not 0")
+	require.Equal(t, "property", string(res.Channels[0].Scope))
+
+	code, out, errOut = runCLI(t, env, "quota", "--channel", "perprop")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "10/property")
+
+	code, out, _ = runCLI(t, env, "quota", "--channel", "expedia", "-o", "json")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, out, `"scope": "channel"`)
+	require.Contains(t, out, `"window_limit": 60`, "a channel-wide window shows the limit in force")
+}

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/robfig/cron"
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -33,18 +34,32 @@ func (c *cli) reconcileCmd() *cobra.Command {
 	runCmd.Flags().StringVarP(&channel, "channel", "c", "", "one channel (default: every configured channel)")
 	runCmd.Flags().IntVar(&horizon, "horizon-days", models.DefaultReconcileHorizon, "nights ahead to compare")
 	runCmd.Flags().BoolVarP(&wait, "wait", "w", false, "wait for the run and print what it found")
+	c.completeChannels(runCmd, "channel")
 	schedCmd := &cobra.Command{
 		Use:   "schedule [--cron EXPR] [--channel CHANNEL] [--horizon-days N]",
 		Short: "Run reconciliation on a schedule (a Temporal Schedule), nightly by default",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkCron(cron); err != nil {
+				return err
+			}
 			return c.reconcile(cmd.Context(), true, channel, horizon, cron, false)
 		},
 	}
 	schedCmd.Flags().StringVarP(&channel, "channel", "c", "", "one channel (default: every configured channel)")
 	schedCmd.Flags().IntVar(&horizon, "horizon-days", models.DefaultReconcileHorizon, "nights ahead to compare")
-	schedCmd.Flags().StringVar(&cron, "cron", "0 3 * * *", "when to run, a cron expression in UTC")
+	schedCmd.Flags().StringVar(&cron, "cron", "0 3 * * *", "when to run: a 5-field cron expression in UTC, or @daily, @hourly, @every 6h …")
+	c.completeChannels(schedCmd, "channel")
 	return group("reconcile", "Compare the channels with the ledger and repair drift", runCmd, schedCmd)
+}
+
+// checkCron refuses a --cron expression that is not one, before anything connects
+// (the schedule would otherwise fail on the server, or never run).
+func checkCron(expr string) error {
+	if _, err := cron.ParseStandard(expr); err != nil {
+		return usageError{fmt.Sprintf("--cron %q: %v (want 5 fields: minute hour day-of-month month day-of-week, or @daily, @hourly, @every 6h …)", expr, err)}
+	}
+	return nil
 }
 
 // reconcile runs reconciliation now or schedules it.

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path"
 	"regexp"
 	"slices"
@@ -50,6 +52,10 @@ type composeService struct {
 	Entrypoint  yaml.Node `yaml:"entrypoint"`
 	Command     yaml.Node `yaml:"command"`
 	Secrets     []string  `yaml:"secrets"`
+	Restart     string    `yaml:"restart"`
+	Healthcheck struct {
+		Test yaml.Node `yaml:"test"`
+	} `yaml:"healthcheck"`
 }
 
 func loadCompose(t *testing.T) composeFile {
@@ -246,18 +252,31 @@ func TestComposeServices(t *testing.T) {
 	}
 }
 
+// published are the only services with ports on the host: the UI, intake and
+// Grafana. Redis has no password and Temporal no auth; everything else is reached
+// inside the compose network (deploy/compose.host-access.yml publishes more, on
+// 127.0.0.1, for a starter on the host).
+var published = map[string]string{"temporal-ui": "8233:8080", "intake": "8080:8080", "grafana": "3000:3000"}
+
 func TestComposePorts(t *testing.T) {
 	f := loadCompose(t)
-	for _, tc := range []struct{ service, published, target string }{
-		{"temporal-ui", "8233", "8080"},
-		{"temporal", "7233", "7233"},
-		{"redis", "6379", "6379"},
-		{"otasim", "8090", "8090"},
-		{"worker", "9464", "9464"},
-		{"intake", "8080", "8080"},
-	} {
-		if s := service(t, f, tc.service); !publishes(s, tc.published, tc.target) {
-			t.Errorf("service %s: ports %v, want %s:%s", tc.service, s.Ports, tc.published, tc.target)
+	for _, name := range serviceNames(f) {
+		s := f.Services[name]
+		want, ok := published[name]
+		if !ok {
+			if len(s.Ports) > 0 {
+				t.Errorf("service %s publishes %v: only %v are published", name, s.Ports, published)
+			}
+			continue
+		}
+		pub, target, _ := strings.Cut(want, ":")
+		if len(s.Ports) != 1 || !publishes(s, pub, target) {
+			t.Errorf("service %s: ports %v, want only %s", name, s.Ports, want)
+		}
+		for _, p := range s.Ports {
+			if host := hostIP(p); host != "127.0.0.1" {
+				t.Errorf("service %s: port %q is published on %q by default, want 127.0.0.1", name, p, host)
+			}
 		}
 	}
 
@@ -274,6 +293,120 @@ func TestComposePorts(t *testing.T) {
 		if err != nil || port != l.port || (host != "" && host != "0.0.0.0") {
 			t.Errorf("service %s: %s=%q, want :%s", l.service, l.env, addr, l.port)
 		}
+	}
+}
+
+// hostIP is the host address a short-syntax port publishes on, as Compose resolves
+// it on a host that sets no variable ("" for every interface).
+func hostIP(port string) string {
+	parts := strings.Split(interpolate(strings.TrimSuffix(port, "/tcp")), ":")
+	if len(parts) < 3 {
+		return ""
+	}
+	return strings.Join(parts[:len(parts)-2], ":")
+}
+
+func TestComposeHostAccessOverrideStaysOnLocalhost(t *testing.T) {
+	raw, err := os.ReadFile("../deploy/compose.host-access.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var over composeFile
+	if err := yaml.Unmarshal(raw, &over); err != nil {
+		t.Fatalf("parse compose.host-access.yml: %v", err)
+	}
+	base := loadCompose(t)
+	for _, name := range []string{"temporal", "postgresql", "redis"} {
+		if len(over.Services[name].Ports) == 0 {
+			t.Errorf("compose.host-access.yml: %s not published; a starter on the host needs it", name)
+		}
+	}
+	for name, s := range over.Services {
+		if _, ok := base.Services[name]; !ok {
+			t.Errorf("compose.host-access.yml: service %s is not in docker-compose.yml", name)
+		}
+		for _, p := range s.Ports {
+			if hostIP(p) != "127.0.0.1" {
+				t.Errorf("compose.host-access.yml: %s publishes %q, want 127.0.0.1 only", name, p)
+			}
+		}
+	}
+}
+
+// imageTag matches a full release tag: 16.6, 7.4.1, v3.5.0, 1.29.7.
+var imageTag = regexp.MustCompile(`^v?[0-9]+\.[0-9]+(\.[0-9]+)?$`)
+
+// majorMinorOnly are images that publish no patch-level tag for the version used.
+var majorMinorOnly = map[string]bool{"temporalio/admin-tools": true}
+
+func TestComposeImagesArePinned(t *testing.T) {
+	f := loadCompose(t)
+	for _, name := range serviceNames(f) {
+		s := f.Services[name]
+		if s.Image == "" {
+			continue // built from the Dockerfile
+		}
+		repo, tag, ok := strings.Cut(interpolate(s.Image), ":")
+		if !ok || !imageTag.MatchString(tag) {
+			t.Errorf("service %s: image %q, want a release tag (no latest, no floating major)", name, s.Image)
+			continue
+		}
+		if strings.Count(tag, ".") < 2 && !majorMinorOnly[repo] && !strings.HasPrefix(repo, "postgres") {
+			t.Errorf("service %s: image %q floats over patch releases; pin major.minor.patch", name, s.Image)
+		}
+		if strings.HasPrefix(repo, "postgres") && strings.Count(tag, ".") < 1 {
+			t.Errorf("service %s: image %q floats over minor releases", name, s.Image)
+		}
+	}
+}
+
+// TestComposeHealthchecks: every long-running service has a healthcheck with a
+// tool its image has. Our images are distroless (no shell, no wget): they run the
+// probe binary the Dockerfile copies in, against the port the service listens on.
+func TestComposeHealthchecks(t *testing.T) {
+	f := loadCompose(t)
+	oneShot, _ := setupService(t, f)
+	ours := map[string]string{ // service: the URL its probe asks
+		"worker": "http://127.0.0.1:9464/healthz",
+		"intake": "http://127.0.0.1:8080/readyz",
+		"otasim": "http://127.0.0.1:8090/stats",
+	}
+	for _, name := range serviceNames(f) {
+		s := f.Services[name]
+		if name == oneShot {
+			continue // exits once the search attributes exist
+		}
+		test := textOf(t, s.Healthcheck.Test)
+		if test == "" {
+			t.Errorf("service %s has no healthcheck", name)
+			continue
+		}
+		if url, ok := ours[name]; ok {
+			if test != "CMD /usr/local/bin/probe "+url {
+				t.Errorf("service %s: healthcheck %q, want the probe binary on %s", name, test, url)
+			}
+			continue
+		}
+		if strings.HasPrefix(test, "CMD-SHELL") && s.Build.Context != "" {
+			t.Errorf("service %s: a shell healthcheck on a distroless image", name)
+		}
+	}
+	dockerfile, err := os.ReadFile(dockerfilePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(dockerfile), "COPY --from=build /out/probe /usr/local/bin/probe"); n != len(ours) {
+		t.Errorf("Dockerfile copies the probe into %d images, want %d (worker, intake, otasim)", n, len(ours))
+	}
+	if !strings.Contains(string(dockerfile), "./deploy/probe") {
+		t.Error("Dockerfile does not build ./deploy/probe")
+	}
+	// Dependencies wait for health where a healthcheck exists.
+	if dependsOnOf(t, service(t, f, "worker"))["otasim"] != "service_healthy" {
+		t.Error("worker: depends on otasim without waiting for it to be healthy")
+	}
+	if dependsOnOf(t, service(t, f, "grafana"))["prometheus"] != "service_healthy" {
+		t.Error("grafana: depends on prometheus without waiting for it to be healthy")
 	}
 }
 
@@ -577,8 +710,8 @@ func TestComposeDockerfileBuildsWorkerAndSimulator(t *testing.T) {
 func TestComposeObservability(t *testing.T) {
 	f := loadCompose(t)
 	prom := service(t, f, "prometheus")
-	if !strings.HasPrefix(prom.Image, "prom/prometheus:") || !publishes(prom, "9090", "9090") {
-		t.Errorf("prometheus: image %q ports %v, want prom/prometheus on 9090", prom.Image, prom.Ports)
+	if !strings.HasPrefix(prom.Image, "prom/prometheus:") {
+		t.Errorf("prometheus: image %q, want prom/prometheus", prom.Image)
 	}
 	mounts := map[string]string{}
 	for _, name := range []string{"prometheus", "grafana"} {
@@ -593,10 +726,13 @@ func TestComposeObservability(t *testing.T) {
 			}
 		}
 	}
-	cfgPath := mounts["/etc/prometheus/prometheus.yml"]
-	if cfgPath == "" {
-		t.Fatal("prometheus: no config mounted at /etc/prometheus/prometheus.yml")
+	// The folder is mounted, so the config's relative paths resolve the same in the
+	// container and on the host.
+	cfgDir := mounts["/etc/prometheus"]
+	if cfgDir == "" {
+		t.Fatal("prometheus: no config folder mounted at /etc/prometheus")
 	}
+	cfgPath := path.Join(cfgDir, "prometheus.yml")
 	raw, err := os.ReadFile(path.Join("..", cfgPath))
 	if err != nil {
 		t.Fatal(err)
@@ -613,18 +749,24 @@ func TestComposeObservability(t *testing.T) {
 		t.Fatalf("%s: %v", cfgPath, err)
 	}
 	_, metricsPort, _ := net.SplitHostPort(envOf(t, service(t, f, "worker"))["PARITYSYNC_METRICS_ADDR"])
-	scraped := false
-	for _, sc := range cfg.ScrapeConfigs {
-		for _, st := range sc.StaticConfigs {
-			scraped = scraped || slices.Contains(st.Targets, "worker:"+metricsPort)
+	_, intakePort, _ := net.SplitHostPort(envOf(t, service(t, f, "intake"))["PARITYSYNC_INTAKE_ADDR"])
+	for _, target := range []string{"worker:" + metricsPort, "intake:" + intakePort} {
+		scraped := false
+		for _, sc := range cfg.ScrapeConfigs {
+			for _, st := range sc.StaticConfigs {
+				scraped = scraped || slices.Contains(st.Targets, target)
+			}
+		}
+		if !scraped {
+			t.Errorf("%s: no scrape target %s", cfgPath, target)
 		}
 	}
-	if !scraped {
-		t.Errorf("%s: no scrape target worker:%s", cfgPath, metricsPort)
-	}
 	for _, rf := range cfg.RuleFiles {
-		if mounts[rf] == "" {
-			t.Errorf("%s: rule file %s is not mounted into the prometheus service", cfgPath, rf)
+		// Relative to the config file, as Prometheus resolves them.
+		if path.IsAbs(rf) {
+			t.Errorf("%s: rule file %s is a container path; name it relative to the config", cfgPath, rf)
+		} else if _, err := os.Stat(path.Join("..", cfgDir, rf)); err != nil {
+			t.Errorf("%s: rule file %s: %v", cfgPath, rf, err)
 		}
 	}
 
@@ -648,5 +790,135 @@ func TestComposeObservability(t *testing.T) {
 	}
 	if !strings.Contains(string(raw), "url: http://prometheus:9090") || !strings.Contains(string(raw), "uid: prometheus") {
 		t.Errorf("grafana data source must be uid prometheus at http://prometheus:9090, as the dashboard expects")
+	}
+}
+
+// TestComposePromtool checks the Prometheus files with Prometheus's own tool, as a
+// user reads them: the config (and the rule files it names, relative to it), the
+// rules, and the alerts' unit tests. make test installs promtool when it is missing.
+func TestComposePromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not installed (make test installs it: apt-get install prometheus)")
+	}
+	for _, args := range [][]string{
+		{"check", "config", "../deploy/prometheus/prometheus.yml"},
+		{"check", "rules", "../deploy/prometheus/alerts.yml"},
+		{"test", "rules", "../deploy/prometheus/alerts_test.yml"},
+	} {
+		out, err := exec.Command(promtool, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// metricLabels reads the paritysync metrics the code defines and their labels from
+// the sources that define them (Desc and Opts literals followed by their label list).
+func metricLabels(t *testing.T) map[string][]string {
+	t.Helper()
+	defined := regexp.MustCompile(`"(paritysync_[a-z0-9_]+)"`)
+	labelList := regexp.MustCompile(`\[\]string\{([^}]*)\}|, nil, nil\)`)
+	out := map[string][]string{}
+	for _, file := range []string{"metrics.go", "../activities/metrics.go", "../intake/observe.go"} {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := string(raw)
+		for _, m := range defined.FindAllStringSubmatchIndex(src, -1) {
+			name := src[m[2]:m[3]]
+			rest := src[m[1]:]
+			l := labelList.FindStringSubmatchIndex(rest)
+			if l == nil {
+				t.Fatalf("%s: no label list after %s", file, name)
+			}
+			var labels []string
+			if l[2] >= 0 {
+				for _, q := range strings.Split(rest[l[2]:l[3]], ",") {
+					if q = strings.Trim(strings.TrimSpace(q), `"`); q != "" {
+						labels = append(labels, q)
+					}
+				}
+			}
+			out[name] = labels
+		}
+	}
+	return out
+}
+
+// TestComposeDashboardUsesRealLabels holds every dashboard query to the metrics the
+// code exports: each paritysync series exists, and every label a query groups by,
+// filters on or shows in its legend is one the metric has.
+func TestComposeDashboardUsesRealLabels(t *testing.T) {
+	metrics := metricLabels(t)
+	if len(metrics["paritysync_window_slots"]) == 0 || len(metrics["paritysync_intake_requests_total"]) != 2 {
+		t.Fatalf("metric definitions not read: %v", metrics)
+	}
+	raw, err := os.ReadFile("../deploy/grafana/dashboards/paritysync.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr   string `json:"expr"`
+				Legend string `json:"legendFormat"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	series := regexp.MustCompile(`paritysync_[a-z0-9_]+`)
+	grouped := regexp.MustCompile(`by \(([^)]*)\)`)
+	matcher := regexp.MustCompile(`([a-z_]+)\s*(?:=|!=|=~|!~)\s*"`)
+	legend := regexp.MustCompile(`\{\{\s*([a-z_]+)\s*\}\}`)
+	intake := false
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			names := series.FindAllString(tg.Expr, -1)
+			if len(names) == 0 {
+				continue // the Temporal SDK's series
+			}
+			allowed := map[string]bool{"le": true, "instance": true, "job": true}
+			for _, n := range names {
+				base := n
+				for _, suf := range []string{"_bucket", "_sum", "_count"} {
+					if _, ok := metrics[base]; !ok {
+						base = strings.TrimSuffix(base, suf)
+					}
+				}
+				labels, ok := metrics[base]
+				if !ok {
+					t.Errorf("panel %q: %s is not a metric the code exports", p.Title, n)
+				}
+				for _, l := range labels {
+					allowed[l] = true
+				}
+				intake = intake || strings.HasPrefix(base, "paritysync_intake_")
+			}
+			var used []string
+			for _, m := range grouped.FindAllStringSubmatch(tg.Expr, -1) {
+				for _, l := range strings.Split(m[1], ",") {
+					used = append(used, strings.TrimSpace(l))
+				}
+			}
+			for _, m := range matcher.FindAllStringSubmatch(tg.Expr, -1) {
+				used = append(used, m[1])
+			}
+			for _, m := range legend.FindAllStringSubmatch(tg.Legend, -1) {
+				used = append(used, m[1])
+			}
+			for _, l := range used {
+				if !allowed[l] {
+					t.Errorf("panel %q: label %q is not on %v", p.Title, l, names)
+				}
+			}
+		}
+	}
+	if !intake {
+		t.Error("the dashboard has no intake panel")
 	}
 }
