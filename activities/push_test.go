@@ -31,16 +31,20 @@ func (c *redisCounter) DialHook(next redis.DialHook) redis.DialHook { return nex
 
 func (c *redisCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.roundTrips.Add(1)
-		c.commands.Add(1)
+		if cmd.Name() != "hello" { // a new connection's handshake, not a call
+			c.roundTrips.Add(1)
+			c.commands.Add(1)
+		}
 		return next(ctx, cmd)
 	}
 }
 
 func (c *redisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.roundTrips.Add(1)
-		c.commands.Add(int64(len(cmds)))
+		if cmds[0].Name() != "client" { // a new connection's handshake, not a call
+			c.roundTrips.Add(1)
+			c.commands.Add(int64(len(cmds)))
+		}
 		err := next(ctx, cmds)
 		at := time.Now()
 		for _, cmd := range cmds {

@@ -1,0 +1,115 @@
+package limiter
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paritysync/paritysync/models"
+)
+
+// connectionSetup tells the handshake of a new connection from a call.
+func connectionSetup(cmd redis.Cmder) bool { return cmd.Name() == "hello" || cmd.Name() == "client" }
+
+// roundTrips is a go-redis hook counting round trips, a command alone or a pipeline,
+// leaving out the handshakes of new connections.
+type roundTrips struct{ n atomic.Int64 }
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !connectionSetup(cmd) {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !connectionSetup(cmds[0]) {
+			h.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func pipelineLimiter(t *testing.T) (*Limiter, *roundTrips) {
+	t.Helper()
+	rdb, prefix := testRedis(t)
+	counted := redis.NewClient(rdb.Options())
+	h := &roundTrips{}
+	counted.AddHook(h)
+	t.Cleanup(func() { _ = counted.Close() })
+	return New(counted, []models.ChannelConfig{testChannel("pipe", 600, 10, 10000)}, Options{Prefix: prefix}), h
+}
+
+func TestDispatchReadsTheGateEpochAndTheSlotsLateness(t *testing.T) {
+	ctx := context.Background()
+	l, h := pipelineLimiter(t)
+	d, err := l.Dispatch(ctx, req("pipe", 3))
+	if err != nil || d.State != Send || d.Epoch != "" {
+		t.Fatalf("before any rebuild: %+v, %v; want send with no epoch", d, err)
+	}
+	if _, err := l.MarkGateRebuilt(ctx, "pipe", "e1", nil); err != nil {
+		t.Fatal(err)
+	}
+	r := req("pipe", 3)
+	r.Hold = true
+	held := mustReserve(t, l, r)
+	if held.State != Wait {
+		t.Fatalf("hold: %+v", held)
+	}
+	const late = 300 * time.Millisecond
+	time.Sleep(held.Wait + late)
+	r.Hold = false
+	before := h.n.Load()
+	d, err = l.Dispatch(ctx, r)
+	if err != nil || d.State != Send || d.Epoch != "e1" {
+		t.Fatalf("late holder: %+v, %v; want send under epoch e1", d, err)
+	}
+	if n := h.n.Load() - before; n != 1 {
+		t.Errorf("Dispatch took %d round trips, want 1", n)
+	}
+	if d.Late < late-50*time.Millisecond || d.Late >= l.Margin() {
+		t.Errorf("late by %s, want about %s (within the %s margin)", d.Late, late, l.Margin())
+	}
+}
+
+func TestSettleReleasesAndHoldsTheNextSlotInOneRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	l, h := pipelineLimiter(t)
+	night := models.DateOf(time.Now()).AddDays(3)
+	line := models.ARILine{RoomTypeCode: "DBL", RatePlanCode: "BAR", From: night, To: night, Version: 1}
+	first, other := req("pipe", 3), req("pipe", 3)
+	first.Lines = []models.ARILine{line}
+	line.Version = 2
+	other.Lines = []models.ARILine{line}
+	if d := mustReserve(t, l, first); d.State != Send {
+		t.Fatalf("first: %+v", d)
+	}
+	if d := mustReserve(t, l, other); d.State != Blocked {
+		t.Fatalf("other while first is in flight: %+v, want blocked", d)
+	}
+	next := req("pipe", 3)
+	healthy := true
+	before := h.n.Load()
+	got, err := l.Settle(ctx, Settlement{Request: first, Healthy: &healthy, Next: &next,
+		RateLimit: &RateLimit{Limit: 600, Remaining: 500, Reset: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := h.n.Load() - before; n != 1 {
+		t.Errorf("Settle took %d round trips, want 1", n)
+	}
+	if got.Next.State != Wait || got.Breaker != BreakerClosed {
+		t.Errorf("settled %+v, want the next slot held and the breaker closed", got)
+	}
+	if d := mustReserve(t, l, other); d.State != Send {
+		t.Errorf("other after the release: %+v, want send", d)
+	}
+}
