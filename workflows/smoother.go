@@ -81,17 +81,20 @@ func (s *smoother) run(ctx workflow.Context) error {
 	}
 
 	for {
-		if err := workflow.Await(ctx, func() bool { return s.eligible() > 0 || historyFull(ctx) }); err != nil {
+		// A full history waits for the running batches to report, so the next run
+		// starts with none: its back-pressure knows what runs. Meanwhile work more
+		// urgent than them still starts.
+		canContinue := func() bool { return historyFull(ctx) && len(s.running) == 0 }
+		if err := workflow.Await(ctx, func() bool { return s.eligible() > 0 || canContinue() }); err != nil {
 			return err
 		}
-		if !historyFull(ctx) {
+		if !canContinue() {
 			s.debounce(ctx)
 			s.flush(ctx)
 			continue
 		}
-		// Let the running batches report and submits in flight land in this run's
-		// state before handing it on.
-		if err := workflow.Await(ctx, func() bool { return len(s.running) == 0 && workflow.AllHandlersFinished(ctx) }); err != nil {
+		// Submits in flight land in this run's state before it is handed on.
+		if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 			return err
 		}
 		next := s.in

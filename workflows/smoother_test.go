@@ -197,3 +197,34 @@ func (s *unitSuite) TestSmootherStartsDefaultWorkBesideBulkAfterTheUsualDebounce
 	s.NoError(rejected)
 	s.Equal([]time.Duration{time.Second + models.DefaultDebounce, 10*time.Second + models.DefaultDebounce}, at)
 }
+
+func (s *unitSuite) TestSmootherAboutToContinueAsNewStillStartsUrgentWork() {
+	var at []time.Duration
+	begin := s.env.Now()
+	s.env.OnWorkflow(BatchSync, mock.Anything, mock.Anything).Return(
+		func(_ workflow.Context, in models.BatchSyncInput) (models.BatchStatus, error) {
+			at = append(at, s.env.Now().Sub(begin)-time.Hour) // answered at its end
+			return models.BatchStatus{Done: true}, nil
+		}).After(time.Hour)
+	bulk := mutations("bulk", 10)
+	for i := range bulk {
+		bulk[i].Priority = models.PriorityBulk
+	}
+	stop := mutations("stop", 1)
+	stopSell := true
+	stop[0].StopSell = &stopSell
+	var rejected error
+	s.submitAt(time.Second, bulk, &rejected)
+	s.env.RegisterDelayedCallback(func() { s.env.SetContinueAsNewSuggested(true) }, 5*time.Second)
+	s.submitAt(10*time.Second, stop, &rejected)
+
+	s.env.ExecuteWorkflow(BurstSmoother, models.SmootherInput{Channel: "expedia"})
+
+	var next models.SmootherInput
+	s.continuedInput(&next)
+	s.NoError(rejected)
+	s.Equal([]time.Duration{time.Second + models.DefaultDebounce, 10*time.Second + models.UrgentDebounce}, at,
+		"the stop-sell did not wait for the continuation")
+	s.Empty(next.Pending)
+	s.Equal(2, next.Flushed)
+}
