@@ -168,6 +168,9 @@ func (b *batchSync) run(ctx workflow.Context) (models.BatchStatus, error) {
 // for room does not hold back another's.
 func (b *batchSync) startDue(ctx workflow.Context, sel workflow.Selector) {
 	for i := b.next; i < len(b.plan.Chunks); i++ {
+		if b.in.MaxRunningChildren > 0 && len(b.running) >= b.in.MaxRunningChildren {
+			break
+		}
 		if b.started[i] {
 			continue
 		}
