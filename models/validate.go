@@ -389,6 +389,10 @@ func (m Mutation) defaultPriority() int {
 	return PriorityDefault
 }
 
+// EffectivePriority is the priority m is sent at: m.Priority, or the default
+// ApplyDefaults would give it.
+func (m Mutation) EffectivePriority() int { return m.effectivePriority() }
+
 // effectivePriority is m.Priority, or the default ApplyDefaults would give, so a
 // caller that skipped ApplyDefaults never gets a priority 0 ahead of urgent work.
 func (m Mutation) effectivePriority() int {

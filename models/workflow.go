@@ -411,9 +411,11 @@ type SmootherInput struct {
 	Flushed int        `json:"flushed,omitempty"`
 }
 
-// Smoother defaults.
+// Smoother defaults. UrgentDebounce is the debounce of urgent work (priority 1),
+// whatever Debounce says: a stop-sell waits this long for company, no longer.
 const (
 	DefaultDebounce   = 2 * time.Second
+	UrgentDebounce    = 250 * time.Millisecond
 	DefaultMaxPending = 5000
 )
 
@@ -432,9 +434,11 @@ type SmootherStatus struct {
 	Channel string `json:"channel"`
 	Pending int    `json:"pending"`
 	// MaxPending is the admission limit this smoother was started with.
-	MaxPending int    `json:"max_pending,omitempty"`
-	Flushed    int    `json:"flushed"`
-	LastBatch  string `json:"last_batch,omitempty"`
+	MaxPending int `json:"max_pending,omitempty"`
+	Flushed    int `json:"flushed"`
+	// Running is how many flushed batches are still running.
+	Running   int    `json:"running"`
+	LastBatch string `json:"last_batch,omitempty"`
 	// Totals sums the outcomes of the batches this run flushed.
 	Totals ChannelCounts `json:"totals"`
 }

@@ -20,6 +20,11 @@ func TestReplay(t *testing.T) {
 		{"channelsync.json", ChannelSync},
 		{"reconcile.json", Reconcile},
 		{"smoother.json", BurstSmoother},
+		// Recorded before the plan sized in-flight pushes per channel and before
+		// the smoother ran batches side by side: runs started then still replay.
+		{"batchsync-before-inflight.json", BatchSync},
+		{"channelsync-before-inflight.json", ChannelSync},
+		{"smoother-serial.json", BurstSmoother},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

@@ -124,3 +124,107 @@ func (s *unitSuite) TestSmootherContinuesAsNewWithWhatIsWaiting() {
 	s.Equal(1, next.Flushed)
 	s.Equal(2, next.MaxBatch)
 }
+
+func (s *unitSuite) TestSmootherStartsAnUrgentChangeBesideARunningBulkBatch() {
+	type started struct {
+		at        time.Duration
+		mutations int
+	}
+	var got []started
+	begin := s.env.Now()
+	// A bulk batch saturates the channel for an hour.
+	s.env.OnWorkflow(BatchSync, mock.Anything, mock.Anything).Return(
+		func(_ workflow.Context, in models.BatchSyncInput) (models.BatchStatus, error) {
+			// The mock answers at its end, an hour after the batch started.
+			got = append(got, started{s.env.Now().Sub(begin) - time.Hour, len(in.Mutations)})
+			return models.BatchStatus{Done: true}, nil
+		}).After(time.Hour)
+	bulk := mutations("bulk", 60)
+	for i := range bulk {
+		bulk[i].Priority = models.PriorityBulk
+	}
+	stop := mutations("stop", 1)
+	stopSell := true
+	stop[0].StopSell = &stopSell // priority 1 by default
+	more := mutations("more", 5)
+	for i := range more {
+		more[i].Priority = models.PriorityBulk
+	}
+	var rejected error
+	s.submitAt(time.Second, bulk, &rejected)
+	s.submitAt(10*time.Second, stop, &rejected)
+	s.submitAt(20*time.Second, more, &rejected)
+	s.env.RegisterDelayedCallback(func() {
+		v, err := s.env.QueryWorkflow(models.QueryStatus)
+		s.Require().NoError(err)
+		var st models.SmootherStatus
+		s.Require().NoError(v.Get(&st))
+		s.Equal(2, st.Running, "the urgent batch runs beside the bulk one")
+		s.Equal(5, st.Pending, "more bulk waits for the bulk batch: back-pressure stays")
+	}, 30*time.Minute)
+	s.env.RegisterDelayedCallback(s.env.CancelWorkflow, 5*time.Hour)
+
+	s.env.ExecuteWorkflow(BurstSmoother, models.SmootherInput{Channel: "expedia"})
+
+	s.NoError(rejected)
+	s.Require().Len(got, 3)
+	s.Equal(started{time.Second + models.DefaultDebounce, 60}, got[0])
+	s.Equal(started{10*time.Second + models.UrgentDebounce, 1}, got[1],
+		"the stop-sell starts after the urgent debounce, beside the running bulk batch")
+	s.Equal(5, got[2].mutations)
+	s.GreaterOrEqual(got[2].at, got[0].at+time.Hour, "the next bulk batch waited for the first")
+}
+
+func (s *unitSuite) TestSmootherStartsDefaultWorkBesideBulkAfterTheUsualDebounce() {
+	var at []time.Duration
+	begin := s.env.Now()
+	s.env.OnWorkflow(BatchSync, mock.Anything, mock.Anything).Return(
+		func(_ workflow.Context, in models.BatchSyncInput) (models.BatchStatus, error) {
+			at = append(at, s.env.Now().Sub(begin)-time.Hour) // answered at its end
+			return models.BatchStatus{Done: true}, nil
+		}).After(time.Hour)
+	bulk := mutations("bulk", 10)
+	for i := range bulk {
+		bulk[i].Priority = models.PriorityBulk
+	}
+	var rejected error
+	s.submitAt(time.Second, bulk, &rejected)
+	s.submitAt(10*time.Second, mutations("rate", 2), &rejected) // priority 3
+	s.env.RegisterDelayedCallback(s.env.CancelWorkflow, 3*time.Hour)
+
+	s.env.ExecuteWorkflow(BurstSmoother, models.SmootherInput{Channel: "expedia"})
+
+	s.NoError(rejected)
+	s.Equal([]time.Duration{time.Second + models.DefaultDebounce, 10*time.Second + models.DefaultDebounce}, at)
+}
+
+func (s *unitSuite) TestSmootherAboutToContinueAsNewStillStartsUrgentWork() {
+	var at []time.Duration
+	begin := s.env.Now()
+	s.env.OnWorkflow(BatchSync, mock.Anything, mock.Anything).Return(
+		func(_ workflow.Context, in models.BatchSyncInput) (models.BatchStatus, error) {
+			at = append(at, s.env.Now().Sub(begin)-time.Hour) // answered at its end
+			return models.BatchStatus{Done: true}, nil
+		}).After(time.Hour)
+	bulk := mutations("bulk", 10)
+	for i := range bulk {
+		bulk[i].Priority = models.PriorityBulk
+	}
+	stop := mutations("stop", 1)
+	stopSell := true
+	stop[0].StopSell = &stopSell
+	var rejected error
+	s.submitAt(time.Second, bulk, &rejected)
+	s.env.RegisterDelayedCallback(func() { s.env.SetContinueAsNewSuggested(true) }, 5*time.Second)
+	s.submitAt(10*time.Second, stop, &rejected)
+
+	s.env.ExecuteWorkflow(BurstSmoother, models.SmootherInput{Channel: "expedia"})
+
+	var next models.SmootherInput
+	s.continuedInput(&next)
+	s.NoError(rejected)
+	s.Equal([]time.Duration{time.Second + models.DefaultDebounce, 10*time.Second + models.UrgentDebounce}, at,
+		"the stop-sell did not wait for the continuation")
+	s.Empty(next.Pending)
+	s.Equal(2, next.Flushed)
+}
