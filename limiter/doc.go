@@ -23,9 +23,11 @@
 //     The slot is held for the request's id, so a request costs one decision and at
 //     most one wait, and waiters are spread over distinct slots instead of waking
 //     together. A new request may take the earliest future slot held by lower-
-//     priority work, or by equal-priority work of a property and family holding more
-//     than its weighted turn; the holder moves to the tail. Work that has waited
-//     Options.MaxAge is never moved again.
+//     priority work, or the earliest held by the equal-priority property and family
+//     furthest over its weighted turn, if that one holds more than the requester's
+//     turn; the holder moves to the tail. Work that has waited Options.MaxAge is
+//     never moved again. An index of the held slots (below) answers both in
+//     O(log n) of the slots held: no decision reads the schedule.
 //  4. once the slot is due, the ordering gate of (channel, property, family): nights
 //     already sent with a newer version are dropped (superseded) and the rest are
 //     recorded, on every attempt; a request touching nights another in-flight request
@@ -52,6 +54,12 @@
 //	<prefix>{<channel>}:res                   reservations by id (slot, state, priority,
 //	                                          group, weight, first ask); pruned with their
 //	                                          slots, TTL a day
+//	<prefix>{<channel>}:held:<scope>          the held index (reserve.lua says how): future
+//	<prefix>{<channel>}:movable:<scope>       held slots by time; the movable ones by
+//	<prefix>{<channel>}:movable_group:<scope> priority, and by priority and group; their
+//	<prefix>{<channel>}:first_ask:<scope>     first asks; per group its held and movable
+//	<prefix>{<channel>}:pending:<scope>       counts; per priority the groups' turn
+//	<prefix>{<channel>}:turn:<scope>          scores. Emptied as slots come due; TTL a day
 //	<prefix>{<channel>}:gate:<property>:<family>   newest version sent per room|plan|night;
 //	                                          TTL Options.GateTTL (30 days) after the last send
 //	<prefix>{<channel>}:lease:<property>:<family>  in-flight requests' nights; each lease ends
