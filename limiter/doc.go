@@ -33,7 +33,11 @@
 //     recorded, on every attempt; a request touching nights another in-flight request
 //     holds is blocked until that one's Release or its lease expires.
 //
-// A request that is not sent consumes nothing. A Redis error is returned as an error
+// A request that is not sent consumes nothing: a blocked or superseded answer gives
+// its slot back, and a slot due at once moves the pace only when it is sent, so the
+// burst stays whole; a slot held earlier gives its pace back too when nothing was
+// reserved behind it since (what was keeps its slot). Paused, back-off, breaker and
+// quota answers change no state. A Redis error is returned as an error
 // and means "no send": callers fail closed.
 //
 // # Keys

@@ -58,7 +58,7 @@ const (
 	// Nothing is to be sent and nothing was spent.
 	Superseded State = "superseded"
 	// Blocked: another request carrying some of the same nights is in flight; ask
-	// again after Wait. The slot was given back.
+	// again after Wait. The slot was given back, and the pace with it.
 	Blocked State = "blocked"
 	// Paused: an operator paused the channel (PausedReason); ask again after Wait.
 	Paused State = "paused"

@@ -386,6 +386,60 @@ func TestExpiredLeaseNoLongerBlocks(t *testing.T) {
 	}
 }
 
+// Answers that send nothing leave the pace and the schedule where they were: after
+// three blocked answers (one of them for a slot held first) a burst of 6 is whole.
+func TestARequestNotSentConsumesNothing(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	ch := testChannel("nosend", 60, 6, 1000)
+	// A short window keeps the test short: one interval is (6 s + margin) / 60.
+	ch.Window = 6 * time.Second
+	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
+	ctx := context.Background()
+	blocker := req("nosend", 3)
+	blocker.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-03", 2)}
+	if d := mustReserve(t, l, blocker); d.State != Send {
+		t.Fatalf("first request: %+v, want send", d)
+	}
+	// One interval later the burst is whole again.
+	time.Sleep(150 * time.Millisecond)
+	before, err := l.Status(ctx, "nosend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlapping := func() Request {
+		r := req("nosend", 3)
+		r.Lines = []models.ARILine{line("DBL", "2030-05-02", "2030-05-02", 3)}
+		return r
+	}
+	for i := range 2 {
+		if d := mustReserve(t, l, overlapping()); d.State != Blocked {
+			t.Fatalf("overlapping request %d: %+v, want blocked", i, d)
+		}
+	}
+	held := overlapping()
+	held.Hold = true
+	if d := mustReserve(t, l, held); d.State != Wait || d.Wait != 0 {
+		t.Fatalf("holding a due slot: %+v, want wait 0", d)
+	}
+	held.Hold = false
+	if d := mustReserve(t, l, held); d.State != Blocked {
+		t.Fatalf("the held request at its slot: %+v, want blocked", d)
+	}
+	after, err := l.Status(ctx, "nosend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.InWindow != before.InWindow || after.Ahead != before.Ahead || after.NextSlotIn > before.NextSlotIn ||
+		after.DailyUsed != before.DailyUsed {
+		t.Fatalf("after three blocked answers the schedule moved: %+v, before %+v", after, before)
+	}
+	for i := range 6 {
+		if d := mustReserve(t, l, req("nosend", 3)); d.State != Send {
+			t.Fatalf("fresh request %d of the burst: %+v, want send", i, d)
+		}
+	}
+}
+
 func TestHoldReservesWithoutSending(t *testing.T) {
 	rdb, prefix := testRedis(t)
 	l := New(rdb, []models.ChannelConfig{testChannel("hold2", 600, 5, 1000)}, Options{Prefix: prefix})

@@ -282,6 +282,10 @@ if op == 'reserve' then
     end
   end
 
+  -- pace is the pacing timestamp this request moves to if it goes: written at once
+  -- for a slot it holds, but for a slot due now only once the gate lets it send, so
+  -- that an answer which sends nothing leaves the pace where it was.
+  local pace = nil
   local slot
   if e then
     slot = e.s
@@ -292,7 +296,8 @@ if op == 'reserve' then
     -- finds a slot to take within one interval instead of a gap a burst left.
     local tau = 0
     if prio <= 3 then tau = (burst - 1) * interval end
-    local tat = tonumber(redis.call('GET', KEYS[6]) or '0')
+    local tat_raw = redis.call('GET', KEYS[6])
+    local tat = tonumber(tat_raw or '0')
     local tail = math.max(now, tat - tau)
     -- The pace is kept to a microsecond in Redis; less than a millisecond is now.
     if tail - now < 1 then tail = now end
@@ -332,14 +337,22 @@ if op == 'reserve' then
       local h = entry(victim.id)
       slot = tonumber(victim.k)
       index_move(victim.id, h, tail)
+      h.t0, h.t1 = nil, nil
       redis.call('ZADD', sched, score17(tail), victim.id)
       redis.call('HSET', res, victim.id, cjson.encode(h))
     end
-    redis.call('SET', KEYS[6], string.format('%.3f', math.max(tat, tail) + interval),
-      'PX', math.ceil(math.max(tat, tail) + interval - now + w))
+    local next_tat = string.format('%.3f', math.max(tat, tail) + interval)
+    pace = {v = next_tat, ttl = math.ceil(math.max(tat, tail) + interval - now + w)}
     e = {st = 'held', s = slot, k = pad(slot), p = prio, g = group, w = weight, f = first}
+    if not victim then
+      -- Only a request that took the tail may give its pace back: after a move the
+      -- pace also covers the holder that went to the tail.
+      e.t0, e.t1 = tat_raw or '', next_tat
+    end
     redis.call('ZADD', sched, score17(slot), id)
     if slot > now or hold then
+      redis.call('SET', KEYS[6], pace.v, 'PX', pace.ttl)
+      pace = nil
       if slot > now then index_add(id, e) end
       redis.call('HSET', res, id, cjson.encode(e))
       keep_alive(true)
@@ -357,10 +370,20 @@ if op == 'reserve' then
     bykey[l.k] = bykey[l.k] or {}
     table.insert(bykey[l.k], l)
   end
+  -- release_slot gives the slot back, and the pace with it if nothing was reserved
+  -- after it: the schedule is left as if the call had not been made.
   local function release_slot()
     index_rem(id, e)
     redis.call('ZREM', sched, id)
     redis.call('HDEL', res, id)
+    if e.t1 and redis.call('GET', KEYS[6]) == e.t1 then
+      local before = tonumber(e.t0)
+      if before and before - now + w > 0 then
+        redis.call('SET', KEYS[6], e.t0, 'PX', math.ceil(before - now + w))
+      else
+        redis.call('DEL', KEYS[6])
+      end
+    end
   end
 
   -- Two requests touching the same nights are never in flight together.
@@ -434,8 +457,9 @@ if op == 'reserve' then
     redis.call('HSET', KEYS[10], 'st', 'half', 'probe', id, 'probe_until', string.format('%.3f', now + lease_ms))
     redis.call('PEXPIRE', KEYS[10], day)
   end
+  if pace then redis.call('SET', KEYS[6], pace.v, 'PX', pace.ttl) end
   index_rem(id, e)
-  e.st = 'sent'
+  e.st, e.t0, e.t1 = 'sent', nil, nil
   redis.call('HSET', res, id, cjson.encode(e))
   keep_alive(false)
   redis.call('INCRBY', KEYS[3], cost)
