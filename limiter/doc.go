@@ -7,7 +7,11 @@
 // TIME, so workers with skewed clocks share one budget. Reserve checks, in order:
 //
 //  1. the channel's operator pause, then a back-off written after a 429 or by rate-
-//     limit headers reporting nothing left that our own traffic does not explain;
+//     limit headers reporting nothing left that our own traffic does not explain —
+//     channel-wide (Backoff), or only one property's window on a channel that
+//     limits per property (BackoffScope). When a back-off ends, the pace restarts
+//     from its end without a burst, so the requests that waited leave one interval
+//     apart, not together;
 //  2. the daily quota: a request that would take usage past 100 % waits for the next
 //     UTC midnight, and so does priority ≥ 4 work that would reach 95 % (where the
 //     window's limit also halves);
@@ -48,7 +52,8 @@
 // <scope> is "all", or <property>:<family> on a per-property channel.
 //
 //	<prefix>{<channel>}:pause                 operator pause reason; TTL Options.PauseTTL (7 days)
-//	<prefix>{<channel>}:paused_until          back-off end, Unix ms; expires then
+//	<prefix>{<channel>}:paused_until          back-off end, Unix ms; expires a window after it
+//	<prefix>{<channel>}:paused_until:<scope>  the same for one scope (BackoffScope)
 //	<prefix>{<channel>}:daily                 quota used today; expires at the next UTC midnight
 //	<prefix>{<channel>}:adaptive:<scope>      requests per window others use, from headers;
 //	                                          TTL the server's reset time, at least 2 s

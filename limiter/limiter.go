@@ -300,7 +300,8 @@ func (l *Limiter) reserveCall(r Request) (keys []string, args []any, err error) 
 		ck.base + "sched:" + scope, ck.base + "tat:" + scope, ck.res,
 		ck.base + "gate:" + gateScope, ck.base + "lease:" + gateScope, ck.breaker,
 		ck.base + "held:" + scope, ck.base + "movable:" + scope, ck.base + "movable_group:" + scope,
-		ck.base + "first_ask:" + scope, ck.base + "pending:" + scope, ck.base + "turn:" + scope}
+		ck.base + "first_ask:" + scope, ck.base + "pending:" + scope, ck.base + "turn:" + scope,
+		ck.base + "paused_until:" + scope}
 	hold := 0
 	if r.Hold {
 		hold = 1
@@ -386,19 +387,47 @@ func (l *Limiter) Outcome(ctx context.Context, channel string, ok bool) (string,
 
 // Backoff makes every worker wait wait from now (by the Redis clock) before calling
 // channel again, as after a 429 with Retry-After. It never shortens a longer wait
-// already in force.
+// already in force. When it ends, the channel's pace restarts without a burst, so
+// the requests that waited leave one interval apart.
 func (l *Limiter) Backoff(ctx context.Context, channel string, wait time.Duration) error {
 	ck, err := l.channel(channel)
 	if err != nil {
 		return fmt.Errorf("backoff %s: %w", channel, err)
 	}
-	if wait <= 0 {
-		return nil
-	}
-	if err := script.Run(ctx, l.rdb, []string{ck.pausedUntil}, "backoff", ceilMS(wait)).Err(); err != nil {
+	if err := l.backoff(ctx, ck, ck.pausedUntil, wait); err != nil {
 		return fmt.Errorf("backoff %s: %w", channel, err)
 	}
 	return nil
+}
+
+// BackoffScope backs off the window a 429 came from: on a channel that limits per
+// property, only property's window for family f (the family, or the endpoint it
+// shares) — the channel's other properties go on; on any other channel, the whole
+// channel, as Backoff. As with Backoff, the pace restarts without a burst.
+func (l *Limiter) BackoffScope(ctx context.Context, channel, property string, f models.Family, wait time.Duration) error {
+	ck, err := l.channel(channel)
+	if err != nil {
+		return fmt.Errorf("backoff %s: %w", channel, err)
+	}
+	if ck.cfg.Scope != models.ScopeProperty {
+		return l.Backoff(ctx, channel, wait)
+	}
+	if property == "" {
+		return fmt.Errorf("backoff %s: no property on a per-property channel: %w", channel, ErrInvalidRequest)
+	}
+	scope := ck.scope(property, f)
+	if err := l.backoff(ctx, ck, ck.base+"paused_until:"+scope, wait); err != nil {
+		return fmt.Errorf("backoff %s/%s: %w", channel, scope, err)
+	}
+	return nil
+}
+
+func (l *Limiter) backoff(ctx context.Context, ck channelKeys, key string, wait time.Duration) error {
+	if wait <= 0 {
+		return nil
+	}
+	return script.Run(ctx, l.rdb, []string{key}, "backoff", ceilMS(wait),
+		(ck.cfg.WindowLength() + l.opts.Margin).Milliseconds()).Err()
 }
 
 // Adapt reads a channel's rate-limit headers against our own schedule. They lower the

@@ -5,7 +5,7 @@
 -- All keys of one call carry the same {channel} hash tag.
 --
 -- reserve  KEYS: pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker,
---                held, movable, movable_group, first_ask, pending, turn
+--                held, movable, movable_group, first_ask, pending, turn, paused_until of scope
 --          ARGV: op, id, priority, cost, daily quota, rate/min, burst, margin ms, poll ms,
 --                lease ms, max age ms, group, weight, gate ttl ms, line count, hold,
 --                window ms, then per line: cell key, first day, last day, version
@@ -14,7 +14,7 @@
 -- release  KEYS: lease                                ARGV: op, id
 -- outcome  KEYS: breaker                              ARGV: op, ok (1|0), failures, cooldown ms
 --          -> {state, changed (1|0)}
--- backoff  KEYS: paused_until                         ARGV: op, wait ms
+-- backoff  KEYS: paused_until (channel or scope)      ARGV: op, wait ms, window + margin ms
 -- adapt    KEYS: adaptive, paused_until, sched        ARGV: op, rate/min, limit, remaining, reset ms,
 --                                                           window ms
 -- pause    KEYS: pause                                ARGV: op, reason, ttl ms
@@ -236,7 +236,9 @@ if op == 'reserve' then
   if reason then
     return {'paused', poll, left, used, quota, cur, reason}
   end
-  local paused_until = tonumber(redis.call('GET', KEYS[2]) or '0')
+  -- A back-off holds the channel, or only this scope (a 429 on a per-property channel).
+  local paused_until = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'),
+    tonumber(redis.call('GET', KEYS[17]) or '0'))
   if paused_until > now then
     return {'backoff', math.ceil(paused_until - now), left, used, quota, cur, ''}
   end
@@ -298,6 +300,9 @@ if op == 'reserve' then
     if prio <= 3 then tau = (burst - 1) * interval end
     local tat_raw = redis.call('GET', KEYS[6])
     local tat = tonumber(tat_raw or '0')
+    -- A back-off that ended within the window restarts the pace from its end with
+    -- no burst: the requests that waited for it leave one interval apart.
+    if paused_until > 0 then tat = math.max(tat, paused_until + tau) end
     local tail = math.max(now, tat - tau)
     -- The pace is kept to a microsecond in Redis; less than a millisecond is now.
     if tail - now < 1 then tail = now end
@@ -502,7 +507,9 @@ if op == 'backoff' then
   local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
   -- A shorter Retry-After from a later response must not cut short an earlier, longer one.
   if now + wait > cur then
-    redis.call('SET', KEYS[1], string.format('%.3f', now + wait), 'PX', wait)
+    -- The end is kept a window longer: reserve restarts the pace from it without a
+    -- burst, so whoever waited leaves one interval apart, not together.
+    redis.call('SET', KEYS[1], string.format('%.3f', now + wait), 'PX', wait + tonumber(ARGV[3]))
     return wait
   end
   return math.ceil(cur - now)
