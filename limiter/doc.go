@@ -69,6 +69,8 @@
 //	<prefix>{<channel>}:first_ask:<scope>     first asks; per group its held and movable
 //	<prefix>{<channel>}:pending:<scope>       counts; per priority the groups' turn
 //	<prefix>{<channel>}:turn:<scope>          scores. Emptied as slots come due; TTL a day
+//	<prefix>{<channel>}:budget                rate, burst, scope and window in force (CheckConfig);
+//	                                          TTL 10 min, renewed by every decision
 //	<prefix>{<channel>}:gate:<property>:<family>   newest version sent per room|plan|night;
 //	                                          TTL Options.GateTTL (30 days) after the last send
 //	<prefix>{<channel>}:lease:<property>:<family>  in-flight requests' nights; each lease ends
@@ -79,5 +81,10 @@
 // gate's memory, which its owner rebuilds from the system of record.
 //
 // The channel configuration lives in Go and travels in ARGV, so a config change
-// takes effect on the next decision without touching Redis.
+// takes effect on the next decision without touching Redis. Workers must agree on
+// it: CheckConfig, called at a worker's start, compares the channel's budget (rate,
+// burst, scope, window) with the one the first worker recorded and names every
+// field that differs. A different key prefix puts a worker's keys elsewhere, which
+// Redis alone cannot see: the prefix must be the same on every worker of a task
+// queue.
 package limiter

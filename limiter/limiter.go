@@ -301,7 +301,7 @@ func (l *Limiter) reserveCall(r Request) (keys []string, args []any, err error) 
 		ck.base + "gate:" + gateScope, ck.base + "lease:" + gateScope, ck.breaker,
 		ck.base + "held:" + scope, ck.base + "movable:" + scope, ck.base + "movable_group:" + scope,
 		ck.base + "first_ask:" + scope, ck.base + "pending:" + scope, ck.base + "turn:" + scope,
-		ck.base + "paused_until:" + scope}
+		ck.base + "paused_until:" + scope, ck.base + "budget"}
 	hold := 0
 	if r.Hold {
 		hold = 1

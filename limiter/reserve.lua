@@ -5,7 +5,8 @@
 -- All keys of one call carry the same {channel} hash tag.
 --
 -- reserve  KEYS: pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker,
---                held, movable, movable_group, first_ask, pending, turn, paused_until of scope
+--                held, movable, movable_group, first_ask, pending, turn, paused_until of scope,
+--                budget
 --          ARGV: op, id, priority, cost, daily quota, rate/min, burst, margin ms, poll ms,
 --                lease ms, max age ms, group, weight, gate ttl ms, line count, hold,
 --                window ms, then per line: cell key, first day, last day, version
@@ -25,6 +26,7 @@
 -- gate_mark   KEYS: gate_epoch, tat...               ARGV: op, epoch, epoch ttl ms, rate/min, burst, margin ms,
 --                                                       window ms
 --             -> the epoch in force
+-- budget      KEYS: budget                         ARGV: op, identity -> the identity in force
 -- gate_epoch  KEYS: gate_epoch                       ARGV: op -> the epoch, '' when none
 --
 -- The schedule (sched) is a sorted set of send slots, scored by Unix ms: the slots of
@@ -99,6 +101,9 @@ local HI = '\255'
 local function pad(ms) return string.format('%017.3f', ms) end
 -- score17 writes a score exactly: Lua's own number formatting keeps 14 digits.
 local function score17(x) return string.format('%.17g', x) end
+-- BUDGET_TTL is how long a channel's budget identity outlives its last decision or
+-- check, after which a worker with another configuration may claim the channel.
+local BUDGET_TTL = 600000
 -- TURN separates the priorities in the turn score: priority * TURN + held / weight.
 local TURN = 1e9
 
@@ -133,6 +138,8 @@ if op == 'reserve' then
   -- group's count of future held slots, and each group's turn score per priority.
   local hq, mv, mg, age, pend, turn = KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
   local w = window + margin
+  -- Decisions keep the channel's budget identity (CheckConfig) alive.
+  redis.call('PEXPIRE', KEYS[18], BUDGET_TTL)
 
   -- pending holds, per group g, its future held slots (field g) and, per priority p,
   -- its movable ones (field p|g): what the turn scores are made of.
@@ -622,6 +629,18 @@ if op == 'gate_mark' then
   end
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ttl)
   return ARGV[2]
+end
+
+-- The channel's budget identity: the first worker to check writes its own; every
+-- later one gets the identity in force back, to compare with its own.
+if op == 'budget' then
+  local cur = redis.call('GET', KEYS[1])
+  if not cur then
+    redis.call('SET', KEYS[1], ARGV[2], 'PX', BUDGET_TTL)
+    return ARGV[2]
+  end
+  if cur == ARGV[2] then redis.call('PEXPIRE', KEYS[1], BUDGET_TTL) end
+  return cur
 end
 
 if op == 'gate_epoch' then
