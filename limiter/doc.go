@@ -7,7 +7,11 @@
 // TIME, so workers with skewed clocks share one budget. Reserve checks, in order:
 //
 //  1. the channel's operator pause, then a back-off written after a 429 or by rate-
-//     limit headers reporting nothing left that our own traffic does not explain;
+//     limit headers reporting nothing left that our own traffic does not explain —
+//     channel-wide (Backoff), or only one property's window on a channel that
+//     limits per property (BackoffScope). When a back-off ends, the pace restarts
+//     from its end without a burst, so the requests that waited leave one interval
+//     apart, not together;
 //  2. the daily quota: a request that would take usage past 100 % waits for the next
 //     UTC midnight, and so does priority ≥ 4 work that would reach 95 % (where the
 //     window's limit also halves);
@@ -23,15 +27,21 @@
 //     The slot is held for the request's id, so a request costs one decision and at
 //     most one wait, and waiters are spread over distinct slots instead of waking
 //     together. A new request may take the earliest future slot held by lower-
-//     priority work, or by equal-priority work of a property and family holding more
-//     than its weighted turn; the holder moves to the tail. Work that has waited
-//     Options.MaxAge is never moved again.
+//     priority work, or the earliest held by the equal-priority property and family
+//     furthest over its weighted turn, if that one holds more than the requester's
+//     turn; the holder moves to the tail. Work that has waited Options.MaxAge is
+//     never moved again. An index of the held slots (below) answers both in
+//     O(log n) of the slots held: no decision reads the schedule.
 //  4. once the slot is due, the ordering gate of (channel, property, family): nights
 //     already sent with a newer version are dropped (superseded) and the rest are
 //     recorded, on every attempt; a request touching nights another in-flight request
 //     holds is blocked until that one's Release or its lease expires.
 //
-// A request that is not sent consumes nothing. A Redis error is returned as an error
+// A request that is not sent consumes nothing: a blocked or superseded answer gives
+// its slot back, and a slot due at once moves the pace only when it is sent, so the
+// burst stays whole; a slot held earlier gives its pace back too when nothing was
+// reserved behind it since (what was keeps its slot). Paused, back-off, breaker and
+// quota answers change no state. A Redis error is returned as an error
 // and means "no send": callers fail closed.
 //
 // # Keys
@@ -42,7 +52,8 @@
 // <scope> is "all", or <property>:<family> on a per-property channel.
 //
 //	<prefix>{<channel>}:pause                 operator pause reason; TTL Options.PauseTTL (7 days)
-//	<prefix>{<channel>}:paused_until          back-off end, Unix ms; expires then
+//	<prefix>{<channel>}:paused_until          back-off end, Unix ms; expires a window after it
+//	<prefix>{<channel>}:paused_until:<scope>  the same for one scope (BackoffScope)
 //	<prefix>{<channel>}:daily                 quota used today; expires at the next UTC midnight
 //	<prefix>{<channel>}:adaptive:<scope>      requests per window others use, from headers;
 //	                                          TTL the server's reset time, at least 2 s
@@ -52,6 +63,14 @@
 //	<prefix>{<channel>}:res                   reservations by id (slot, state, priority,
 //	                                          group, weight, first ask); pruned with their
 //	                                          slots, TTL a day
+//	<prefix>{<channel>}:held:<scope>          the held index (reserve.lua says how): future
+//	<prefix>{<channel>}:movable:<scope>       held slots by time; the movable ones by
+//	<prefix>{<channel>}:movable_group:<scope> priority, and by priority and group; their
+//	<prefix>{<channel>}:first_ask:<scope>     first asks; per group its held and movable
+//	<prefix>{<channel>}:pending:<scope>       counts; per priority the groups' turn
+//	<prefix>{<channel>}:turn:<scope>          scores. Emptied as slots come due; TTL a day
+//	<prefix>{<channel>}:budget                rate, burst, scope and window in force (CheckConfig);
+//	                                          TTL 10 min, renewed by every decision
 //	<prefix>{<channel>}:gate:<property>:<family>   newest version sent per room|plan|night;
 //	                                          TTL Options.GateTTL (30 days) after the last send
 //	<prefix>{<channel>}:lease:<property>:<family>  in-flight requests' nights; each lease ends
@@ -62,5 +81,10 @@
 // gate's memory, which its owner rebuilds from the system of record.
 //
 // The channel configuration lives in Go and travels in ARGV, so a config change
-// takes effect on the next decision without touching Redis.
+// takes effect on the next decision without touching Redis. Workers must agree on
+// it: CheckConfig, called at a worker's start, compares the channel's budget (rate,
+// burst, scope, window) with the one the first worker recorded and names every
+// field that differs. A different key prefix puts a worker's keys elsewhere, which
+// Redis alone cannot see: the prefix must be the same on every worker of a task
+// queue.
 package limiter

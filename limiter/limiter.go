@@ -58,7 +58,7 @@ const (
 	// Nothing is to be sent and nothing was spent.
 	Superseded State = "superseded"
 	// Blocked: another request carrying some of the same nights is in flight; ask
-	// again after Wait. The slot was given back.
+	// again after Wait. The slot was given back, and the pace with it.
 	Blocked State = "blocked"
 	// Paused: an operator paused the channel (PausedReason); ask again after Wait.
 	Paused State = "paused"
@@ -259,40 +259,9 @@ func (ck channelKeys) scope(property string, f models.Family) string {
 // the slot is due, the ordering gate. It spends a slot and the quota only when it
 // answers Send. An error means no decision (fail closed).
 func (l *Limiter) Reserve(ctx context.Context, r Request) (Decision, error) {
-	ck, err := l.channel(r.Channel)
+	keys, args, err := l.reserveCall(r)
 	if err != nil {
 		return Decision{}, fmt.Errorf("reserve %s: %w", r.Channel, err)
-	}
-	switch {
-	case r.Priority < models.PriorityUrgent || r.Priority > models.PriorityBulk:
-		return Decision{}, fmt.Errorf("reserve %s: priority %d: %w", r.Channel, r.Priority, ErrInvalidRequest)
-	case r.Cost < 1:
-		return Decision{}, fmt.Errorf("reserve %s: cost %d: %w", r.Channel, r.Cost, ErrInvalidRequest)
-	case r.ID == "":
-		return Decision{}, fmt.Errorf("reserve %s: no id: %w", r.Channel, ErrInvalidRequest)
-	case ck.cfg.Scope == models.ScopeProperty && r.Property == "":
-		return Decision{}, fmt.Errorf("reserve %s: no property on a per-property channel: %w", r.Channel, ErrInvalidRequest)
-	}
-	weight := ck.cfg.Shares.Of(r.Family)
-	if weight <= 0 {
-		return Decision{}, fmt.Errorf("reserve %s: family %q: %w", r.Channel, r.Family, ErrNoBudget)
-	}
-	scope := ck.scope(r.Property, r.Family)
-	gateScope := r.Property + ":" + string(r.Family)
-	keys := []string{ck.pause, ck.pausedUntil, ck.daily, ck.base + "adaptive:" + scope,
-		ck.base + "sched:" + scope, ck.base + "tat:" + scope, ck.res,
-		ck.base + "gate:" + gateScope, ck.base + "lease:" + gateScope, ck.breaker}
-	hold := 0
-	if r.Hold {
-		hold = 1
-	}
-	args := make([]any, 0, 16+4*len(r.Lines))
-	args = append(args, "reserve", r.ID, r.Priority, r.Cost, ck.cfg.DailyQuota, ck.cfg.RatePerMinute, ck.cfg.Burst,
-		l.opts.Margin.Milliseconds(), l.opts.PausePoll.Milliseconds(), l.opts.Lease.Milliseconds(),
-		l.opts.MaxAge.Milliseconds(), r.Property+"|"+string(r.Family), weight, l.opts.GateTTL.Milliseconds(), len(r.Lines), hold,
-		ck.cfg.WindowLength().Milliseconds())
-	for _, ln := range r.Lines {
-		args = append(args, ln.RoomTypeCode+"|"+ln.RatePlanCode, dayNumber(ln.From), dayNumber(ln.To), ln.Version)
 	}
 	res, err := script.Run(ctx, l.rdb, keys, args...).Slice()
 	if err != nil {
@@ -303,6 +272,49 @@ func (l *Limiter) Reserve(ctx context.Context, r Request) (Decision, error) {
 		return Decision{}, fmt.Errorf("reserve %s: %w", r.Channel, err)
 	}
 	return d, nil
+}
+
+// reserveCall checks r and builds the reserve script's KEYS and ARGV.
+func (l *Limiter) reserveCall(r Request) (keys []string, args []any, err error) {
+	ck, err := l.channel(r.Channel)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case r.Priority < models.PriorityUrgent || r.Priority > models.PriorityBulk:
+		return nil, nil, fmt.Errorf("priority %d: %w", r.Priority, ErrInvalidRequest)
+	case r.Cost < 1:
+		return nil, nil, fmt.Errorf("cost %d: %w", r.Cost, ErrInvalidRequest)
+	case r.ID == "":
+		return nil, nil, fmt.Errorf("no id: %w", ErrInvalidRequest)
+	case ck.cfg.Scope == models.ScopeProperty && r.Property == "":
+		return nil, nil, fmt.Errorf("no property on a per-property channel: %w", ErrInvalidRequest)
+	}
+	weight := ck.cfg.Shares.Of(r.Family)
+	if weight <= 0 {
+		return nil, nil, fmt.Errorf("family %q: %w", r.Family, ErrNoBudget)
+	}
+	scope := ck.scope(r.Property, r.Family)
+	gateScope := r.Property + ":" + string(r.Family)
+	keys = []string{ck.pause, ck.pausedUntil, ck.daily, ck.base + "adaptive:" + scope,
+		ck.base + "sched:" + scope, ck.base + "tat:" + scope, ck.res,
+		ck.base + "gate:" + gateScope, ck.base + "lease:" + gateScope, ck.breaker,
+		ck.base + "held:" + scope, ck.base + "movable:" + scope, ck.base + "movable_group:" + scope,
+		ck.base + "first_ask:" + scope, ck.base + "pending:" + scope, ck.base + "turn:" + scope,
+		ck.base + "paused_until:" + scope, ck.base + "budget"}
+	hold := 0
+	if r.Hold {
+		hold = 1
+	}
+	args = make([]any, 0, 17+4*len(r.Lines))
+	args = append(args, "reserve", r.ID, r.Priority, r.Cost, ck.cfg.DailyQuota, ck.cfg.RatePerMinute, ck.cfg.Burst,
+		l.opts.Margin.Milliseconds(), l.opts.PausePoll.Milliseconds(), l.opts.Lease.Milliseconds(),
+		l.opts.MaxAge.Milliseconds(), r.Property+"|"+string(r.Family), weight, l.opts.GateTTL.Milliseconds(), len(r.Lines), hold,
+		ck.cfg.WindowLength().Milliseconds())
+	for _, ln := range r.Lines {
+		args = append(args, ln.RoomTypeCode+"|"+ln.RatePlanCode, dayNumber(ln.From), dayNumber(ln.To), ln.Version)
+	}
+	return keys, args, nil
 }
 
 func parseDecision(res []any) (Decision, error) {
@@ -375,19 +387,47 @@ func (l *Limiter) Outcome(ctx context.Context, channel string, ok bool) (string,
 
 // Backoff makes every worker wait wait from now (by the Redis clock) before calling
 // channel again, as after a 429 with Retry-After. It never shortens a longer wait
-// already in force.
+// already in force. When it ends, the channel's pace restarts without a burst, so
+// the requests that waited leave one interval apart.
 func (l *Limiter) Backoff(ctx context.Context, channel string, wait time.Duration) error {
 	ck, err := l.channel(channel)
 	if err != nil {
 		return fmt.Errorf("backoff %s: %w", channel, err)
 	}
-	if wait <= 0 {
-		return nil
-	}
-	if err := script.Run(ctx, l.rdb, []string{ck.pausedUntil}, "backoff", ceilMS(wait)).Err(); err != nil {
+	if err := l.backoff(ctx, ck, ck.pausedUntil, wait); err != nil {
 		return fmt.Errorf("backoff %s: %w", channel, err)
 	}
 	return nil
+}
+
+// BackoffScope backs off the window a 429 came from: on a channel that limits per
+// property, only property's window for family f (the family, or the endpoint it
+// shares) — the channel's other properties go on; on any other channel, the whole
+// channel, as Backoff. As with Backoff, the pace restarts without a burst.
+func (l *Limiter) BackoffScope(ctx context.Context, channel, property string, f models.Family, wait time.Duration) error {
+	ck, err := l.channel(channel)
+	if err != nil {
+		return fmt.Errorf("backoff %s: %w", channel, err)
+	}
+	if ck.cfg.Scope != models.ScopeProperty {
+		return l.Backoff(ctx, channel, wait)
+	}
+	if property == "" {
+		return fmt.Errorf("backoff %s: no property on a per-property channel: %w", channel, ErrInvalidRequest)
+	}
+	scope := ck.scope(property, f)
+	if err := l.backoff(ctx, ck, ck.base+"paused_until:"+scope, wait); err != nil {
+		return fmt.Errorf("backoff %s/%s: %w", channel, scope, err)
+	}
+	return nil
+}
+
+func (l *Limiter) backoff(ctx context.Context, ck channelKeys, key string, wait time.Duration) error {
+	if wait <= 0 {
+		return nil
+	}
+	return script.Run(ctx, l.rdb, []string{key}, "backoff", ceilMS(wait),
+		(ck.cfg.WindowLength() + l.opts.Margin).Milliseconds()).Err()
 }
 
 // Adapt reads a channel's rate-limit headers against our own schedule. They lower the

@@ -386,6 +386,60 @@ func TestExpiredLeaseNoLongerBlocks(t *testing.T) {
 	}
 }
 
+// Answers that send nothing leave the pace and the schedule where they were: after
+// three blocked answers (one of them for a slot held first) a burst of 6 is whole.
+func TestARequestNotSentConsumesNothing(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	ch := testChannel("nosend", 60, 6, 1000)
+	// A short window keeps the test short: one interval is (6 s + margin) / 60.
+	ch.Window = 6 * time.Second
+	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
+	ctx := context.Background()
+	blocker := req("nosend", 3)
+	blocker.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-03", 2)}
+	if d := mustReserve(t, l, blocker); d.State != Send {
+		t.Fatalf("first request: %+v, want send", d)
+	}
+	// One interval later the burst is whole again.
+	time.Sleep(150 * time.Millisecond)
+	before, err := l.Status(ctx, "nosend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlapping := func() Request {
+		r := req("nosend", 3)
+		r.Lines = []models.ARILine{line("DBL", "2030-05-02", "2030-05-02", 3)}
+		return r
+	}
+	for i := range 2 {
+		if d := mustReserve(t, l, overlapping()); d.State != Blocked {
+			t.Fatalf("overlapping request %d: %+v, want blocked", i, d)
+		}
+	}
+	held := overlapping()
+	held.Hold = true
+	if d := mustReserve(t, l, held); d.State != Wait || d.Wait != 0 {
+		t.Fatalf("holding a due slot: %+v, want wait 0", d)
+	}
+	held.Hold = false
+	if d := mustReserve(t, l, held); d.State != Blocked {
+		t.Fatalf("the held request at its slot: %+v, want blocked", d)
+	}
+	after, err := l.Status(ctx, "nosend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.InWindow != before.InWindow || after.Ahead != before.Ahead || after.NextSlotIn > before.NextSlotIn ||
+		after.DailyUsed != before.DailyUsed {
+		t.Fatalf("after three blocked answers the schedule moved: %+v, before %+v", after, before)
+	}
+	for i := range 6 {
+		if d := mustReserve(t, l, req("nosend", 3)); d.State != Send {
+			t.Fatalf("fresh request %d of the burst: %+v, want send", i, d)
+		}
+	}
+}
+
 func TestHoldReservesWithoutSending(t *testing.T) {
 	rdb, prefix := testRedis(t)
 	l := New(rdb, []models.ChannelConfig{testChannel("hold2", 600, 5, 1000)}, Options{Prefix: prefix})
@@ -652,6 +706,10 @@ func TestEveryKeyHasTTLAndHashTag(t *testing.T) {
 	r.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-01", 1)}
 	mustReserve(t, l, r)
 	mustReserve(t, l, req("ttl", 3))
+	// Bulk work never takes the burst: this one holds a slot, and so fills the index.
+	if d := mustReserve(t, l, req("ttl", 5)); d.State != Wait {
+		t.Fatalf("bulk request after two sends: %+v, want a held slot", d)
+	}
 	if _, _, err := l.Outcome(ctx, "ttl", false); err != nil {
 		t.Fatal(err)
 	}
@@ -676,9 +734,10 @@ func TestEveryKeyHasTTLAndHashTag(t *testing.T) {
 			t.Errorf("key %s lacks its channel hash tag", k)
 		}
 	}
-	// pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker
-	if n != 10 {
-		t.Errorf("%d keys, want 10", n)
+	// pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker, and
+	// the held index: held, movable, movable_group, first_ask, pending, turn
+	if n != 16 {
+		t.Errorf("%d keys, want 16", n)
 	}
 }
 
@@ -769,4 +828,83 @@ func BenchmarkReserve(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
+
+// On a channel that limits per property, a 429 backs off the property's window it
+// came from; the channel's other properties and windows go on.
+func TestA429OnAPropertyBacksOffThatPropertyOnly(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	ch := testChannel("prop429", 60, 6, 1000)
+	ch.Scope = models.ScopeProperty
+	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
+	ctx := context.Background()
+	if err := l.BackoffScope(ctx, "prop429", "prop_00000001", models.FamilyRates, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustReserve(t, l, req("prop429", 1)); d.State != Backoff || d.Wait < 4900*time.Millisecond {
+		t.Fatalf("the property that got the 429: %+v, want a 5 s back-off", d)
+	}
+	other := req("prop429", 3)
+	other.Property = "prop_00000002"
+	avail := req("prop429", 3)
+	avail.Family = models.FamilyAvailability
+	for _, r := range []Request{other, avail} {
+		if d := mustReserve(t, l, r); d.State != Send {
+			t.Fatalf("%s/%s is not backed off: %+v", r.Property, r.Family, d)
+		}
+	}
+	if err := l.BackoffScope(ctx, "prop429", "", models.FamilyRates, time.Second); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("back-off without a property on a per-property channel: %v", err)
+	}
+	// On a channel that limits per channel, the same call holds the whole channel.
+	l2 := New(rdb, []models.ChannelConfig{testChannel("chan429", 60, 6, 1000)}, Options{Prefix: prefix})
+	if err := l2.BackoffScope(ctx, "chan429", "prop_00000001", models.FamilyRates, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	o := req("chan429", 3)
+	o.Property = "prop_00000002"
+	if d := mustReserve(t, l2, o); d.State != Backoff {
+		t.Fatalf("another property of a per-channel channel: %+v, want the channel's back-off", d)
+	}
+}
+
+// When a back-off ends, the requests that waited for it leave at the channel's pace,
+// one interval apart, not together in a burst.
+func TestWaitersAfterABackoffLeaveAtThePace(t *testing.T) {
+	for _, scope := range []models.LimitScope{models.ScopeChannel, models.ScopeProperty} {
+		t.Run(string(scope), func(t *testing.T) {
+			rdb, prefix := testRedis(t)
+			ch := testChannel("after429", 60, 6, 1000)
+			ch.Scope = scope
+			// A 6 s window: one interval is (6 s + margin) / 60, 108 ms.
+			ch.Window = 6 * time.Second
+			l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
+			interval := (ch.Window + 500*time.Millisecond) / 60
+			ctx := context.Background()
+			if err := l.BackoffScope(ctx, "after429", "prop_00000001", models.FamilyRates, 300*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			var waiters []Request
+			for range 4 {
+				r := req("after429", 3)
+				d := mustReserve(t, l, r)
+				if d.State != Backoff {
+					t.Fatalf("during the back-off: %+v", d)
+				}
+				waiters = append(waiters, r)
+			}
+			time.Sleep(320 * time.Millisecond)
+			slots := slotsOf(t, l, waiters)
+			// The pace restarts at the back-off's end, so the first may leave a
+			// little after it and the next one interval after the end.
+			for i := 1; i < len(slots); i++ {
+				if gap := slots[i] - slots[i-1]; gap < interval/2 {
+					t.Fatalf("waiters after the back-off leave at %v: %s apart, want about one interval (%s)", slots, gap, interval)
+				}
+			}
+			if span := slots[3] - slots[0]; span < 5*interval/2 {
+				t.Fatalf("4 waiters after the back-off leave within %s, want three intervals (%s)", span, 3*interval)
+			}
+		})
+	}
 }

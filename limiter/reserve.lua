@@ -4,7 +4,9 @@
 -- ARGV[1] selects the operation; the Go side (limiter.go) builds KEYS and ARGV.
 -- All keys of one call carry the same {channel} hash tag.
 --
--- reserve  KEYS: pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker
+-- reserve  KEYS: pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker,
+--                held, movable, movable_group, first_ask, pending, turn, paused_until of scope,
+--                budget
 --          ARGV: op, id, priority, cost, daily quota, rate/min, burst, margin ms, poll ms,
 --                lease ms, max age ms, group, weight, gate ttl ms, line count, hold,
 --                window ms, then per line: cell key, first day, last day, version
@@ -13,7 +15,7 @@
 -- release  KEYS: lease                                ARGV: op, id
 -- outcome  KEYS: breaker                              ARGV: op, ok (1|0), failures, cooldown ms
 --          -> {state, changed (1|0)}
--- backoff  KEYS: paused_until                         ARGV: op, wait ms
+-- backoff  KEYS: paused_until (channel or scope)      ARGV: op, wait ms, window + margin ms
 -- adapt    KEYS: adaptive, paused_until, sched        ARGV: op, rate/min, limit, remaining, reset ms,
 --                                                           window ms
 -- pause    KEYS: pause                                ARGV: op, reason, ttl ms
@@ -24,6 +26,7 @@
 -- gate_mark   KEYS: gate_epoch, tat...               ARGV: op, epoch, epoch ttl ms, rate/min, burst, margin ms,
 --                                                       window ms
 --             -> the epoch in force
+-- budget      KEYS: budget                         ARGV: op, identity -> the identity in force
 -- gate_epoch  KEYS: gate_epoch                       ARGV: op -> the epoch, '' when none
 --
 -- The schedule (sched) is a sorted set of send slots, scored by Unix ms: the slots of
@@ -33,6 +36,23 @@
 -- with a tolerance of burst - 1 slots allows. The window is the channel's (60 s on
 -- every real channel; ARGV carries it). The margin absorbs the lateness of a timer
 -- and of the network, so the channel's own window never sees more.
+--
+-- The held index answers "the earliest future slot held by lower-priority work, or by
+-- the equal-priority group furthest over its turn" without reading the schedule: it
+-- holds only future held slots, and each of its steps is O(log n) in them.
+--   held           zset id by slot: every future held slot (swept once it is due)
+--   movable        lex set 'p|slot|id': held slots that may still be moved (younger
+--                  than max age), by priority then time
+--   movable_group  lex set 'p|group|slot|id': the same, by priority, group, time
+--   first_ask      zset id by first ask: the movable slots, to age them out
+--   pending        hash group -> its future held slots (the turn's numerator), and
+--                  'p|group' -> its movable slots at priority p
+--   turn           zset 'p|group' by p * TURN + pending / weight, for every group
+--                  with movable work at priority p: the one furthest over its turn
+--                  at p is the highest score below (p + 1) * TURN
+-- A slot given back, sent, come due or moved leaves the index (and re-enters it at
+-- its new place when moved); entries a reservation writes are its res record's
+-- fields (k is the slot as written in the lex sets).
 
 if redis.replicate_commands then
   pcall(redis.replicate_commands)
@@ -64,13 +84,28 @@ end
 
 -- window_slot moves t, which is at or after every slot in the schedule, to where
 -- the window (t - w, t] holds fewer than r slots.
+-- Since t is at or after every slot, the r-th newest slot overall is the one that
+-- decides: a rank lookup, O(log n), where an offset into a score range would walk r.
 local function window_slot(sched, t, r, w)
-  local rth = redis.call('ZREVRANGEBYSCORE', sched, '+inf', '(' .. (t - w), 'WITHSCORES', 'LIMIT', r - 1, 1)
-  if rth[2] then
+  local rth = redis.call('ZREVRANGE', sched, r - 1, r - 1, 'WITHSCORES')
+  if rth[2] and tonumber(rth[2]) > t - w then
     t = math.max(t, tonumber(rth[2]) + w)
   end
   return t
 end
+
+-- The held index's members sort as strings: a slot is written with a fixed width so
+-- that string order is time order, and fields are joined by a byte no id contains.
+local SEP = '\1'
+local HI = '\255'
+local function pad(ms) return string.format('%017.3f', ms) end
+-- score17 writes a score exactly: Lua's own number formatting keeps 14 digits.
+local function score17(x) return string.format('%.17g', x) end
+-- BUDGET_TTL is how long a channel's budget identity outlives its last decision or
+-- check, after which a worker with another configuration may claim the channel.
+local BUDGET_TTL = 600000
+-- TURN separates the priorities in the turn score: priority * TURN + held / weight.
+local TURN = 1e9
 
 -- newer compares two versions, positive integers in decimal: Lua numbers are doubles
 -- and would confuse versions above 2^53 (a nanosecond clock, say).
@@ -98,28 +133,119 @@ if op == 'reserve' then
   local hold = ARGV[16] == '1'
   local window = tonumber(ARGV[17])
   local sched, res = KEYS[5], KEYS[7]
+  -- The held index (see "The held index" above): future held slots by time, the
+  -- movable ones by priority and by priority and group, their first asks, each
+  -- group's count of future held slots, and each group's turn score per priority.
+  local hq, mv, mg, age, pend, turn = KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
   local w = window + margin
+  -- Decisions keep the channel's budget identity (CheckConfig) alive.
+  redis.call('PEXPIRE', KEYS[18], BUDGET_TTL)
+
+  -- pending holds, per group g, its future held slots (field g) and, per priority p,
+  -- its movable ones (field p|g): what the turn scores are made of.
+  -- turn_update re-scores group g (weight gw) at every priority where it has movable
+  -- work: one HMGET and a ZADD per such priority.
+  local function turn_update(g, gw)
+    local f = {g}
+    for p = 1, 5 do f[#f + 1] = p .. SEP .. g end
+    local v = redis.call('HMGET', pend, unpack(f))
+    local n = tonumber(v[1] or '0')
+    for p = 1, 5 do
+      if tonumber(v[p + 1] or '0') > 0 then
+        redis.call('ZADD', turn, score17(p * TURN + n / gw), p .. SEP .. g)
+      end
+    end
+  end
+  local function movable_add(hid, h)
+    redis.call('ZADD', mv, 0, h.p .. SEP .. h.k .. SEP .. hid)
+    redis.call('ZADD', mg, 0, h.p .. SEP .. h.g .. SEP .. h.k .. SEP .. hid)
+    redis.call('ZADD', age, score17(h.f), hid)
+    redis.call('HINCRBY', pend, h.p .. SEP .. h.g, 1)
+  end
+  local function movable_rem(hid, h)
+    if redis.call('ZREM', mv, h.p .. SEP .. h.k .. SEP .. hid) == 0 then return end
+    redis.call('ZREM', mg, h.p .. SEP .. h.g .. SEP .. h.k .. SEP .. hid)
+    redis.call('ZREM', age, hid)
+    if redis.call('HINCRBY', pend, h.p .. SEP .. h.g, -1) <= 0 then
+      redis.call('HDEL', pend, h.p .. SEP .. h.g)
+      redis.call('ZREM', turn, h.p .. SEP .. h.g)
+    end
+  end
+  -- index_add enters a future held slot; index_rem takes one out (sent, given back,
+  -- due, or re-reserved), at most once whatever calls it. Both O(log n).
+  local function index_add(hid, h)
+    redis.call('ZADD', hq, score17(h.s), hid)
+    redis.call('HINCRBY', pend, h.g, 1)
+    if now - h.f < max_age then movable_add(hid, h) end
+    turn_update(h.g, h.w)
+  end
+  local function index_rem(hid, h)
+    if redis.call('ZREM', hq, hid) == 0 then return end
+    if redis.call('HINCRBY', pend, h.g, -1) <= 0 then redis.call('HDEL', pend, h.g) end
+    movable_rem(hid, h)
+    turn_update(h.g, h.w)
+  end
+  -- index_move moves a movable held slot to slot t: its group's counts stay.
+  local function index_move(hid, h, t)
+    local k = pad(t)
+    redis.call('ZADD', hq, score17(t), hid)
+    redis.call('ZREM', mv, h.p .. SEP .. h.k .. SEP .. hid)
+    redis.call('ZADD', mv, 0, h.p .. SEP .. k .. SEP .. hid)
+    redis.call('ZREM', mg, h.p .. SEP .. h.g .. SEP .. h.k .. SEP .. hid)
+    redis.call('ZADD', mg, 0, h.p .. SEP .. h.g .. SEP .. k .. SEP .. hid)
+    h.s, h.k = t, k
+  end
+  -- keep_alive renews the schedule's keys, and with held the index's, to a day. Every
+  -- key is renewed by the call that writes it: a key emptied and written again must
+  -- not live on without a TTL.
+  local function keep_alive(held)
+    redis.call('PEXPIRE', sched, day)
+    redis.call('PEXPIRE', res, day)
+    if held then
+      for i = 11, 16 do redis.call('PEXPIRE', KEYS[i], day) end
+    end
+  end
+  local function entry(hid)
+    local raw = redis.call('HGET', res, hid)
+    if raw then return cjson.decode(raw) end
+    return nil
+  end
+
+  -- Held slots that came due leave the index (their holders may still send within
+  -- the margin), and work that has waited max_age is never moved again: each slot
+  -- passes each step once, so both cost O(log n) amortized per slot.
+  for _, hid in ipairs(redis.call('ZRANGEBYSCORE', hq, '-inf', string.format('%.3f', now))) do
+    local h = entry(hid)
+    if h then index_rem(hid, h) else redis.call('ZREM', hq, hid) end
+  end
+  for _, hid in ipairs(redis.call('ZRANGEBYSCORE', age, '-inf', string.format('%.3f', now - max_age))) do
+    local h = entry(hid)
+    redis.call('ZREM', age, hid)
+    if h then movable_rem(hid, h) end
+  end
 
   local used = tonumber(redis.call('GET', KEYS[3]) or '0')
   local r = limit_now(rate, KEYS[4], used, quota)
   local cur = tier(used, quota)
 
   -- Slots that left the window are forgotten, and with them the reservations they
-  -- belonged to (a holder that comes back later asks afresh).
-  local old = redis.call('ZRANGEBYSCORE', sched, '-inf', '(' .. (now - w))
+  -- belonged to (a holder that comes back later asks afresh). Each slot leaves once.
+  local old = redis.call('ZRANGEBYSCORE', sched, '-inf', '(' .. string.format('%.3f', now - w))
   if #old > 0 then
     for _, m in ipairs(old) do
       if not string.find(m, '@', 1, true) then redis.call('HDEL', res, m) end
     end
-    redis.call('ZREMRANGEBYSCORE', sched, '-inf', '(' .. (now - w))
+    redis.call('ZREMRANGEBYSCORE', sched, '-inf', '(' .. string.format('%.3f', now - w))
   end
-  local left = math.max(0, r - redis.call('ZCOUNT', sched, '(' .. (now - w), now))
+  local left = math.max(0, r - redis.call('ZCOUNT', sched, '(' .. string.format('%.3f', now - w), string.format('%.3f', now)))
 
   local reason = redis.call('GET', KEYS[1])
   if reason then
     return {'paused', poll, left, used, quota, cur, reason}
   end
-  local paused_until = tonumber(redis.call('GET', KEYS[2]) or '0')
+  -- A back-off holds the channel, or only this scope (a 429 on a per-property channel).
+  local paused_until = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'),
+    tonumber(redis.call('GET', KEYS[17]) or '0'))
   if paused_until > now then
     return {'backoff', math.ceil(paused_until - now), left, used, quota, cur, ''}
   end
@@ -148,9 +274,7 @@ if op == 'reserve' then
   end
 
   -- The reservation this id holds, if any.
-  local e = nil
-  local raw = redis.call('HGET', res, id)
-  if raw then e = cjson.decode(raw) end
+  local e = entry(id)
   local first = now
   if e then
     first = e.f
@@ -160,12 +284,17 @@ if op == 'reserve' then
     if e.st == 'sent' or now - e.s > margin then
       -- A re-send (Temporal retried the request) or a holder too late for its
       -- slot: the old slot stays in the window as sent, and a new one is needed.
+      index_rem(id, e)
       redis.call('ZREM', sched, id)
       redis.call('ZADD', sched, e.s, id .. '@' .. e.s)
       e = nil
     end
   end
 
+  -- pace is the pacing timestamp this request moves to if it goes: written at once
+  -- for a slot it holds, but for a slot due now only once the gate lets it send, so
+  -- that an answer which sends nothing leaves the pace where it was.
+  local pace = nil
   local slot
   if e then
     slot = e.s
@@ -176,7 +305,11 @@ if op == 'reserve' then
     -- finds a slot to take within one interval instead of a gap a burst left.
     local tau = 0
     if prio <= 3 then tau = (burst - 1) * interval end
-    local tat = tonumber(redis.call('GET', KEYS[6]) or '0')
+    local tat_raw = redis.call('GET', KEYS[6])
+    local tat = tonumber(tat_raw or '0')
+    -- A back-off that ended within the window restarts the pace from its end with
+    -- no burst: the requests that waited for it leave one interval apart.
+    if paused_until > 0 then tat = math.max(tat, paused_until + tau) end
     local tail = math.max(now, tat - tau)
     -- The pace is kept to a microsecond in Redis; less than a millisecond is now.
     if tail - now < 1 then tail = now end
@@ -185,45 +318,56 @@ if op == 'reserve' then
     tail = window_slot(sched, tail, r, w)
     slot = tail
     -- Strict priority and turns: a request may take the earliest future slot held by
-    -- lower-priority work, or by equal-priority work of a group (property and family)
-    -- that holds more than its weighted turn; the holder moves to the tail. Work that
-    -- has waited max_age is never moved again, which bounds how long bulk waits.
+    -- lower-priority work, or the earliest held by equal-priority work of the group
+    -- (property and family) furthest over its weighted turn, if that group holds more
+    -- than this request's turn; the holder moves to the tail. Work that has waited
+    -- max_age left the movable index above, which bounds how long bulk waits.
+    -- Each candidate is one range lookup: O(log n) whatever the schedule holds.
+    local victim = nil
     if tail > now then
-      local cands = redis.call('ZRANGEBYSCORE', sched, '(' .. now, '(' .. tail, 'WITHSCORES')
-      local pend, held = {}, {}
-      for i = 1, #cands, 2 do
-        local m = cands[i]
-        if not string.find(m, '@', 1, true) then
-          local hraw = redis.call('HGET', res, m)
-          if hraw then
-            local h = cjson.decode(hraw)
-            if h.st == 'held' then
-              pend[h.g] = (pend[h.g] or 0) + 1
-              held[#held + 1] = {m, h}
-            end
-          end
+      local lo, hi = pad(now) .. HI, pad(tail) .. SEP
+      for p = prio + 1, 5 do
+        local x = redis.call('ZRANGEBYLEX', mv, '(' .. p .. SEP .. lo, '(' .. p .. SEP .. hi, 'LIMIT', 0, 1)
+        if x[1] then
+          local k, hid = string.match(x[1], '^%d' .. SEP .. '([^' .. SEP .. ']+)' .. SEP .. '(.*)$')
+          if not victim or k < victim.k then victim = {k = k, id = hid} end
         end
       end
-      local mine = ((pend[group] or 0) + 1) / weight
-      for _, x in ipairs(held) do
-        local h = x[2]
-        if now - h.f < max_age and (h.p > prio or (h.p == prio and h.g ~= group and pend[h.g] / h.w > mine)) then
-          slot = h.s
-          h.s = tail
-          redis.call('ZADD', sched, tail, x[1])
-          redis.call('HSET', res, x[1], cjson.encode(h))
-          break
+      local mine = (tonumber(redis.call('HGET', pend, group) or '0') + 1) / weight
+      local over = redis.call('ZREVRANGEBYSCORE', turn, '(' .. score17((prio + 1) * TURN),
+        '(' .. score17(prio * TURN + mine), 'LIMIT', 0, 1)
+      if over[1] then
+        local x = redis.call('ZRANGEBYLEX', mg, '(' .. over[1] .. SEP .. lo, '(' .. over[1] .. SEP .. hi, 'LIMIT', 0, 1)
+        if x[1] then
+          local rest = string.sub(x[1], #over[1] + 2)
+          local k, hid = string.match(rest, '^([^' .. SEP .. ']+)' .. SEP .. '(.*)$')
+          if not victim or k < victim.k then victim = {k = k, id = hid} end
         end
       end
     end
-    redis.call('SET', KEYS[6], string.format('%.3f', math.max(tat, tail) + interval),
-      'PX', math.ceil(math.max(tat, tail) + interval - now + w))
-    e = {st = 'held', s = slot, p = prio, g = group, w = weight, f = first}
-    redis.call('ZADD', sched, slot, id)
-    redis.call('HSET', res, id, cjson.encode(e))
-    redis.call('PEXPIRE', sched, day)
-    redis.call('PEXPIRE', res, day)
+    if victim then
+      local h = entry(victim.id)
+      slot = tonumber(victim.k)
+      index_move(victim.id, h, tail)
+      h.t0, h.t1 = nil, nil
+      redis.call('ZADD', sched, score17(tail), victim.id)
+      redis.call('HSET', res, victim.id, cjson.encode(h))
+    end
+    local next_tat = string.format('%.3f', math.max(tat, tail) + interval)
+    pace = {v = next_tat, ttl = math.ceil(math.max(tat, tail) + interval - now + w)}
+    e = {st = 'held', s = slot, k = pad(slot), p = prio, g = group, w = weight, f = first}
+    if not victim then
+      -- Only a request that took the tail may give its pace back: after a move the
+      -- pace also covers the holder that went to the tail.
+      e.t0, e.t1 = tat_raw or '', next_tat
+    end
+    redis.call('ZADD', sched, score17(slot), id)
     if slot > now or hold then
+      redis.call('SET', KEYS[6], pace.v, 'PX', pace.ttl)
+      pace = nil
+      if slot > now then index_add(id, e) end
+      redis.call('HSET', res, id, cjson.encode(e))
+      keep_alive(true)
       return {'wait', math.max(0, math.ceil(slot - now)), left, used, quota, cur, ''}
     end
   end
@@ -238,9 +382,20 @@ if op == 'reserve' then
     bykey[l.k] = bykey[l.k] or {}
     table.insert(bykey[l.k], l)
   end
+  -- release_slot gives the slot back, and the pace with it if nothing was reserved
+  -- after it: the schedule is left as if the call had not been made.
   local function release_slot()
+    index_rem(id, e)
     redis.call('ZREM', sched, id)
     redis.call('HDEL', res, id)
+    if e.t1 and redis.call('GET', KEYS[6]) == e.t1 then
+      local before = tonumber(e.t0)
+      if before and before - now + w > 0 then
+        redis.call('SET', KEYS[6], e.t0, 'PX', math.ceil(before - now + w))
+      else
+        redis.call('DEL', KEYS[6])
+      end
+    end
   end
 
   -- Two requests touching the same nights are never in flight together.
@@ -314,8 +469,11 @@ if op == 'reserve' then
     redis.call('HSET', KEYS[10], 'st', 'half', 'probe', id, 'probe_until', string.format('%.3f', now + lease_ms))
     redis.call('PEXPIRE', KEYS[10], day)
   end
-  e.st = 'sent'
+  if pace then redis.call('SET', KEYS[6], pace.v, 'PX', pace.ttl) end
+  index_rem(id, e)
+  e.st, e.t0, e.t1 = 'sent', nil, nil
   redis.call('HSET', res, id, cjson.encode(e))
+  keep_alive(false)
   redis.call('INCRBY', KEYS[3], cost)
   redis.call('PEXPIREAT', KEYS[3], midnight)
   local out = {'send', 0, math.max(0, left - 1), after, quota, tier(after, quota), ''}
@@ -356,7 +514,9 @@ if op == 'backoff' then
   local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
   -- A shorter Retry-After from a later response must not cut short an earlier, longer one.
   if now + wait > cur then
-    redis.call('SET', KEYS[1], string.format('%.3f', now + wait), 'PX', wait)
+    -- The end is kept a window longer: reserve restarts the pace from it without a
+    -- burst, so whoever waited leaves one interval apart, not together.
+    redis.call('SET', KEYS[1], string.format('%.3f', now + wait), 'PX', wait + tonumber(ARGV[3]))
     return wait
   end
   return math.ceil(cur - now)
@@ -469,6 +629,18 @@ if op == 'gate_mark' then
   end
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ttl)
   return ARGV[2]
+end
+
+-- The channel's budget identity: the first worker to check writes its own; every
+-- later one gets the identity in force back, to compare with its own.
+if op == 'budget' then
+  local cur = redis.call('GET', KEYS[1])
+  if not cur then
+    redis.call('SET', KEYS[1], ARGV[2], 'PX', BUDGET_TTL)
+    return ARGV[2]
+  end
+  if cur == ARGV[2] then redis.call('PEXPIRE', KEYS[1], BUDGET_TTL) end
+  return cur
 end
 
 if op == 'gate_epoch' then

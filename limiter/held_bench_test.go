@@ -1,0 +1,172 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paritysync/paritysync/models"
+)
+
+// scriptStats is the Redis server's count of script calls (EVAL and EVALSHA) and the
+// microseconds it spent in them, from INFO commandstats.
+func scriptStats(tb testing.TB, rdb *redis.Client) (calls, usec int64) {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatalf("INFO commandstats: %v", err)
+	}
+	for _, ln := range strings.Split(info, "\n") {
+		ln = strings.TrimSpace(ln)
+		if !strings.HasPrefix(ln, "cmdstat_evalsha:") && !strings.HasPrefix(ln, "cmdstat_eval:") {
+			continue
+		}
+		for _, kv := range strings.Split(ln[strings.IndexByte(ln, ':')+1:], ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				calls += n
+			case "usec":
+				usec += n
+			}
+		}
+	}
+	return calls, usec
+}
+
+// fillHeld reserves n bulk slots (priority 4 and 5) spread over 100 properties'
+// rates and availability, all held in the future: the schedule a deep backlog
+// leaves. The reservations go through the script in pipelines of a thousand.
+func fillHeld(tb testing.TB, rdb *redis.Client, l *Limiter, channel string, n int, seq *int) {
+	tb.Helper()
+	ctx := context.Background()
+	if err := script.Load(ctx, rdb).Err(); err != nil {
+		tb.Fatal(err)
+	}
+	pipe := rdb.Pipeline()
+	for i := range n {
+		*seq++
+		r := Request{Channel: channel, Family: models.FamilyRates, Priority: 4 + i%2, Cost: 1,
+			Property: fmt.Sprintf("prop_%08d", i%100), ID: "fill" + strconv.Itoa(*seq)}
+		if i%3 == 0 {
+			r.Family = models.FamilyAvailability
+		}
+		keys, args, err := l.reserveCall(r)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		script.EvalSha(ctx, pipe, keys, args...)
+		if i%1000 == 999 || i == n-1 {
+			if _, err := pipe.Exec(ctx); err != nil {
+				tb.Fatalf("filling the schedule: %v", err)
+			}
+		}
+	}
+}
+
+// BenchmarkReserveHeld measures the Redis server time of one new reservation on a
+// schedule that already holds held=N future slots, from INFO commandstats (script
+// microseconds over script calls, counting only the decisions measured). Run it
+// against an otherwise idle Redis (REDIS_URL): other clients' scripts would count too.
+// The decisions mix the three paths a decision takes: urgent work taking the earliest
+// bulk slot, a new property taking an over-turn property's slot, and bulk work of a
+// property already queued going to the tail. After a tenth of N decisions the
+// schedule is rebuilt, so the depth stays within 10 % of N.
+func BenchmarkReserveHeld(b *testing.B) {
+	rdb, prefix := testRedis(b)
+	for _, held := range []int{10, 10000, 100000} {
+		ch := testChannel(fmt.Sprintf("held%d", held), 600, 10, 1<<40)
+		ch.Shares = models.FamilyShares{Rates: 60, Availability: 40}
+		l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix, MaxAge: time.Hour})
+		round := max(1, held/10)
+		seq, since := 0, round
+		b.Run(fmt.Sprintf("held=%d", held), func(b *testing.B) {
+			var calls, usec int64
+			for i := 0; i < b.N; i++ {
+				if since == round {
+					b.StopTimer()
+					clearKeys(b, rdb, prefix+"{"+ch.Slug+"}")
+					fillHeld(b, rdb, l, ch.Slug, held, &seq)
+					since = 0
+					b.StartTimer()
+				}
+				since++
+				seq++
+				r := Request{Channel: ch.Slug, Family: models.FamilyRates, Cost: 1, ID: "b" + strconv.Itoa(seq)}
+				switch i % 3 {
+				case 0:
+					r.Priority, r.Property = 1, "prop_00000007"
+				case 1:
+					r.Priority, r.Property = 5, fmt.Sprintf("new_%08d", seq)
+				default:
+					r.Priority, r.Property = 5, "prop_00000003"
+				}
+				c0, u0 := scriptStats(b, rdb)
+				if d := mustReserve(b, l, r); d.State != Wait {
+					b.Fatalf("decision %d on a deep schedule: %+v, want wait", i, d)
+				}
+				c1, u1 := scriptStats(b, rdb)
+				calls += c1 - c0
+				usec += u1 - u0
+			}
+			b.StopTimer()
+			if calls > 0 {
+				b.ReportMetric(float64(usec)/float64(calls), "redis-us/decision")
+			}
+		})
+	}
+	// One request whose single line covers 365 nights, sent each time (a newer
+	// version of the same year), on an empty schedule: the ordering gate's cost.
+	ch := testChannel("year", 1_000_000, 500_000, 1<<40)
+	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
+	version := int64(0)
+	b.Run("line=365", func(b *testing.B) {
+		ctx := context.Background()
+		var calls, usec int64
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			r := req("year", 3)
+			version++
+			r.Lines = []models.ARILine{line("DBL", "2030-01-01", "2030-12-31", version)}
+			c0, u0 := scriptStats(b, rdb)
+			if d := mustReserve(b, l, r); d.State != Send || len(d.Dropped) != 0 {
+				b.Fatalf("a year's line, version %d: %v, want send", version, d.State)
+			}
+			c1, u1 := scriptStats(b, rdb)
+			calls += c1 - c0
+			usec += u1 - u0
+			if err := l.Release(ctx, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		if calls > 0 {
+			b.ReportMetric(float64(usec)/float64(calls), "redis-us/decision")
+		}
+	})
+}
+
+// clearKeys deletes every key under prefix.
+func clearKeys(tb testing.TB, rdb *redis.Client, prefix string) {
+	tb.Helper()
+	ctx := context.Background()
+	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	if len(keys) > 0 {
+		if err := rdb.Del(ctx, keys...).Err(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}

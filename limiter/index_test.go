@@ -1,0 +1,147 @@
+package limiter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paritysync/paritysync/models"
+)
+
+// The held index is a second copy of what the reservations say; after any mix of
+// urgent work, turns, holds, re-asks and blocked answers it must agree with them,
+// and once every slot is due it must be empty.
+func TestHeldIndexFollowsTheReservations(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	ch := testChannel("idx", 20, 3, 100000)
+	// A 1 s window lets every slot come due within seconds.
+	ch.Window = time.Second
+	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix, Margin: 50 * time.Millisecond})
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, 2))
+	blocker := req("idx", 3)
+	blocker.Property = "prop_00000000"
+	blocker.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-03", 1)}
+	if d := mustReserve(t, l, blocker); d.State != Send {
+		t.Fatalf("blocker: %+v", d)
+	}
+	var asked []Request
+	for range 150 {
+		var r Request
+		if len(asked) > 0 && rng.IntN(4) == 0 {
+			r = asked[rng.IntN(len(asked))]
+		} else {
+			r = req("idx", 1+rng.IntN(5))
+			r.Property = fmt.Sprintf("prop_%08d", rng.IntN(4))
+			if rng.IntN(3) == 0 {
+				r.Family = models.FamilyAvailability
+			}
+			r.Hold = rng.IntN(5) == 0
+			if r.Property == blocker.Property && r.Family == blocker.Family && rng.IntN(2) == 0 {
+				r.Lines = []models.ARILine{line("DBL", "2030-05-02", "2030-05-02", 2)}
+			}
+			asked = append(asked, r)
+		}
+		mustReserve(t, l, r)
+	}
+	base := prefix + "{idx}:"
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowMS := float64(now.UnixMicro()) / 1000
+	type resv struct {
+		St string  `json:"st"`
+		S  float64 `json:"s"`
+		P  int     `json:"p"`
+		G  string  `json:"g"`
+		W  int     `json:"w"`
+	}
+	res := map[string]resv{}
+	for id, raw := range rdb.HGetAll(ctx, base+"res").Val() {
+		var e resv
+		if err := json.Unmarshal([]byte(raw), &e); err != nil {
+			t.Fatal(err)
+		}
+		res[id] = e
+	}
+	held := map[string]float64{}
+	perGroup := map[string]int{}
+	for _, z := range rdb.ZRangeWithScores(ctx, base+"held:all", 0, -1).Val() {
+		id := z.Member.(string)
+		e, ok := res[id]
+		if !ok || e.St != "held" || math.Abs(e.S-z.Score) > 1 {
+			t.Errorf("held index has %s at %.3f, its reservation %+v", id, z.Score, e)
+		}
+		held[id] = z.Score
+		perGroup[e.G]++
+	}
+	for id, e := range res {
+		if _, ok := held[id]; e.St == "held" && e.S > nowMS+300 && !ok {
+			t.Errorf("held reservation %s %+v missing from the index", id, e)
+		}
+	}
+	pend := rdb.HGetAll(ctx, base+"pending:all").Val()
+	movable := map[string]int{}
+	for _, m := range rdb.ZRange(ctx, base+"movable_group:all", 0, -1).Val() {
+		f := strings.Split(m, "\x01")
+		if len(f) != 4 || res[f[3]].St != "held" || strconv.Itoa(res[f[3]].P)+"\x01"+res[f[3]].G != f[0]+"\x01"+f[1] {
+			t.Errorf("movable_group member %q does not match its reservation %+v", m, res[f[len(f)-1]])
+			continue
+		}
+		movable[f[0]+"\x01"+f[1]]++
+	}
+	if n, m := rdb.ZCard(ctx, base+"movable:all").Val(), rdb.ZCard(ctx, base+"movable_group:all").Val(); n != m {
+		t.Errorf("movable %d members, movable_group %d", n, m)
+	}
+	for field, v := range pend {
+		n, _ := strconv.Atoi(v)
+		if p, g, ok := strings.Cut(field, "\x01"); ok {
+			if movable[field] != n {
+				t.Errorf("pending %s|%s = %d, %d movable", p, g, n, movable[field])
+			}
+		} else if perGroup[field] != n {
+			t.Errorf("pending %s = %d, %d held", field, n, perGroup[field])
+		}
+	}
+	for g, n := range perGroup {
+		if pend[g] != strconv.Itoa(n) {
+			t.Errorf("group %s holds %d, pending says %q", g, n, pend[g])
+		}
+	}
+	turn := rdb.ZRangeWithScores(ctx, base+"turn:all", 0, -1).Val()
+	for _, z := range turn {
+		m := z.Member.(string)
+		p, g, _ := strings.Cut(m, "\x01")
+		pi, _ := strconv.Atoi(p)
+		w := ch.Shares.Of(models.Family(g[strings.IndexByte(g, '|')+1:]))
+		if want := float64(pi)*1e9 + float64(perGroup[g])/float64(w); movable[m] == 0 || math.Abs(z.Score-want) > 1e-6 {
+			t.Errorf("turn %q = %f, want %f with %d movable", m, z.Score, want, movable[m])
+		}
+	}
+	if len(turn) != len(movable) {
+		t.Errorf("turn has %d groups, %d have movable work", len(turn), len(movable))
+	}
+	if len(held) == 0 || len(movable) == 0 {
+		t.Fatalf("the mix left %d held and %d movable groups: nothing checked", len(held), len(movable))
+	}
+
+	// Every slot comes due: the next decision sweeps the index empty.
+	var last float64
+	for _, s := range held {
+		last = max(last, s)
+	}
+	time.Sleep(time.Duration((last-nowMS)*float64(time.Millisecond)) + ch.Window + 200*time.Millisecond)
+	mustReserve(t, l, req("idx", 3))
+	for _, k := range []string{"held", "movable", "movable_group", "first_ask", "pending", "turn"} {
+		if n := rdb.Exists(ctx, base+k+":all").Val(); n != 0 {
+			t.Errorf("index key %s left once every slot is due", k)
+		}
+	}
+}
