@@ -161,7 +161,7 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 		}
 		return throttled(status, s.stormUntil.Sub(now))
 	}
-	win := getWindow(ch.windows, key)
+	win := ch.window(ch.windows, key)
 	if win.count(now) >= ch.cfg.RatePerMinute {
 		ch.stats.Throttled++
 		return throttled(http.StatusTooManyRequests, win.nextFree(now))
