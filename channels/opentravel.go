@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/paritysync/paritysync/models"
 )
@@ -35,6 +36,20 @@ func (openTravel) encode(_ models.ChannelConfig, req models.ChannelRequest, now 
 	unit := func(line int, v int64) {
 		c.units = append(c.units, line)
 		c.versions = append(c.versions, v)
+	}
+	// Intake refuses such codes for an OpenTravel channel; a request built another
+	// way is refused here rather than sent as a message the channel must refuse.
+	lim := models.ProtocolOpenTravel.CodeLimits()
+	if n := utf8.RuneCountInString(req.PropertyID); n > lim.Property {
+		return call{}, fmt.Errorf("HotelCode %s: %d characters, OpenTravel allows %d", req.PropertyID, n, lim.Property)
+	}
+	for i, l := range req.Lines {
+		if n := utf8.RuneCountInString(l.RoomTypeCode); n > lim.RoomType {
+			return call{}, fmt.Errorf("lines[%d]: InvTypeCode %s: %d characters, OpenTravel allows %d", i, l.RoomTypeCode, n, lim.RoomType)
+		}
+		if n := utf8.RuneCountInString(l.RatePlanCode); n > lim.RatePlan {
+			return call{}, fmt.Errorf("lines[%d]: RatePlanCode: %d characters, OpenTravel allows %d", i, n, lim.RatePlan)
+		}
 	}
 	var msg any
 	switch req.Family {

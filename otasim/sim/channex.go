@@ -18,7 +18,7 @@ import (
 
 // Channex in the simulator: the change objects of /api/v1/restrictions and
 // /api/v1/availability, the user-api-key header, a limit of RatePerMinute requests
-// per property and endpoint in any 60 s, a 429 with Channex's JSON body and no
+// per property and endpoint in any window (60 s unless configured), a 429 with Channex's JSON body and no
 // headers, refused change objects reported under meta.warnings of a 200 while the
 // others apply, and the read-back GETs.
 
@@ -98,7 +98,7 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 		ch.stats.Throttled++
 		return channexError(http.StatusTooManyRequests, models.ChannexTooManyRequests, "Too Many Requests", nil)
 	}
-	win := getWindow(ch.windows, key)
+	win := ch.window(ch.windows, key)
 	if win.count(now) >= ch.cfg.RatePerMinute {
 		ch.stats.Throttled++
 		// Channex says nothing about when to come back.

@@ -23,9 +23,6 @@ const (
 	DefaultMaxLogRecords  = 200000
 )
 
-// Window is the length of the sliding rate-limit window.
-const Window = time.Minute
-
 // TokenPrefix starts every token the simulator issues; the rest is the issue time in
 // unix seconds, so a test can mint an old token without a token endpoint.
 const TokenPrefix = "simtoken-"
@@ -34,8 +31,10 @@ const TokenPrefix = "simtoken-"
 // models.DefaultChannels with no faults.
 type Config struct {
 	// Channels are the channels served, each at its BasePath ("/{slug}" when empty).
-	// The fields used are Slug, Protocol, BasePath, RatePerMinute, Scope, DailyQuota,
-	// QuotaUnit, HorizonDays, MaxLinesPerRequest and Channex; a zero DailyQuota or
+	// The fields used are Slug, Protocol, BasePath, RatePerMinute, Window (the
+	// sliding window RatePerMinute counts in, as in the limiter: 60 s when zero),
+	// Scope, DailyQuota, QuotaUnit, HorizonDays, MaxLinesPerRequest and Channex; a
+	// zero DailyQuota or
 	// MaxLinesPerRequest means unlimited. A channex channel's RatePerMinute is per
 	// property and endpoint (10 by default, as Channex publishes), whatever its
 	// Scope; the daily quota applies to the paritysync protocol only, as neither
@@ -200,6 +199,7 @@ func (c Config) withDefaults() Config {
 				ch.RatePerMinute = models.ChannexRequestsPerMinute
 			}
 		}
+		ch.Window = ch.WindowLength()
 		if ch.Scope == "" {
 			ch.Scope = models.ScopeChannel
 		}

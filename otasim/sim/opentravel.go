@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/shopspring/decimal"
 
@@ -160,7 +161,7 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 		}
 		return throttled(status, s.stormUntil.Sub(now))
 	}
-	win := getWindow(ch.windows, key)
+	win := ch.window(ch.windows, key)
 	if win.count(now) >= ch.cfg.RatePerMinute {
 		ch.stats.Throttled++
 		return throttled(http.StatusTooManyRequests, win.nextFree(now))
@@ -235,9 +236,14 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 func decodeOTA(msg string, body []byte) (hotel string, hdr models.OTAHeader, units []otaUnit, content []byte, err error) {
 	control := func(c models.OTAStatusApplicationControl, needPlan bool) (models.ARILine, string) {
 		l := models.ARILine{RoomTypeCode: c.InvTypeCode, RatePlanCode: c.RatePlanCode, From: c.Start, To: c.End}
+		lim := models.ProtocolOpenTravel.CodeLimits()
 		switch {
 		case c.InvTypeCode == "":
 			return l, "InvTypeCode: required"
+		case utf8.RuneCountInString(c.InvTypeCode) > lim.RoomType:
+			return l, fmt.Sprintf("InvTypeCode: longer than %d characters", lim.RoomType)
+		case utf8.RuneCountInString(c.RatePlanCode) > lim.RatePlan:
+			return l, fmt.Sprintf("RatePlanCode: longer than %d characters", lim.RatePlan)
 		case needPlan && c.RatePlanCode == "":
 			return l, "RatePlanCode: required"
 		case c.Start.IsZero() || c.End.IsZero():
@@ -304,8 +310,8 @@ func decodeOTA(msg string, body []byte) (hotel string, hdr models.OTAHeader, uni
 	switch {
 	case hotel == "":
 		return hotel, hdr, nil, nil, fmt.Errorf("HotelCode: required")
-	case len(hotel) > maxIDLen:
-		return hotel, hdr, nil, nil, fmt.Errorf("HotelCode: longer than %d characters", maxIDLen)
+	case utf8.RuneCountInString(hotel) > models.ProtocolOpenTravel.CodeLimits().Property:
+		return hotel, hdr, nil, nil, fmt.Errorf("HotelCode: longer than %d characters", models.ProtocolOpenTravel.CodeLimits().Property)
 	case len(units) == 0:
 		return hotel, hdr, nil, nil, fmt.Errorf("%sRQ: at least one message required", msg)
 	}

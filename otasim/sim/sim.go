@@ -27,8 +27,8 @@ const maxStateNights = 1000
 
 // ChannelStats are the counters of one channel, as GET /stats reports them.
 type ChannelStats struct {
-	// Limit is the channel's requests per sliding 60 s window (per property when
-	// the channel is property-scoped).
+	// Limit is the channel's requests per sliding window (Window, 60 s by default;
+	// per property when the channel is property-scoped).
 	Limit int `json:"limit"`
 	// Requests counts every request to the channel's ARI endpoint.
 	Requests int `json:"requests"`
@@ -64,7 +64,7 @@ type ChannelStats struct {
 	// NightsApplied counts nights written to the channel's state.
 	NightsApplied int `json:"nights_applied"`
 	// MaxWindowRequests is the most valid pushes and state reads that arrived in
-	// any 60 s window of one limit key; a client that respects the limit keeps it
+	// any window of one limit key; a client that respects the limit keeps it
 	// <= Limit.
 	MaxWindowRequests int `json:"max_window_requests"`
 	// EarlyArrivals counts valid pushes and reads that arrived before the time the
@@ -436,7 +436,7 @@ func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr erro
 		}
 		return ch.throttle(key, status, s.stormUntil.Sub(now), now), key
 	}
-	win := getWindow(ch.windows, key)
+	win := ch.window(ch.windows, key)
 	if win.count(now) >= ch.cfg.RatePerMinute {
 		ch.stats.Throttled++
 		return ch.throttle(key, http.StatusTooManyRequests, win.nextFree(now), now), key
@@ -615,7 +615,7 @@ func (s *Simulator) state(ch *channel, r *http.Request, now time.Time) (reply, s
 	}
 	key := ch.limitKey(prop)
 	ch.arrive(key, now)
-	win := getWindow(ch.windows, key)
+	win := ch.window(ch.windows, key)
 	if win.count(now) >= ch.cfg.RatePerMinute {
 		ch.stats.Throttled++
 		return ch.throttle(key, http.StatusTooManyRequests, win.nextFree(now), now), key
@@ -649,10 +649,11 @@ func (ch *channel) limitKey(property string) string {
 	return ""
 }
 
-func getWindow(m map[string]*window, key string) *window {
+// window is the sliding window of key in m, as long as the channel's.
+func (ch *channel) window(m map[string]*window, key string) *window {
 	w := m[key]
 	if w == nil {
-		w = &window{}
+		w = &window{length: ch.cfg.Window}
 		m[key] = w
 	}
 	return w
@@ -699,7 +700,7 @@ func (ch *channel) throttle(key string, status int, wait time.Duration, now time
 // arrive counts a valid push or read of key: in the arrivals window, and as early
 // when it comes before the time a Retry-After announced for key.
 func (ch *channel) arrive(key string, now time.Time) {
-	ch.stats.MaxWindowRequests = max(ch.stats.MaxWindowRequests, getWindow(ch.arrivals, key).add(now))
+	ch.stats.MaxWindowRequests = max(ch.stats.MaxWindowRequests, ch.window(ch.arrivals, key).add(now))
 	if now.Before(ch.announced[key]) {
 		ch.stats.EarlyArrivals++
 	}

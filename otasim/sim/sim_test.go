@@ -103,22 +103,36 @@ func wantStatus(t *testing.T, rec *httptest.ResponseRecorder, status int) {
 	}
 }
 
-func TestLimitEnforcedOverSlidingWindow(t *testing.T) {
-	s, clk := newSim(t, func(c *Config) { c.Channels[0].RatePerMinute = 3 })
+func TestLimitEnforcedOverSlidingWindow(t *testing.T) { checkSlidingWindow(t, 0) }
+
+// TestLimitEnforcedOverASixSecondWindow: a channel declaring a 6 s window is held
+// to the same steps at a tenth of the times, and says so in its headers.
+func TestLimitEnforcedOverASixSecondWindow(t *testing.T) { checkSlidingWindow(t, 6*time.Second) }
+
+// checkSlidingWindow runs one limit of 3 through the steps of a 60 s window scaled
+// to window (0: the default, 60 s).
+func checkSlidingWindow(t *testing.T, window time.Duration) {
+	s, clk := newSim(t, func(c *Config) { c.Channels[0].RatePerMinute, c.Channels[0].Window = 3, window })
+	w := window
+	if w == 0 {
+		w = time.Minute
+	}
+	at := func(secs float64) time.Duration { return time.Duration(secs / 60 * float64(w)) }
 	body := ratesBody("p1", 1, "100.00", "2030-04-01", "2030-04-01")
 	steps := []struct {
 		at        time.Duration
 		status    int
 		remaining string
+		reset     time.Duration // X-RateLimit-Reset, and Retry-After on a 429
 	}{
-		{0, 200, "2"},
-		{10 * time.Second, 200, "1"},
-		{20 * time.Second, 200, "0"},
-		{30 * time.Second, 429, "0"},
-		{59*time.Second + 999*time.Millisecond, 429, "0"},
-		{60 * time.Second, 200, "0"}, // the request at 0 s has left the window
-		{65 * time.Second, 429, "0"},
-		{70 * time.Second, 200, "0"},
+		{0, 200, "2", w},
+		{at(10), 200, "1", w},
+		{at(20), 200, "0", w},
+		{at(30), 429, "0", at(30)},
+		{w - time.Millisecond, 429, "0", time.Second}, // rounded up to a whole second
+		{w, 200, "0", w},                              // the request at 0 s has left the window
+		{w + at(5), 429, "0", at(5)},
+		{w + at(10), 200, "0", w},
 	}
 	for i, st := range steps {
 		clk.Set(t0.Add(st.at))
@@ -132,12 +146,19 @@ func TestLimitEnforcedOverSlidingWindow(t *testing.T) {
 		if got := rec.Header().Get(models.HeaderRateLimitLimit); got != "3" {
 			t.Errorf("step %d: limit %s, want 3", i, got)
 		}
+		secs := fmt.Sprint(ceilSeconds(st.reset))
+		if got := rec.Header().Get(models.HeaderRateLimitReset); st.status == 200 && got != secs {
+			t.Errorf("step %d: reset %s, want %s", i, got, secs)
+		}
+		if got := rec.Header().Get(models.HeaderRetryAfter); st.status == 429 && i == 3 && got != secs {
+			t.Errorf("step %d: Retry-After %s, want %s", i, got, secs)
+		}
 	}
 	stats := s.Stats()["ota"]
 	if stats.Accepted != 5 || stats.Throttled != 3 || stats.Requests != 8 {
 		t.Errorf("stats %+v", stats)
 	}
-	// Arrivals in (10 s, 70 s]: 20, 30, 59.999, 60, 65, 70 — six against a limit of 3.
+	// Arrivals in (10 s, 70 s] (scaled): 20, 30, 59.999, 60, 65, 70 — six against a limit of 3.
 	if stats.MaxWindowRequests != 6 {
 		t.Errorf("max window requests %d, want 6", stats.MaxWindowRequests)
 	}
