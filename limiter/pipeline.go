@@ -225,8 +225,9 @@ type RateLimit struct {
 type Settlement struct {
 	// Request was pushed: its lease is released.
 	Request Request
-	// Backoff, when positive, holds every worker off the channel (a 429's
-	// Retry-After).
+	// Backoff, when positive, holds every worker off the scope the answer came
+	// from (a 429's Retry-After): the request's property on a channel that limits
+	// per property, else the channel (BackoffScope).
 	Backoff time.Duration
 	// RateLimit, when set, adapts the rate to the channel's headers.
 	RateLimit *RateLimit
@@ -257,7 +258,7 @@ func (l *Limiter) Settle(ctx context.Context, s Settlement) (Settled, error) {
 		var got Settled
 		var es []error
 		if s.Backoff > 0 {
-			es = append(es, lr.Backoff(ctx, s.Request.Channel, s.Backoff))
+			es = append(es, lr.BackoffScope(ctx, s.Request.Channel, s.Request.Property, s.Request.Family, s.Backoff))
 		}
 		if rl := s.RateLimit; rl != nil {
 			es = append(es, lr.Adapt(ctx, s.Request.Channel, s.Request.Property, s.Request.Family,

@@ -90,9 +90,18 @@ func newTemporal(lc fx.Lifecycle, s models.Settings, sdkMetrics client.MetricsHa
 	return c, nil
 }
 
-func newLimiter(rdb redis.UniversalClient, s models.Settings, chs []models.ChannelConfig) *limiter.Limiter {
-	return limiter.New(rdb, chs, limiter.Options{Prefix: s.KeyPrefix, PausePoll: s.PausePoll,
+// newLimiter builds the limiter and checks that every channel's budget (rate,
+// burst, scope, window) is the one the other workers on this Redis use: a worker
+// that would split a channel's budget stops at start, naming the channel and field.
+func newLimiter(rdb redis.UniversalClient, s models.Settings, chs []models.ChannelConfig) (*limiter.Limiter, error) {
+	lim := limiter.New(rdb, chs, limiter.Options{Prefix: s.KeyPrefix, PausePoll: s.PausePoll,
 		Lease: s.HTTPTimeout + 5*time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := lim.CheckConfig(ctx); err != nil {
+		return nil, startupError{err}
+	}
+	return lim, nil
 }
 
 // newCredentials gives every channel its own credential: its credentials_file, or
