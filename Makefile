@@ -8,7 +8,7 @@ TEMPORAL_SERVER_VERSION := v1.29.1
 WORKFLOWCHECK_VERSION := v0.6.0
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build demo up down test test-prod vet fmt-check workflowcheck bench bench-e2e bench-intake clean
+.PHONY: all build demo up down test test-unit test-prod vet fmt-check workflowcheck bench bench-e2e bench-intake clean
 
 all: build
 
@@ -63,9 +63,17 @@ workflowcheck: $(BIN)/workflowcheck
 # Every test: unit, fuzz seed corpora, workflow tests, the limiter and activities
 # against the real Redis, the store against the local PostgreSQL (a database of
 # this run's own, dropped at the end; each test makes a schema in it), and the
-# end-to-end runs on a real Temporal dev server.
+# end-to-end runs on a real Temporal dev server (one per package, started by its
+# TestMain). PARITYSYNC_TEST_REQUIRE=1: a missing Redis, PostgreSQL, redis-server or
+# Temporal CLI fails the run naming the service instead of skipping the tests that
+# need it (plain `go test -short ./...` skips them and says why).
 test: $(BIN)/temporal fmt-check vet workflowcheck
-	scripts/with-db.sh test env TEMPORAL_CLI=$(BIN)/temporal go test -race -count=1 -timeout 30m ./...
+	scripts/with-db.sh test env PARITYSYNC_TEST_REQUIRE=1 TEMPORAL_CLI=$(BIN)/temporal go test -race -count=1 -timeout 30m ./...
+
+# Everything but the end-to-end runs (-short: no dev server, no minute-long real-time
+# runs); Redis and PostgreSQL are still required.
+test-unit:
+	scripts/with-db.sh unit env PARITYSYNC_TEST_REQUIRE=1 go test -short -race -count=1 -timeout 10m ./...
 
 bench:
 	go test -run '^$$' -bench . -benchmem ./models ./limiter

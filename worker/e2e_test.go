@@ -27,6 +27,7 @@ import (
 
 	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/activities/store/storetest"
+	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
@@ -123,10 +124,7 @@ type stackOptions struct {
 
 func startStackWith(t *testing.T, srv *testsuite.DevServer, o stackOptions) *e2eStack {
 	t.Helper()
-	redisURL := os.Getenv("REDIS_URL")
-	if redisURL == "" {
-		redisURL = "redis://127.0.0.1:6379/0"
-	}
+	redisURL := redistest.Reachable(t)
 	opt, err := redis.ParseURL(redisURL)
 	require.NoError(t, err)
 	rdb := redis.NewClient(opt)

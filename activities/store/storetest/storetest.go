@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/paritysync/paritysync/dial/testenv"
 )
 
 // DatabaseURL is the database tests create their schemas in:
@@ -23,15 +25,20 @@ func DatabaseURL() string {
 }
 
 // Schema creates a schema named after prefix and a random suffix, drops it (and
-// everything in it) when the test ends, and returns the URL that selects it. It
-// skips the test when the database is unreachable.
+// everything in it) when the test ends, and returns the URL that selects it. An
+// unreachable database fails the test under PARITYSYNC_TEST_REQUIRE (make test
+// sets it) and skips it otherwise.
 func Schema(tb testing.TB, prefix string) string {
 	tb.Helper()
 	ctx := context.Background()
 	base := DatabaseURL()
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
-		tb.Skipf("needs PostgreSQL at %s (set PARITYSYNC_TEST_DATABASE_URL): %v", base, err)
+		host := "?"
+		if u, perr := url.Parse(base); perr == nil {
+			host = u.Host // no credentials in the message
+		}
+		testenv.Unavailable(tb, "PostgreSQL at "+host+" not reachable (PARITYSYNC_TEST_DATABASE_URL)", err)
 	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
