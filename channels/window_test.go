@@ -203,18 +203,7 @@ func TestChannexFiftyPropertiesStayWithinTheirWindows(t *testing.T) {
 }
 
 // maxInWindow is the most times within any span of length w (half-open).
-func maxInWindow(ts []time.Time, w time.Duration) int {
-	ts = slices.Clone(ts)
-	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
-	best, lo := 0, 0
-	for hi := range ts {
-		for ts[hi].Sub(ts[lo]) >= w {
-			lo++
-		}
-		best = max(best, hi-lo+1)
-	}
-	return best
-}
+func maxInWindow(ts []time.Time, w time.Duration) int { return models.MostInWindowAt(ts, w) }
 
 // loadRequest is version v of one night's value for property p in family f.
 func loadRequest(channel, p string, f models.Family, v int64) models.ChannelRequest {

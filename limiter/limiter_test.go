@@ -71,18 +71,7 @@ func slotsOf(t *testing.T, l *Limiter, rs []Request) []time.Duration {
 }
 
 // maxInWindow is the most slots in any window of length w.
-func maxInWindow(slots []time.Duration, w time.Duration) int {
-	s := slices.Clone(slots)
-	slices.Sort(s)
-	best, j := 0, 0
-	for i := range s {
-		for s[i]-s[j] >= w {
-			j++
-		}
-		best = max(best, i-j+1)
-	}
-	return best
-}
+func maxInWindow(slots []time.Duration, w time.Duration) int { return models.MostInWindow(slots, w) }
 
 func TestScheduleKeepsTheDeclaredWindowAndBurstAndUsesAllOfIt(t *testing.T) {
 	rdb, prefix := testRedis(t)
