@@ -24,6 +24,7 @@ func TestCircuitBreakerStopsEveryWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: needs a Temporal dev server")
 	}
+	t.Parallel() // it waits on its channels' windows; its stack shares nothing
 	const failures, cooldown = 5, 3 * time.Second
 	srv := startDevServer(t)
 	s := startStackWith(t, srv, stackOptions{Workers: 3,

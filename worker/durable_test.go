@@ -117,6 +117,7 @@ func TestDurableLostAckReconciledWithPaidReads(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: needs a Temporal dev server")
 	}
+	t.Parallel() // it waits on its channels' windows; its stack shares nothing
 	srv := startDevServer(t)
 	const channel, limit, properties = "booking_com", 10, 12
 	s := startStack(t, srv, map[string]int{channel: limit})
@@ -206,6 +207,7 @@ func TestDurableRedisLossMidBatch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: needs a Temporal dev server")
 	}
+	t.Parallel() // it waits on its channels' windows; its stack shares nothing
 	srv := startDevServer(t)
 	limits := map[string]int{"booking_com": 12, "expedia": 12, "agoda": 12}
 	const burst = 2 // startStack: max(2, limit/10)
@@ -266,6 +268,7 @@ func TestDurableWorkerStoppedMidBatch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: needs a Temporal dev server")
 	}
+	t.Parallel() // it waits on its channels' windows; its stack shares nothing
 	srv := startDevServer(t)
 	s := startStack(t, srv, map[string]int{"booking_com": 60, "expedia": 60, "agoda": 60}, func(env map[string]string) {
 		// No grace: in-flight activities are cancelled when the worker stops.

@@ -82,6 +82,7 @@ func TestEndToEndProtocols(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: needs a Temporal dev server")
 	}
+	t.Parallel() // it waits on its channels' windows; its stack shares nothing
 	srv := startDevServer(t)
 	dir := t.TempDir()
 	chFile := writeFile(t, dir, "channels.yaml", fmt.Sprintf(protocolChannels,
@@ -94,7 +95,8 @@ func TestEndToEndProtocols(t *testing.T) {
 	id := uuid.NewString()[:8]
 	s := &e2eStack{rdb: rdb, prefix: "paritysync-e2e-" + id + ":", queue: "paritysync-e2e-" + id}
 	s.env = map[string]string{
-		"REDIS_URL": redisURL, "TEMPORAL_ADDRESS": srv.FrontendHostPort(), "PARITYSYNC_TASK_QUEUE": s.queue,
+		"REDIS_URL": redisURL, "TEMPORAL_ADDRESS": srv.FrontendHostPort(), "TEMPORAL_NAMESPACE": srv.Namespace(),
+		"PARITYSYNC_TASK_QUEUE": s.queue,
 		"PARITYSYNC_KEY_PREFIX": s.prefix, "PARITYSYNC_TOKEN": "e2e-token", "PARITYSYNC_METRICS_ADDR": "127.0.0.1:0",
 		"PARITYSYNC_CHANNELS_FILE": chFile,
 		// A schema of its own on the local PostgreSQL, dropped at the end.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -21,12 +22,12 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 	"go.uber.org/fx"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/activities/store/storetest"
+	"github.com/paritysync/paritysync/dial/devtest"
 	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
@@ -41,40 +42,22 @@ import (
 // temporalCLI finds the Temporal CLI binary that `make test` builds.
 func temporalCLI(t *testing.T) string {
 	t.Helper()
-	path := os.Getenv("TEMPORAL_CLI")
-	if path == "" {
-		path = filepath.Join("..", ".bin", "temporal")
-	}
-	if _, err := os.Stat(path); err != nil {
+	path, err := devtest.CLI()
+	if err != nil {
 		t.Fatalf("no Temporal CLI at %s (make test builds it into .bin/; or set TEMPORAL_CLI): %v", path, err)
 	}
 	return path
 }
 
-// startDevServer starts a dev server with paritysync's search attributes and the
-// new matcher with one partition, as production should run.
-func startDevServer(t *testing.T) *testsuite.DevServer {
+// TestMain stops the package's one dev server (devtest) after the tests.
+func TestMain(m *testing.M) { devtest.Main(m) }
+
+// startDevServer is the test's namespace on the package's dev server (devtest: the
+// new matcher with one partition and paritysync's search attributes, as production
+// should run); it skips under -short.
+func startDevServer(t *testing.T) *devtest.Env {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
-		ExistingPath:  temporalCLI(t),
-		ClientOptions: &client.Options{Logger: quiet{}},
-		LogLevel:      "error",
-		SearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrChannel).ValueSet(""),
-			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrBatchID).ValueSet(""),
-			temporal.NewSearchAttributeKeyInt64(models.SearchAttrPriority).ValueSet(0),
-		),
-		ExtraArgs: []string{
-			"--dynamic-config-value", "matching.useNewMatcher=true",
-			"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
-			"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
-		},
-	})
-	require.NoError(t, err, "start Temporal dev server")
-	t.Cleanup(func() { _ = srv.Stop() })
-	return srv
+	return devtest.Start(t)
 }
 
 // e2eStack is a dev server, a simulator and a running worker sharing a key prefix.
@@ -98,7 +81,7 @@ func (s *e2eStack) getenv(k string) string { return s.env[k] }
 
 // startStack starts a simulator and a worker on srv; env changes the worker's
 // environment before it starts.
-func startStack(t *testing.T, srv *testsuite.DevServer, limits map[string]int, env ...func(map[string]string)) *e2eStack {
+func startStack(t *testing.T, srv *devtest.Env, limits map[string]int, env ...func(map[string]string)) *e2eStack {
 	t.Helper()
 	chs := map[string]stackChannel{}
 	for slug, perMinute := range limits {
@@ -118,11 +101,16 @@ type stackOptions struct {
 	Channels map[string]stackChannel
 	Workers  int
 	Env      map[string]string
+	// Window, when set, is every channel's window (the worker's and the
+	// simulator's): a test whose assertions are relative to the window (window use,
+	// most in any window, makespan against the minimum) runs at a short one, its
+	// limits then counted per Window instead of per minute.
+	Window time.Duration
 	// Edit changes the worker environment last.
 	Edit []func(map[string]string)
 }
 
-func startStackWith(t *testing.T, srv *testsuite.DevServer, o stackOptions) *e2eStack {
+func startStackWith(t *testing.T, srv *devtest.Env, o stackOptions) *e2eStack {
 	t.Helper()
 	redisURL := redistest.Reachable(t)
 	opt, err := redis.ParseURL(redisURL)
@@ -135,6 +123,7 @@ func startStackWith(t *testing.T, srv *testsuite.DevServer, o stackOptions) *e2e
 	s.env = map[string]string{
 		"REDIS_URL":               redisURL,
 		"TEMPORAL_ADDRESS":        srv.FrontendHostPort(),
+		"TEMPORAL_NAMESPACE":      srv.Namespace(),
 		"PARITYSYNC_TASK_QUEUE":   s.queue,
 		"PARITYSYNC_KEY_PREFIX":   s.prefix,
 		"PARITYSYNC_TOKEN":        "e2e-token",
@@ -151,6 +140,9 @@ func startStackWith(t *testing.T, srv *testsuite.DevServer, o stackOptions) *e2e
 	}
 	for k, v := range o.Env {
 		s.env[k] = v
+	}
+	if o.Window > 0 {
+		s.env["PARITYSYNC_CHANNELS_FILE"] = windowFile(t, o.Window, o.Channels)
 	}
 	for _, f := range o.Edit {
 		f(s.env)
@@ -182,6 +174,24 @@ func startStackWith(t *testing.T, srv *testsuite.DevServer, o stackOptions) *e2e
 		_ = rdb.Close()
 	})
 	return s
+}
+
+// testWindow is the short window of the tests whose assertions are relative to it:
+// a tenth of the real 60 s, long against the limiter's 500 ms lateness margin.
+const testWindow = 6 * time.Second
+
+// windowFile is a channels file that gives every channel of chs the window w (a
+// window is set only per channel, in the file, never by the environment).
+func windowFile(t *testing.T, w time.Duration, chs map[string]stackChannel) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("channels:\n")
+	for _, slug := range slices.Sorted(maps.Keys(chs)) {
+		fmt.Fprintf(&b, "  - slug: %s\n    window: %s\n", slug, w)
+	}
+	path := filepath.Join(t.TempDir(), "channels.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o600))
+	return path
 }
 
 // startWorker starts one more worker on the stack's task queue (again, after a test
@@ -221,6 +231,7 @@ func TestEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: needs a Temporal dev server")
 	}
+	t.Parallel() // it waits on its channels' windows; its stack shares nothing
 	srv := startDevServer(t)
 	// Tight limits: the batch needs more than a minute of each channel's budget.
 	s := startStack(t, srv, map[string]int{"booking_com": 30, "expedia": 20, "agoda": 40})

@@ -63,6 +63,7 @@ func TestBatchLifecycle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: needs a Temporal dev server")
 	}
+	t.Parallel() // it waits on its channels' windows; its stack shares nothing
 	srv := startDevServer(t)
 	s := startStack(t, srv, map[string]int{"booking_com": 20, "expedia": 20, "agoda": 20})
 	st := s.openStore(t)
