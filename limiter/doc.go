@@ -13,8 +13,10 @@
 //     window's limit also halves);
 //  3. a slot in the channel's schedule — per channel, or per property and family on
 //     a channel that limits per property. A slot is granted only where the window
-//     (slot − 60 s − margin, slot] holds fewer than the declared limit, at a pace of
-//     one per (60 s + margin) / limit after at most burst back to back; bulk work
+//     (slot − window − margin, slot] holds fewer than the declared limit, at a pace
+//     of one per (window + margin) / limit after at most burst back to back — the
+//     window is the channel's ChannelConfig.Window, 60 s unless the channel declares
+//     another; bulk work
 //     (priority 4 and 5) never takes the burst, so a window it saturates stays evenly
 //     paced and urgent work finds a slot within one interval. Families and
 //     properties share the one schedule: their shares are weights, not partitions.

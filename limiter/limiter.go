@@ -161,10 +161,12 @@ type Options struct {
 	// PauseTTL bounds an operator pause, 7 days by default, so a forgotten pause does
 	// not outlive every key's TTL policy; Pause again to extend it.
 	PauseTTL time.Duration
-	// Margin widens the window the limiter counts in beyond the channel's 60 s, 500 ms
-	// by default, so a request sent a little after its slot (dispatch and network
-	// lateness) never lands in a window that is already full. A holder later than
-	// Margin gets a new slot.
+	// Margin widens the window the limiter counts in beyond the channel's own
+	// (ChannelConfig.Window, 60 s on every real channel), 500 ms by default, so a
+	// request sent a little after its slot (dispatch and network lateness) never
+	// lands in a window that is already full. A holder later than Margin gets a new
+	// slot. It is absolute time, not a share of the window: a short window pays it
+	// as a larger share of its throughput.
 	Margin time.Duration
 	// Lease bounds how long a sent request's nights stay leased if Release never
 	// comes (a worker that died mid-request): the HTTP timeout plus a little; 30 s by
@@ -287,7 +289,8 @@ func (l *Limiter) Reserve(ctx context.Context, r Request) (Decision, error) {
 	args := make([]any, 0, 16+4*len(r.Lines))
 	args = append(args, "reserve", r.ID, r.Priority, r.Cost, ck.cfg.DailyQuota, ck.cfg.RatePerMinute, ck.cfg.Burst,
 		l.opts.Margin.Milliseconds(), l.opts.PausePoll.Milliseconds(), l.opts.Lease.Milliseconds(),
-		l.opts.MaxAge.Milliseconds(), r.Property+"|"+string(r.Family), weight, l.opts.GateTTL.Milliseconds(), len(r.Lines), hold)
+		l.opts.MaxAge.Milliseconds(), r.Property+"|"+string(r.Family), weight, l.opts.GateTTL.Milliseconds(), len(r.Lines), hold,
+		ck.cfg.WindowLength().Milliseconds())
 	for _, ln := range r.Lines {
 		args = append(args, ln.RoomTypeCode+"|"+ln.RatePlanCode, dayNumber(ln.From), dayNumber(ln.To), ln.Version)
 	}
@@ -403,7 +406,7 @@ func (l *Limiter) Adapt(ctx context.Context, channel, property string, f models.
 	}
 	scope := ck.scope(property, f)
 	if err := script.Run(ctx, l.rdb, []string{ck.base + "adaptive:" + scope, ck.pausedUntil, ck.base + "sched:" + scope},
-		"adapt", ck.cfg.RatePerMinute, limit, remaining, ceilMS(resetAfter)).Err(); err != nil {
+		"adapt", ck.cfg.RatePerMinute, limit, remaining, ceilMS(resetAfter), ck.cfg.WindowLength().Milliseconds()).Err(); err != nil {
 		return fmt.Errorf("adapt %s: %w", channel, err)
 	}
 	return nil
@@ -447,7 +450,7 @@ func (l *Limiter) Status(ctx context.Context, channel string) (Status, error) {
 	keys := []string{ck.pause, ck.pausedUntil, ck.daily, ck.base + "adaptive:" + scope,
 		ck.base + "sched:" + scope, ck.base + "tat:" + scope, ck.breaker}
 	res, err := script.Run(ctx, l.rdb, keys, "status", ck.cfg.DailyQuota, ck.cfg.RatePerMinute,
-		l.opts.Margin.Milliseconds()).Slice()
+		l.opts.Margin.Milliseconds(), ck.cfg.WindowLength().Milliseconds()).Slice()
 	if err != nil {
 		return Status{}, fmt.Errorf("status %s: %w", channel, err)
 	}

@@ -74,9 +74,25 @@ func slotsOf(t *testing.T, l *Limiter, rs []Request) []time.Duration {
 func maxInWindow(slots []time.Duration, w time.Duration) int { return models.MostInWindow(slots, w) }
 
 func TestScheduleKeepsTheDeclaredWindowAndBurstAndUsesAllOfIt(t *testing.T) {
+	checkWindowAndBurst(t, 0, 0)
+}
+
+// A channel that declares a short window is held to it exactly as a 60 s one is; the
+// margin, absolute time, is scaled with the window so that window use stays comparable.
+func TestScheduleKeepsADeclaredShortWindow(t *testing.T) {
+	checkWindowAndBurst(t, 6*time.Second, 50*time.Millisecond)
+}
+
+// checkWindowAndBurst saturates a channel of the given window (zero: the 60 s
+// default) and asserts at most the limit in any window, exactly the burst back to
+// back, and a span within 3 % of the minimum the window allows.
+func checkWindowAndBurst(t *testing.T, window, margin time.Duration) {
 	rdb, prefix := testRedis(t)
 	const rate, burst, n = 30, 3, 95
-	l := New(rdb, []models.ChannelConfig{testChannel("win", rate, burst, 10000)}, Options{Prefix: prefix})
+	cfg := testChannel("win", rate, burst, 10000)
+	cfg.Window = window
+	w := cfg.WindowLength()
+	l := New(rdb, []models.ChannelConfig{cfg}, Options{Prefix: prefix, Margin: margin})
 	rs := make([]Request, n)
 	for i := range rs {
 		rs[i] = req("win", 3)
@@ -86,14 +102,14 @@ func TestScheduleKeepsTheDeclaredWindowAndBurstAndUsesAllOfIt(t *testing.T) {
 		}
 	}
 	slots := slotsOf(t, l, rs)
-	if got := maxInWindow(slots, time.Minute); got > rate {
-		t.Errorf("most slots in a 60 s window %d, want <= %d", got, rate)
+	if got := maxInWindow(slots, w); got > rate {
+		t.Errorf("most slots in a %s window %d, want <= %d", w, got, rate)
 	}
 	sorted := slices.Clone(slots)
 	slices.Sort(sorted)
 	backToBack := 0
 	for i := range sorted {
-		if sorted[i] < sorted[0]+500*time.Millisecond {
+		if sorted[i] < sorted[0]+w/120 {
 			backToBack++
 		}
 	}
@@ -103,13 +119,13 @@ func TestScheduleKeepsTheDeclaredWindowAndBurstAndUsesAllOfIt(t *testing.T) {
 	// Saturated, the schedule runs at the declared limit: the minimum the window
 	// allows, stretched only by the margin per window.
 	span := sorted[n-1]
-	ideal := time.Duration(float64(n-burst) / rate * float64(time.Minute))
+	ideal := time.Duration(float64(n-burst) / rate * float64(w))
 	if span > ideal*103/100 {
 		t.Errorf("%d requests span %s, want <= 1.03 x %s", n, span, ideal)
 	}
-	t.Logf("%d requests at %d/min burst %d: span %s (ideal %s, %.3f), most in 60 s %d",
-		n, rate, burst, span.Round(time.Millisecond), ideal.Round(time.Millisecond),
-		float64(span)/float64(ideal), maxInWindow(slots, time.Minute))
+	t.Logf("%d requests at %d per %s burst %d: span %s (ideal %s, %.3f), most in a window %d",
+		n, rate, w, burst, span.Round(time.Millisecond), ideal.Round(time.Millisecond),
+		float64(span)/float64(ideal), maxInWindow(slots, w))
 }
 
 func TestBulkWorkLeavesTheBurstToUrgentWork(t *testing.T) {

@@ -101,7 +101,7 @@ func (l *Limiter) MarkGateRebuilt(ctx context.Context, channel, epoch string, sc
 		keys = append(keys, ck.base+"tat:"+ck.scope("", ""))
 	}
 	got, err := script.Run(ctx, l.rdb, keys, "gate_mark", epoch, l.opts.GateTTL.Milliseconds(),
-		ck.cfg.RatePerMinute, max(1, ck.cfg.Burst), l.opts.Margin.Milliseconds()).Text()
+		ck.cfg.RatePerMinute, max(1, ck.cfg.Burst), l.opts.Margin.Milliseconds(), ck.cfg.WindowLength().Milliseconds()).Text()
 	if err != nil {
 		return "", fmt.Errorf("mark gate %s: %w", channel, err)
 	}

@@ -7,29 +7,32 @@
 -- reserve  KEYS: pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker
 --          ARGV: op, id, priority, cost, daily quota, rate/min, burst, margin ms, poll ms,
 --                lease ms, max age ms, group, weight, gate ttl ms, line count, hold,
---                then per line: cell key, first day, last day, version
+--                window ms, then per line: cell key, first day, last day, version
 --          -> {state, wait ms, slots left in window, daily used, daily quota, tier,
 --              reason, dropped (line, day) pairs...}
 -- release  KEYS: lease                                ARGV: op, id
 -- outcome  KEYS: breaker                              ARGV: op, ok (1|0), failures, cooldown ms
 --          -> {state, changed (1|0)}
 -- backoff  KEYS: paused_until                         ARGV: op, wait ms
--- adapt    KEYS: adaptive, paused_until, sched        ARGV: op, rate/min, limit, remaining, reset ms
+-- adapt    KEYS: adaptive, paused_until, sched        ARGV: op, rate/min, limit, remaining, reset ms,
+--                                                           window ms
 -- pause    KEYS: pause                                ARGV: op, reason, ttl ms
 -- resume   KEYS: pause, paused_until                  ARGV: op
 -- status   KEYS: pause, paused_until, daily, adaptive, sched, tat, breaker
---          ARGV: op, daily quota, rate/min, margin ms
+--          ARGV: op, daily quota, rate/min, margin ms, window ms
 -- gate_load   KEYS: gate                             ARGV: op, gate ttl ms, then field, version pairs
--- gate_mark   KEYS: gate_epoch, tat...               ARGV: op, epoch, epoch ttl ms, rate/min, burst, margin ms
+-- gate_mark   KEYS: gate_epoch, tat...               ARGV: op, epoch, epoch ttl ms, rate/min, burst, margin ms,
+--                                                       window ms
 --             -> the epoch in force
 -- gate_epoch  KEYS: gate_epoch                       ARGV: op -> the epoch, '' when none
 --
 -- The schedule (sched) is a sorted set of send slots, scored by Unix ms: the slots of
 -- the last window (sent, or held and passed) and every reserved future slot. A slot is
--- granted only where the window (slot - 60 s - margin, slot] holds fewer than the
--- channel's limit, and no earlier than a GCRA at one slot per (60 s + margin) / limit
--- with a tolerance of burst - 1 slots allows. The margin absorbs the lateness of a
--- timer and of the network, so the channel's own 60 s window never sees more.
+-- granted only where the window (slot - window - margin, slot] holds fewer than the
+-- channel's limit, and no earlier than a GCRA at one slot per (window + margin) / limit
+-- with a tolerance of burst - 1 slots allows. The window is the channel's (60 s on
+-- every real channel; ARGV carries it). The margin absorbs the lateness of a timer
+-- and of the network, so the channel's own window never sees more.
 
 if redis.replicate_commands then
   pcall(redis.replicate_commands)
@@ -39,7 +42,6 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local day = 86400000
 local midnight = (math.floor(now / day) + 1) * day
-local minute = 60000
 
 local op = ARGV[1]
 
@@ -94,8 +96,9 @@ if op == 'reserve' then
   local nlines = tonumber(ARGV[15])
   -- hold reserves without sending: a due slot is answered as a wait of 0 and kept.
   local hold = ARGV[16] == '1'
+  local window = tonumber(ARGV[17])
   local sched, res = KEYS[5], KEYS[7]
-  local w = minute + margin
+  local w = window + margin
 
   local used = tonumber(redis.call('GET', KEYS[3]) or '0')
   local r = limit_now(rate, KEYS[4], used, quota)
@@ -229,7 +232,7 @@ if op == 'reserve' then
   local lines = {}
   local bykey = {}
   for i = 0, nlines - 1 do
-    local b = 17 + i * 4
+    local b = 18 + i * 4
     local l = {k = ARGV[b], a = tonumber(ARGV[b + 1]), z = tonumber(ARGV[b + 2]), v = ARGV[b + 3]}
     lines[#lines + 1] = l
     bykey[l.k] = bykey[l.k] or {}
@@ -304,7 +307,7 @@ if op == 'reserve' then
     end
     redis.call('PEXPIRE', KEYS[8], gate_ttl)
     redis.call('HSET', KEYS[9], id, cjson.encode({e = now + lease_ms, l = kept}))
-    redis.call('PEXPIRE', KEYS[9], lease_ms + minute)
+    redis.call('PEXPIRE', KEYS[9], lease_ms + w)
   end
 
   if probe then
@@ -366,7 +369,8 @@ if op == 'adapt' then
   local limit = tonumber(ARGV[3])
   local remaining = tonumber(ARGV[4])
   local reset = tonumber(ARGV[5])
-  local ours = redis.call('ZCOUNT', KEYS[3], '(' .. (now - minute), now)
+  local window = tonumber(ARGV[6])
+  local ours = redis.call('ZCOUNT', KEYS[3], '(' .. (now - window), now)
   local expected = rate - ours
   local foreign = 0
   if limit > 0 and limit < rate then foreign = rate - limit end
@@ -404,7 +408,7 @@ if op == 'status' then
   local quota = tonumber(ARGV[2])
   local rate = tonumber(ARGV[3])
   local margin = tonumber(ARGV[4])
-  local w = minute + margin
+  local w = tonumber(ARGV[5]) + margin
   local reason = redis.call('GET', KEYS[1]) or ''
   local paused_for = 0
   local paused_until = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -452,7 +456,7 @@ if op == 'gate_mark' then
   local ttl = tonumber(ARGV[3])
   local rate = tonumber(ARGV[4])
   local burst = tonumber(ARGV[5])
-  local w = minute + tonumber(ARGV[6])
+  local w = tonumber(ARGV[7]) + tonumber(ARGV[6])
   -- tat = now + burst intervals: the next slot is one interval away and the burst
   -- refills at the declared pace, as if the channel's window were full.
   local interval = w / math.max(1, rate)

@@ -78,8 +78,12 @@ type ChannelConfig struct {
 	// BasePath is the path prefix of the channel's endpoints, "/{slug}" by default.
 	BasePath string `yaml:"base_path" json:"base_path"`
 	// RatePerMinute is the channel's published ceiling: at most this many requests
-	// in any 60 s window.
+	// in any window of length Window (60 s on every real channel, hence the name).
 	RatePerMinute int `yaml:"rate_per_minute" json:"rate_per_minute"`
+	// Window is the length of the sliding window RatePerMinute counts in: 60 s
+	// (DefaultWindow) unless the channel declares another, as tests with a short
+	// window do; zero means DefaultWindow. See WindowLength.
+	Window time.Duration `yaml:"window" json:"window"`
 	// Burst is the depth of the token buckets. The buckets refill at
 	// RatePerMinute−Burst so that a full burst plus a minute of refill never
 	// exceeds the ceiling in a sliding window.
@@ -124,6 +128,15 @@ func (c ChannelConfig) WindowOf(f Family) string {
 	return string(f)
 }
 
+// WindowLength is the channel's window in force: Window, or DefaultWindow when a
+// config built without the house defaults leaves it zero.
+func (c ChannelConfig) WindowLength() time.Duration {
+	if c.Window <= 0 {
+		return DefaultWindow
+	}
+	return c.Window
+}
+
 // Reserve is the effective priority reserve of a bucket of depth burst.
 func (c ChannelConfig) Reserve(burst int) int {
 	if c.PriorityReserve > 0 {
@@ -154,6 +167,8 @@ func (c ChannelConfig) validateLimits() error {
 		return fmt.Errorf("channel: slug is required")
 	case c.RatePerMinute <= 0:
 		return fmt.Errorf("channel %s: rate_per_minute must be > 0", c.Slug)
+	case c.Window <= 0 || c.Window > MaxWindow:
+		return fmt.Errorf("channel %s: window must be > 0 and <= %s", c.Slug, MaxWindow)
 	case c.Burst < 1 || c.Burst >= c.RatePerMinute:
 		return fmt.Errorf("channel %s: burst must be in 1..rate_per_minute-1", c.Slug)
 	case c.Shares.Rates+c.Shares.Availability+c.Shares.Restrictions != 100:
@@ -184,6 +199,13 @@ const (
 	DefaultBreakerCooldown = 30 * time.Second
 )
 
+// DefaultWindow is the window every real channel counts its limit in; MaxWindow the
+// longest a channel may declare, beyond which a day's quota is the better tool.
+const (
+	DefaultWindow = time.Minute
+	MaxWindow     = time.Hour
+)
+
 // DefaultRatePerMinute is the ceiling of a channel added by configuration without
 // one: the most conservative of the channels we know.
 const DefaultRatePerMinute = 60
@@ -193,7 +215,7 @@ const DefaultRatePerMinute = 60
 func NewChannelConfig(slug string, perMinute int) ChannelConfig {
 	return ChannelConfig{
 		Slug: slug, Protocol: ProtocolParitySync, ReadBack: true,
-		BasePath: "/" + slug, RatePerMinute: perMinute, Burst: max(2, perMinute/10),
+		BasePath: "/" + slug, RatePerMinute: perMinute, Window: DefaultWindow, Burst: max(2, perMinute/10),
 		Shares: FamilyShares{Rates: 50, Availability: 30, Restrictions: 20},
 		Scope:  ScopeChannel, DailyQuota: 50000, QuotaUnit: QuotaRequests,
 		HorizonDays: 730, MaxLinesPerRequest: 100, MaxRetryAfter: 5 * time.Minute,

@@ -32,6 +32,7 @@ type channelEntry struct {
 	Channex            *ChannexMapping `yaml:"channex"`
 	BasePath           *string         `yaml:"base_path"`
 	RatePerMinute      *int            `yaml:"rate_per_minute"`
+	Window             *string         `yaml:"window"`
 	Burst              *int            `yaml:"burst"`
 	Shares             *shareEntry     `yaml:"shares"`
 	Scope              *LimitScope     `yaml:"scope"`
@@ -203,6 +204,15 @@ func (e channelEntry) applyTo(c *ChannelConfig) error {
 			return fmt.Errorf("breaker_cooldown: want a duration like \"30s\": %w", err)
 		}
 		c.BreakerCooldown = d
+	}
+	if e.Window != nil {
+		// Only a channel's own entry sets its window: there is no environment
+		// override, so production runs at 60 s unless a channel declares otherwise.
+		d, err := time.ParseDuration(*e.Window)
+		if err != nil {
+			return fmt.Errorf("window: want a duration like \"60s\": %w", err)
+		}
+		c.Window = d
 	}
 	if e.MaxRetryAfter != nil {
 		d, err := time.ParseDuration(*e.MaxRetryAfter)

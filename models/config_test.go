@@ -87,6 +87,29 @@ func TestLoadChannelsNewChannelBurstFollowsItsRate(t *testing.T) {
 	}
 }
 
+// The window is 60 s unless a channel's own entry declares another; the
+// environment cannot change it.
+func TestLoadChannelsWindowOnlyFromTheChannelsEntry(t *testing.T) {
+	path := writeChannels(t, "channels:\n  - slug: agoda\n    window: 6s\n")
+	got, err := LoadChannels(path, env(map[string]string{
+		"PARITYSYNC_CHANNEL_EXPEDIA_WINDOW": "6s", "PARITYSYNC_WINDOW": "6s"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ChannelMap(got)
+	if w := m["agoda"].Window; w != 6*time.Second {
+		t.Errorf("agoda window = %s, want the declared 6s", w)
+	}
+	for _, slug := range []string{"booking_com", "expedia"} {
+		if w := m[slug].Window; w != DefaultWindow {
+			t.Errorf("%s window = %s, want %s", slug, w, DefaultWindow)
+		}
+	}
+	if w := (ChannelConfig{}).WindowLength(); w != time.Minute {
+		t.Errorf("zero config's window = %s, want 60s", w)
+	}
+}
+
 func TestLoadChannelsEnvOverridesFile(t *testing.T) {
 	path := writeChannels(t, "channels:\n  - slug: agoda\n    burst: 20\n")
 	got, err := LoadChannels(path, env(map[string]string{
@@ -129,6 +152,12 @@ func TestLoadChannelsNamesBadValues(t *testing.T) {
 			[]string{"channels file {path}: channel expedia: shares must sum to 100"}},
 		{"file bad duration", "channels:\n  - slug: expedia\n    max_retry_after: five minutes\n", nil,
 			[]string{"channels file {path}: channel expedia: max_retry_after: want a duration"}},
+		{"file bad window", "channels:\n  - slug: expedia\n    window: a minute\n", nil,
+			[]string{"channels file {path}: channel expedia: window: want a duration"}},
+		{"file window zero", "channels:\n  - slug: expedia\n    window: 0s\n", nil,
+			[]string{"channels file {path}: channel expedia: window must be > 0 and <= 1h0m0s"}},
+		{"file window above an hour", "channels:\n  - slug: expedia\n    window: 2h\n", nil,
+			[]string{"channels file {path}: channel expedia: window must be > 0 and <= 1h0m0s"}},
 		{"file unknown key", "channels:\n  - slug: expedia\n    rate_per_min: 10\n", nil,
 			[]string{"channels file {path}:", "rate_per_min"}},
 		{"file wrong type", "channels:\n  - slug: expedia\n    burst: lots\n", nil,
