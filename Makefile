@@ -8,7 +8,7 @@ TEMPORAL_SERVER_VERSION := v1.29.1
 WORKFLOWCHECK_VERSION := v0.6.0
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build demo up down test test-unit test-prod vet fmt-check workflowcheck bench bench-e2e bench-intake clean
+.PHONY: all build demo up down test test-unit test-prod record-histories vet fmt-check workflowcheck bench bench-e2e bench-intake clean
 
 all: build
 
@@ -79,6 +79,14 @@ test: $(BIN)/temporal fmt-check vet workflowcheck
 # runs); Redis and PostgreSQL are still required.
 test-unit:
 	scripts/with-db.sh unit env PARITYSYNC_TEST_REQUIRE=1 go test -short -race -count=1 -timeout 10m -skip '$(OPT_IN_TESTS)' ./...
+
+# Re-records the histories the replay test (workflows/replay_test.go) replays, from
+# the worker's end-to-end runs on a dev server, then replays them; run it after a
+# deliberate change to a workflow and commit workflows/testdata.
+record-histories: $(BIN)/temporal
+	scripts/with-db.sh record env PARITYSYNC_TEST_REQUIRE=1 PARITYSYNC_RECORD_HISTORY=1 TEMPORAL_CLI=$(BIN)/temporal \
+		go test -count=1 -parallel 8 -run '^(TestEndToEnd|TestBatchLifecycle)$$' ./worker
+	go test -count=1 -run TestReplay ./workflows
 
 bench:
 	go test -run '^$$' -bench . -benchmem ./models ./limiter

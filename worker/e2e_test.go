@@ -297,6 +297,11 @@ func TestEndToEnd(t *testing.T) {
 			throttled += cs.Throttled - before[slug].Throttled
 		}
 		require.Positive(t, throttled, "the simulator answered 429 during the storm")
+		if recording() {
+			// The child with the longest history: several lanes, held slots and the
+			// storm's 429 waits.
+			writeLongestChild(t, s.tc, st.BatchID, "channelsync_storm.json")
+		}
 	})
 
 	t.Run("silent drift: reconciliation finds it and repairs it", func(t *testing.T) {
@@ -388,6 +393,9 @@ func TestEndToEnd(t *testing.T) {
 		require.ErrorAs(t, err, &ae, "the starter exits 75 (refused) on this type, not 70")
 		require.Equal(t, models.ErrSmootherFull, ae.Type())
 		require.NoError(t, s.tc.TerminateWorkflow(ctx, models.SmootherWorkflowID("booking_com"), "", "end of test"))
+		if recording() {
+			writeHistory(t, s.tc, models.SmootherWorkflowID("booking_com"), "smoother_refused.json")
+		}
 	})
 
 	t.Run("metrics: after the batches, /metrics has every series the dashboard and alerts query", func(t *testing.T) {
@@ -449,7 +457,24 @@ func recordHistories(t *testing.T, tc client.Client, batchID string) {
 	writeHistory(t, tc, resp.Executions[0].Execution.WorkflowId, "channelsync.json")
 }
 
-func writeHistory(t *testing.T, tc client.Client, wfID, name string) {
+// writeLongestChild writes the history of the batch's ChannelSync child with the
+// most events: the one that went through the most paths.
+func writeLongestChild(t *testing.T, tc client.Client, batchID, name string) {
+	t.Helper()
+	resp, err := tc.ListWorkflow(context.Background(), listChildren(batchID))
+	require.NoError(t, err)
+	require.NotEmpty(t, resp.Executions)
+	var longest *historypb.History
+	for _, e := range resp.Executions {
+		if h := history(t, tc, e.Execution.WorkflowId); longest == nil || len(h.Events) > len(longest.Events) {
+			longest = h
+		}
+	}
+	saveHistory(t, longest, name)
+}
+
+// history is the whole history of the workflow's latest run.
+func history(t *testing.T, tc client.Client, wfID string) *historypb.History {
 	t.Helper()
 	var h historypb.History
 	iter := tc.GetWorkflowHistory(context.Background(), wfID, "", false, 0)
@@ -458,7 +483,18 @@ func writeHistory(t *testing.T, tc client.Client, wfID, name string) {
 		require.NoError(t, err)
 		h.Events = append(h.Events, e)
 	}
-	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
+	return &h
+}
+
+func writeHistory(t *testing.T, tc client.Client, wfID, name string) {
+	t.Helper()
+	saveHistory(t, history(t, tc, wfID), name)
+}
+
+// saveHistory writes h to workflows/testdata/name for the replay test.
+func saveHistory(t *testing.T, h *historypb.History, name string) {
+	t.Helper()
+	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(h)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join("..", "workflows", "testdata", name), b, 0o644))
 }

@@ -167,6 +167,14 @@ func TestBatchLifecycle(t *testing.T) {
 		rerun := strings.Fields(strings.SplitN(out, "started ", 2)[1])[0]
 		_, code = s.starter(t, bin, "batch", "cancel", rerun)
 		require.Zero(t, code)
+		if recording() {
+			// A cancelled batch and a child cancelled with it, once they have closed.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_ = s.tc.GetWorkflow(ctx, models.BatchWorkflowID(id), "").Get(ctx, nil)
+			writeHistory(t, s.tc, models.BatchWorkflowID(id), "batchsync_cancel.json")
+			writeLongestChild(t, s.tc, id, "channelsync_cancel.json")
+		}
 
 		out, code = s.starter(t, bin, "batch", "rejections", id, "--json")
 		require.Zero(t, code)
