@@ -8,7 +8,7 @@ TEMPORAL_SERVER_VERSION := v1.29.1
 WORKFLOWCHECK_VERSION := v0.6.0
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build demo up down test test-unit test-prod record-histories vet fmt-check workflowcheck bench bench-e2e bench-intake clean
+.PHONY: all build demo up down test test-unit test-prod record-histories vet fmt-check workflowcheck xmllint bench bench-e2e bench-intake clean
 
 all: build
 
@@ -71,13 +71,18 @@ workflowcheck: $(BIN)/workflowcheck
 # than reported as skipped: under the switch a skip means something is missing.
 # -parallel 8: the end-to-end tests mostly wait on channel windows, so more of them
 # share the package's dev server than the 2 cores would allow by default.
+# The OpenTravel schema tests (channels/) validate with xmllint, from Debian's libxml2-utils.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+xmllint:
+	@command -v xmllint >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libxml2-utils; }
+
 OPT_IN_TESTS := ^(TestBenchPushEngine|TestSoak)$$
-test: $(BIN)/temporal fmt-check vet workflowcheck
+test: $(BIN)/temporal fmt-check vet workflowcheck xmllint
 	scripts/with-db.sh test env PARITYSYNC_TEST_REQUIRE=1 TEMPORAL_CLI=$(BIN)/temporal go test -race -count=1 -parallel 8 -timeout 30m -skip '$(OPT_IN_TESTS)' ./...
 
 # Everything but the end-to-end runs (-short: no dev server, no minute-long real-time
 # runs); Redis and PostgreSQL are still required.
-test-unit:
+test-unit: xmllint
 	scripts/with-db.sh unit env PARITYSYNC_TEST_REQUIRE=1 go test -short -race -count=1 -timeout 10m -skip '$(OPT_IN_TESTS)' ./...
 
 # Re-records the histories the replay test (workflows/replay_test.go) replays, from

@@ -101,14 +101,26 @@ func (channex) interpret(out *PushResponse, c call, _ http.Header, raw []byte) {
 		}
 		return
 	}
+	if objErr := jsonObject(raw); objErr != nil {
+		err = objErr
+	}
+	var foreign models.ARIError
+	if err == nil {
+		_ = json.Unmarshal(raw, &foreign) // a JSON object: fields of other types stay empty
+	}
 	switch {
 	case err != nil:
 		// Whether the update was queued is unknown; sending the same values again
 		// is harmless, so retry.
-		out.Class, out.Message = ClassTransient, "unreadable Channex answer: "+truncate(err.Error())
+		out.Class, out.Message = ClassTransient, unreadable(err, raw)
 		return
 	case resp.Errors != nil:
 		out.Class, out.Message = ClassRejected, channexErrorText(resp.Errors)
+		return
+	case foreign.Error != "" || foreign.Message != "":
+		// Not Channex's error shape: a proxy or gateway speaking, so the update may
+		// never have reached Channex.
+		out.Class, out.Message = ClassTransient, "error inside a 200: "+ariMessage(out.Status, foreign, raw)
 		return
 	}
 	if len(resp.Data) > 0 {
@@ -140,6 +152,11 @@ func (channex) interpret(out *PushResponse, c call, _ http.Header, raw []byte) {
 		out.Failed = append(out.Failed, failed[l])
 	}
 	switch {
+	case out.Accepted > 0 && out.ConfirmationID == "":
+		// Channex answers an update it queued with the task that applies it; an
+		// answer without one confirms nothing.
+		out.Class, out.Accepted, out.Failed = ClassTransient, 0, nil
+		out.Message = "answer without a task: " + bodyText(out.Status, raw)
 	case len(failed) == 0:
 		out.Class = ClassCommitted
 	case out.Accepted == 0:
@@ -149,12 +166,9 @@ func (channex) interpret(out *PushResponse, c call, _ http.Header, raw []byte) {
 	}
 }
 
-// decodeChannexResponse reads a Channex answer; an empty body is an empty answer.
+// decodeChannexResponse reads a Channex answer.
 func decodeChannexResponse(raw []byte) (models.ChannexResponse, error) {
 	var resp models.ChannexResponse
-	if len(strings.TrimSpace(string(raw))) == 0 {
-		return resp, nil
-	}
 	if err := json.Unmarshal(raw, &resp); err != nil {
 		return models.ChannexResponse{}, err
 	}

@@ -9,6 +9,7 @@ package channels
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -131,6 +132,9 @@ type call struct {
 	// versions is the version of each unit, for HeaderUnitVersions.
 	versions []int64
 	lines    int
+	// echo is what an answer must carry back to be this call's answer, when the
+	// protocol echoes (OpenTravel's EchoToken).
+	echo string
 }
 
 // line is the request line that unit i carries.
@@ -285,6 +289,9 @@ type answer struct {
 	header http.Header
 	body   []byte
 	at     time.Time
+	// secrets are the forms of the credential the call carried, scrubbed from any
+	// message built from the body: a proxy page may echo the request's headers.
+	secrets []string
 }
 
 // roundTrip makes one authorized call. A call that got no complete answer comes
@@ -322,7 +329,11 @@ func (c *Client) roundTrip(ctx context.Context, ch channel, method, u string, hd
 		f, err := c.networkFailure(ctx, err)
 		return answer{}, f, err
 	}
-	return answer{status: hresp.StatusCode, header: hresp.Header, body: raw, at: c.now()}, nil, nil
+	a := answer{status: hresp.StatusCode, header: hresp.Header, body: raw, at: c.now()}
+	if secret != "" {
+		a.secrets = secretForms(secret, hreq.Header)
+	}
+	return a, nil, nil
 }
 
 // networkFailure is a call that got no complete answer. If the caller's own ctx
@@ -348,11 +359,16 @@ func (c *Client) networkFailure(ctx context.Context, err error) (*PushResponse, 
 // body, and drops a wait from an answer that will not be retried.
 func (c *Client) classify(ch channel, cl call, a answer) PushResponse {
 	out := PushResponse{Status: a.status}
-	out.RateLimit, out.HasRateLimit = ParseRateLimit(a.header, a.at)
+	// A time the channel announces is on its clock: measured against its Date, a
+	// channel whose clock is behind ours is not called before its time.
+	now := ChannelNow(a.header, a.at)
+	out.RateLimit, out.HasRateLimit = ParseRateLimit(a.header, now)
 	if v := a.header.Get(models.HeaderRetryAfter); v != "" {
-		out.RetryAfter, out.ServerWait = ParseRetryAfter(v, a.at, maxRetryAfter(ch.cfg))
+		out.RetryAfter, out.ServerWait = ParseRetryAfter(v, now, maxRetryAfter(ch.cfg))
 	}
-	ch.proto.interpret(&out, cl, a.header, a.body)
+	// Scrubbed before it is read, so no message cut from it can hold part of the
+	// credential.
+	ch.proto.interpret(&out, cl, a.header, scrub(a.body, a.secrets))
 	if out.Class != ClassThrottled && out.Class != ClassTransient {
 		out.RetryAfter, out.ServerWait = 0, false
 	}
@@ -360,6 +376,28 @@ func (c *Client) classify(ch channel, cl call, a answer) PushResponse {
 		out.Message = ""
 	}
 	return out
+}
+
+// secretForms are the ways the credential may appear in an echo of the request:
+// itself, the password of a user:password, and what the Authorization header
+// carries after its scheme (base64 for Basic).
+func secretForms(secret string, h http.Header) []string {
+	forms := []string{secret}
+	if _, pass, ok := strings.Cut(secret, ":"); ok && pass != "" {
+		forms = append(forms, pass)
+	}
+	if _, cred, ok := strings.Cut(h.Get("Authorization"), " "); ok && cred != "" {
+		forms = append(forms, cred)
+	}
+	return forms
+}
+
+// scrub replaces every form of the credential in a body the channel wrote.
+func scrub(body []byte, secrets []string) []byte {
+	for _, s := range secrets {
+		body = bytes.ReplaceAll(body, []byte(s), []byte("[redacted]"))
+	}
+	return body
 }
 
 // byStatus is the class of a non-2xx answer that no protocol-specific body changes.
@@ -392,6 +430,33 @@ func bodyText(status int, raw []byte) string {
 		return truncate(string(t))
 	}
 	return http.StatusText(status)
+}
+
+// errEmptyAnswer is a 2xx without a body, which confirms nothing.
+var errEmptyAnswer = errors.New("empty answer")
+
+// jsonObject checks that raw is one whole JSON object: an empty, truncated or HTML
+// body, or a bare value, is not an answer a protocol can read acceptance from.
+func jsonObject(raw []byte) error {
+	t := bytes.TrimSpace(raw)
+	switch {
+	case len(t) == 0:
+		return errEmptyAnswer
+	case !json.Valid(t):
+		return errors.New("not JSON")
+	case t[0] != '{':
+		return errors.New("not a JSON object")
+	}
+	return nil
+}
+
+// unreadable explains an answer that could not be read, with the start of its body
+// so the channel's own words reach the operator.
+func unreadable(err error, raw []byte) string {
+	if errors.Is(err, errEmptyAnswer) {
+		return "unreadable answer: empty body"
+	}
+	return truncate("unreadable answer: " + err.Error() + ": " + strings.TrimSpace(string(raw)))
 }
 
 func truncate(s string) string {

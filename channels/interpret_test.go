@@ -28,7 +28,7 @@ func encodeGolden(t testing.TB, p models.Protocol, f models.Family) call {
 	return c
 }
 
-const otaRS = `<?xml version="1.0"?><OTA_HotelAvailNotifRS xmlns="http://www.opentravel.org/OTA/2003/05" EchoToken="k" CorrelationID="c-1" Version="1.000">%s</OTA_HotelAvailNotifRS>`
+const otaRS = `<?xml version="1.0"?><OTA_HotelAvailNotifRS xmlns="http://www.opentravel.org/OTA/2003/05" CorrelationID="c-1" Version="1.000">%s</OTA_HotelAvailNotifRS>`
 
 func otaBody(inner string) string { return strings.Replace(otaRS, "%s", inner, 1) }
 
@@ -102,7 +102,8 @@ func TestChannexClassification(t *testing.T) {
 		{"warning we cannot place fails every line", 200, `{"data":[{"id":"t-1","type":"task"}],"meta":{"warnings":[{"rate_plan_id":"other","warning":"no"}]}}`, ClassRejected, []int{0, 1, 2}},
 		{"errors inside a 200", 200, `{"errors":{"code":"validation_error","title":"Validation Error"}}`, ClassRejected, nil},
 		{"unreadable 200", 200, `{"data":`, ClassTransient, nil},
-		{"empty 200", 200, ``, ClassCommitted, nil},
+		{"empty 200", 200, ``, ClassTransient, nil},
+		{"200 without a task", 200, `{"meta":{"message":"Success"}}`, ClassTransient, nil},
 		{"429 without headers", 429, `{"errors":{"code":"http_too_many_requests","title":"Too Many Requests"}}`, ClassThrottled, nil},
 		{"401", 401, `{"errors":{"code":"unauthorized","title":"Unauthorized"}}`, ClassAuthExpired, nil},
 		{"422", 422, `{"errors":{"code":"validation_error","title":"Validation Error","details":{"values":["required"]}}}`, ClassRejected, nil},
@@ -182,7 +183,7 @@ func FuzzOpenTravelResponse(f *testing.F) {
 		}
 		got := interpretAnswer(models.ProtocolOpenTravel, c, status, nil, body)
 		checkInvariants(t, c, got)
-		if resp, err := decodeOTAResponse([]byte(body)); err == nil && len(resp.Errors) > 0 && got.Class == ClassCommitted {
+		if resp, err := decodeOTAResponse([]byte(body)); err == nil && len(resp.ErrorList()) > 0 && got.Class == ClassCommitted {
 			t.Fatalf("an <Errors> answer was committed")
 		}
 	})

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/paritysync/paritysync/models"
 )
@@ -28,13 +29,27 @@ func (openTravel) encode(_ models.ChannelConfig, req models.ChannelRequest, now 
 	hdr := models.OTAHeader{EchoToken: req.IdempotencyKey(), TimeStamp: now.UTC().Format(time.RFC3339),
 		Version: models.OTAVersion}
 	c := call{method: http.MethodPost, path: models.OTAPathPrefix + models.OTAMessage(req.Family),
-		contentType: "application/xml; charset=utf-8"}
+		contentType: "application/xml; charset=utf-8", echo: hdr.EchoToken}
 	control := func(l models.ARILine) models.OTAStatusApplicationControl {
 		return models.OTAStatusApplicationControl{Start: l.From, End: l.To, InvTypeCode: l.RoomTypeCode, RatePlanCode: l.RatePlanCode}
 	}
 	unit := func(line int, v int64) {
 		c.units = append(c.units, line)
 		c.versions = append(c.versions, v)
+	}
+	// Intake refuses such codes for an OpenTravel channel; a request built another
+	// way is refused here rather than sent as a message the channel must refuse.
+	lim := models.ProtocolOpenTravel.CodeLimits()
+	if n := utf8.RuneCountInString(req.PropertyID); n > lim.Property {
+		return call{}, fmt.Errorf("HotelCode %s: %d characters, OpenTravel allows %d", req.PropertyID, n, lim.Property)
+	}
+	for i, l := range req.Lines {
+		if n := utf8.RuneCountInString(l.RoomTypeCode); n > lim.RoomType {
+			return call{}, fmt.Errorf("lines[%d]: InvTypeCode %s: %d characters, OpenTravel allows %d", i, l.RoomTypeCode, n, lim.RoomType)
+		}
+		if n := utf8.RuneCountInString(l.RatePlanCode); n > lim.RatePlan {
+			return call{}, fmt.Errorf("lines[%d]: RatePlanCode: %d characters, OpenTravel allows %d", i, n, lim.RatePlan)
+		}
 	}
 	var msg any
 	switch req.Family {
@@ -140,18 +155,27 @@ func (openTravel) interpret(out *PushResponse, c call, _ http.Header, raw []byte
 	if !is2xx(out.Status) {
 		out.Class = byStatus(out.Status, out.ServerWait)
 		out.Message = bodyText(out.Status, raw)
-		if err == nil && len(resp.Errors) > 0 {
-			out.Message = otaIssueText(resp.Errors[0])
+		if errs := resp.ErrorList(); err == nil && len(errs) > 0 {
+			out.Message = otaIssueText(errs[0])
 		}
 		return
 	}
+	want := strings.TrimPrefix(c.path, models.OTAPathPrefix) + "RS"
 	switch {
 	case err != nil:
 		// Whether the message applied is unknown; the same message again is safe.
-		out.Class, out.Message = ClassTransient, "unreadable OpenTravel answer: "+truncate(err.Error())
+		out.Class, out.Message = ClassTransient, unreadable(err, raw)
 		return
-	case len(resp.Errors) > 0:
-		out.Class, out.Message = otaErrorClass(resp.Errors), otaIssueText(resp.Errors[0])
+	case c.path != "" && resp.XMLName.Local != want:
+		out.Class, out.Message = ClassTransient, fmt.Sprintf("answer <%s> to an %sRQ: %s", resp.XMLName.Local,
+			strings.TrimSuffix(want, "RS"), bodyText(out.Status, raw))
+		return
+	case c.echo != "" && resp.EchoToken != "" && resp.EchoToken != c.echo:
+		// Another message's answer (a cache, a mixed-up proxy) confirms nothing of this one.
+		out.Class, out.Message = ClassTransient, "answer echoes another message's EchoToken"
+		return
+	case len(resp.ErrorList()) > 0:
+		out.Class, out.Message = otaErrorClass(resp.ErrorList()), otaIssueText(resp.ErrorList()[0])
 		return
 	case resp.Success == nil:
 		out.Class, out.Message = ClassTransient, "OpenTravel answer without Success or Errors"
@@ -162,7 +186,7 @@ func (openTravel) interpret(out *PushResponse, c call, _ http.Header, raw []byte
 		out.ConfirmationID = resp.EchoToken
 	}
 	failed := map[int]bool{}
-	for _, w := range resp.Warnings {
+	for _, w := range resp.WarningList() {
 		// A warning without RPH is advice about the whole message, not a refusal.
 		rph, err := strconv.Atoi(strings.TrimSpace(w.RPH))
 		if err != nil || rph < 1 || rph > c.nUnits() {
@@ -230,6 +254,9 @@ var errNotOTAResponse = errors.New("not an OpenTravel response")
 // never resolves external entities, and trailing elements are refused.
 func decodeOTAResponse(raw []byte) (models.OTAResponse, error) {
 	var resp models.OTAResponse
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return resp, errEmptyAnswer
+	}
 	dec := xml.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(&resp); err != nil {
 		return models.OTAResponse{}, err

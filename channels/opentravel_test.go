@@ -66,6 +66,28 @@ func TestOpenTravelWarningsArePartial(t *testing.T) {
 	}
 }
 
+// TestOpenTravelRefusesCodesItCannotCarry: a HotelCode or InvTypeCode over
+// OpenTravel's 16 characters is refused before any call, naming the field.
+func TestOpenTravelRefusesCodesItCannotCarry(t *testing.T) {
+	h := otaHarness(t, nil, "hotel-user:sim-secret")
+	long := rates("prop_0123456789ab", 1, "100", "EUR", "2030-04-10", "2030-04-10")
+	resp := h.push(t, long)
+	want(t, resp, channels.ClassRejected, 0)
+	if !contains(resp.Message, "HotelCode prop_0123456789ab: 17 characters, OpenTravel allows 16") {
+		t.Errorf("message %q", resp.Message)
+	}
+	room := availability(propA, 1, 3, "2030-04-10", "2030-04-10")
+	room.Lines[0].RoomTypeCode = "DOUBLE_0123456789"
+	resp = h.push(t, room)
+	want(t, resp, channels.ClassRejected, 0)
+	if !contains(resp.Message, "lines[0]: InvTypeCode DOUBLE_0123456789: 17 characters") {
+		t.Errorf("message %q", resp.Message)
+	}
+	if s := h.stats(); s.Requests != 0 {
+		t.Errorf("%d requests reached the channel", s.Requests)
+	}
+}
+
 func TestOpenTravelClassifiesFailures(t *testing.T) {
 	t.Run("wrong password is an authentication error inside a 200", func(t *testing.T) {
 		h := otaHarness(t, nil, "hotel-user:wrong")

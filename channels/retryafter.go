@@ -9,7 +9,8 @@ import (
 )
 
 // ParseRetryAfter reads a Retry-After value: delta-seconds or an HTTP-date
-// (IMF-fixdate, RFC 850 or asctime). A date in the past means "now" (0, true).
+// (IMF-fixdate, RFC 850 or asctime), a date measured from now — the answer's
+// ChannelNow, not the local clock. A date in the past means "now" (0, true).
 // Negative, malformed or overflowing values are not usable (0, false) so the caller
 // falls back to its own backoff. A usable wait is capped by max when max > 0.
 func ParseRetryAfter(v string, now time.Time, max time.Duration) (time.Duration, bool) {
@@ -42,6 +43,17 @@ func ParseRetryAfter(v string, now time.Time, max time.Duration) (time.Duration,
 		wait = max
 	}
 	return wait, true
+}
+
+// ChannelNow is the channel's time when it answered: the answer's Date header, or
+// local when it has none or an unreadable one. Retry-After dates and rate-limit
+// resets given as times are measured from it, so a skew between the channel's
+// clock and ours does not shorten or lengthen a wait.
+func ChannelNow(h http.Header, local time.Time) time.Time {
+	if t, err := http.ParseTime(h.Get("Date")); err == nil {
+		return t
+	}
+	return local
 }
 
 func isDigits(s string) bool {

@@ -44,7 +44,7 @@ const (
 // OTAHeader is what every request carries: EchoToken (our idempotency key),
 // TimeStamp (send time) and Version.
 type OTAHeader struct {
-	EchoToken string `xml:"EchoToken,attr"`
+	EchoToken string `xml:"EchoToken,attr,omitempty"`
 	// CorrelationID, on an answer, is the channel's reference for the message.
 	CorrelationID string `xml:"CorrelationID,attr,omitempty"`
 	TimeStamp     string `xml:"TimeStamp,attr"`
@@ -168,15 +168,47 @@ type OTAInvCount struct {
 	Count     int `xml:"Count,attr"`
 }
 
-// OTAResponse is any of the …RS answers: <Success/>, optionally with <Warnings>, or
-// <Errors>.
+// OTAResponse is any of the …RS answers: <Success/>, optionally with <Warnings>
+// holding at least one <Warning>, or <Errors> holding at least one <Error>. An absent
+// list is a nil pointer, never written as an empty element: the OpenTravel schemas
+// refuse one.
 type OTAResponse struct {
 	XMLName xml.Name
 	OTAHeader
-	Success  *struct{}  `xml:"Success"`
-	Warnings []OTAIssue `xml:"Warnings>Warning"`
-	Errors   []OTAIssue `xml:"Errors>Error"`
+	Success  *struct{}    `xml:"Success"`
+	Warnings *OTAWarnings `xml:"Warnings"`
+	Errors   *OTAErrors   `xml:"Errors"`
 }
+
+// OTAWarnings is the <Warnings> of an answer.
+type OTAWarnings struct {
+	Warning []OTAIssue `xml:"Warning"`
+}
+
+// OTAErrors is the <Errors> of an answer.
+type OTAErrors struct {
+	Error []OTAIssue `xml:"Error"`
+}
+
+// WarningList is the answer's warnings; nil when it has none.
+func (r OTAResponse) WarningList() []OTAIssue {
+	if r.Warnings == nil {
+		return nil
+	}
+	return r.Warnings.Warning
+}
+
+// ErrorList is the answer's errors; nil when it has none.
+func (r OTAResponse) ErrorList() []OTAIssue {
+	if r.Errors == nil {
+		return nil
+	}
+	return r.Errors.Error
+}
+
+// OTAShortTextMax is the longest ShortText of a Warning or Error the schemas allow
+// (StringLength1to64); a longer explanation goes in the element's text.
+const OTAShortTextMax = 64
 
 // OTAIssue is one <Warning> or <Error>. RPH, when set, is the 1-based position of the
 // message it concerns.

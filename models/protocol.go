@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Protocol is the wire protocol a channel speaks.
@@ -26,6 +27,41 @@ var Protocols = []Protocol{ProtocolParitySync, ProtocolChannex, ProtocolOpenTrav
 
 // HasReadBack reports whether the protocol can read a channel's state back.
 func (p Protocol) HasReadBack() bool { return p != ProtocolOpenTravel }
+
+// CodeLimits are the longest property id, room type code and rate plan code a
+// protocol can carry, in characters; 0 is no limit beyond paritysync's own.
+type CodeLimits struct {
+	Property, RoomType, RatePlan int
+}
+
+// CodeLimits are p's limits. OpenTravel's schemas (2003B and 2017B) make HotelCode
+// and InvTypeCode StringLength1to16 and StatusApplicationControl's RatePlanCode
+// StringLength1to64; the generic contract and Channex (which maps codes to its own
+// ids) have none.
+func (p Protocol) CodeLimits() CodeLimits {
+	if p == ProtocolOpenTravel {
+		return CodeLimits{Property: 16, RoomType: 16, RatePlan: 64}
+	}
+	return CodeLimits{}
+}
+
+// Problems lists the codes of mu longer than the limits allow, by field.
+func (l CodeLimits) Problems(mu Mutation) []FieldError {
+	var out []FieldError
+	for _, f := range []struct {
+		field, code string
+		max         int
+	}{
+		{"property_id", mu.PropertyID, l.Property},
+		{"room_type_code", mu.RoomTypeCode, l.RoomType},
+		{"rate_plan_code", mu.RatePlanCode, l.RatePlan},
+	} {
+		if f.max > 0 && utf8.RuneCountInString(f.code) > f.max {
+			out = append(out, FieldError{Field: f.field, Rule: RuleProtocolCodeLength})
+		}
+	}
+	return out
+}
 
 // Channex publishes its limits per property: this many price-and-restriction
 // requests, and as many availability requests, in any minute.

@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -102,6 +103,9 @@ const (
 	RuleNothingToChange  = "must change at least one of amount, inventory, stop_sell, min_los, max_los, cta, ctd"
 	RuleChannexUnmapped  = "must be mapped to a Channex id in the channel's channex configuration"
 	RuleChannexCurrency  = "must be the currency of the Channex property's rate plans"
+	// RuleProtocolCodeLength: the channel's protocol cannot carry a code this long
+	// (Protocol.CodeLimits).
+	RuleProtocolCodeLength = "must be no longer than the channel's protocol allows (opentravel: 16 characters for property_id and room_type_code, 64 for rate_plan_code)"
 )
 
 // FieldMutation names the mutation as a whole in a FieldError whose problem is not
@@ -215,6 +219,14 @@ func (v *Validator) Validate(m Mutation) ValidationError {
 	}
 	if m.Priority < 0 || m.Priority > PriorityBulk {
 		add("priority", RulePriority)
+	}
+	if known {
+		for _, p := range ch.Protocol.CodeLimits().Problems(m) {
+			// A code already refused by its own rule needs no second reason.
+			if !slices.ContainsFunc(ve, func(e FieldError) bool { return e.Field == p.Field }) {
+				add(p.Field, p.Rule)
+			}
+		}
 	}
 	if known && ch.Protocol == ProtocolChannex {
 		for _, p := range ch.Channex.Problems(m) {

@@ -177,6 +177,50 @@ func TestValidateCustomPropertyPattern(t *testing.T) {
 	}
 }
 
+// TestValidateRefusesCodesLongerThanTheProtocolCarries: OpenTravel's HotelCode is
+// at most 16 characters, so a property id the pattern allows but OpenTravel cannot
+// carry is refused for an opentravel channel, naming the field, and accepted for a
+// generic one.
+func TestValidateRefusesCodesLongerThanTheProtocolCarries(t *testing.T) {
+	ota := NewChannelConfig("ota_xml", 30)
+	ota.Protocol, ota.ReadBack = ProtocolOpenTravel, false
+	v, err := NewValidator(append(DefaultChannels(), ota), `^[a-z0-9_]{1,40}$`, testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		property, channel string
+		want              bool // refused
+	}{
+		{"prop_0123456789a", "ota_xml", false}, // 16
+		{"prop_0123456789ab", "ota_xml", true}, // 17
+		{"prop_0123456789ab", "booking_com", false},
+	} {
+		m := validMutation()
+		m.PropertyID, m.Channel = tc.property, tc.channel
+		ve := v.Validate(m)
+		if got := ve.Has("property_id", RuleProtocolCodeLength); got != tc.want || len(ve) != map[bool]int{true: 1}[tc.want] {
+			t.Errorf("%s on %s: %v, want refused %v", tc.property, tc.channel, ve, tc.want)
+		}
+		if tc.want && !strings.Contains(ve.Error(), "property_id: must be no longer than the channel's protocol allows (opentravel: 16") {
+			t.Errorf("error %q does not name the field and the limit", ve.Error())
+		}
+	}
+	// A room type code over 16 is refused once, by its own rule.
+	m := validMutation()
+	m.Channel, m.RoomTypeCode = "ota_xml", "ROOM_TYPE_CODE_17"
+	if ve := v.Validate(m); len(ve) != 1 || !ve.Has("room_type_code", RuleRoomTypeCode) {
+		t.Errorf("17-character room type: %v", ve)
+	}
+	if l := ProtocolOpenTravel.CodeLimits(); l != (CodeLimits{Property: 16, RoomType: 16, RatePlan: 64}) {
+		t.Errorf("opentravel limits %+v", l)
+	}
+	long := Mutation{PropertyID: "p", RoomTypeCode: "R", RatePlanCode: strings.Repeat("P", 65)}
+	if ps := ProtocolOpenTravel.CodeLimits().Problems(long); len(ps) != 1 || ps[0].Field != "rate_plan_code" {
+		t.Errorf("65-character rate plan: %v", ps)
+	}
+}
+
 func TestValidateReportsEveryProblemAtOnce(t *testing.T) {
 	v := newTestValidator(t)
 	m := Mutation{

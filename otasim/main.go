@@ -83,6 +83,8 @@ func loadConfig(args []string) (fileConfig, error) {
 		quotas     = fs.String("quota", "", "per-channel daily quota, e.g. expedia=5000")
 		scopes     = fs.String("scope", "", "per-channel limit scope (channel|property), e.g. agoda=property")
 		faults     = fs.String("faults", "", `faults as JSON, e.g. {"error_ratio":0.1,"storm_seconds":30}`)
+		offset     = fs.Duration("clock-offset", 0, "shift of the channel's clock from the host's, e.g. -5s (Date headers, Retry-After dates)")
+		retryAfter = fs.String("retry-after", "", "form of Retry-After: alternate (default), seconds or date")
 	)
 	if err := fs.Parse(args); err != nil {
 		return fileConfig{}, err
@@ -155,8 +157,14 @@ func loadConfig(args []string) (fileConfig, error) {
 		}
 		fc.Faults = f
 	}
-	if err := fc.Faults.Validate(); err != nil {
-		return fc, fmt.Errorf("faults: %w", err)
+	if set["clock-offset"] {
+		fc.ClockOffset = *offset
+	}
+	if set["retry-after"] {
+		fc.RetryAfter = *retryAfter
+	}
+	if err := fc.Config.Validate(); err != nil {
+		return fc, err
 	}
 	for _, c := range fc.Channels {
 		if c.Slug == "" {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sim"
 )
 
 func TestLoadConfigFileThenFlags(t *testing.T) {
@@ -23,6 +24,9 @@ channels:
     daily_quota: 100
   - slug: expedia
     rate_per_minute: 60
+    window: 6s
+clock_offset: -5s
+retry_after: date
 faults:
   error_ratio: 0.1
   storm_seconds: 5
@@ -41,7 +45,10 @@ faults:
 	if c := fc.Channels[0]; c.Slug != "booking_com" || c.Scope != models.ScopeProperty || c.DailyQuota != 100 {
 		t.Errorf("booking_com %+v", c)
 	}
-	if c := fc.Channels[1]; c.RatePerMinute != 30 || c.DailyQuota != 7 {
+	if fc.ClockOffset != -5*time.Second || fc.RetryAfter != sim.RetryAfterDate {
+		t.Errorf("clock_offset %s retry_after %q", fc.ClockOffset, fc.RetryAfter)
+	}
+	if c := fc.Channels[1]; c.RatePerMinute != 30 || c.DailyQuota != 7 || c.Window != 6*time.Second {
 		t.Errorf("expedia %+v", c)
 	}
 	// -faults replaces the file's faults as a whole.

@@ -18,7 +18,7 @@ import (
 
 // Channex in the simulator: the change objects of /api/v1/restrictions and
 // /api/v1/availability, the user-api-key header, a limit of RatePerMinute requests
-// per property and endpoint in any 60 s, a 429 with Channex's JSON body and no
+// per property and endpoint in any window (60 s unless configured), a 429 with Channex's JSON body and no
 // headers, refused change objects reported under meta.warnings of a 200 while the
 // others apply, and the read-back GETs.
 
@@ -88,17 +88,17 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 	}
 
 	key := units[0].property + "|" + endpoint
-	ch.stats.MaxWindowRequests = max(ch.stats.MaxWindowRequests, getWindow(ch.arrivals, key).add(now))
+	ch.arrive(key, now)
 	if now.Before(s.stormUntil) && f.StormSeconds > 0 {
 		ch.stats.FaultsInjected++
 		if f.StormStatus == http.StatusServiceUnavailable {
 			ch.stats.ServerErrors++
-			return ch.throttle(http.StatusServiceUnavailable, s.stormUntil.Sub(now), now)
+			return ch.throttle(key, http.StatusServiceUnavailable, s.stormUntil.Sub(now), now)
 		}
 		ch.stats.Throttled++
 		return channexError(http.StatusTooManyRequests, models.ChannexTooManyRequests, "Too Many Requests", nil)
 	}
-	win := getWindow(ch.windows, key)
+	win := ch.window(ch.windows, key)
 	if win.count(now) >= ch.cfg.RatePerMinute {
 		ch.stats.Throttled++
 		// Channex says nothing about when to come back.
@@ -121,6 +121,14 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 		statuses := []int{500, 502, 503, 504}
 		status := statuses[s.rng.IntN(len(statuses))]
 		return channexError(status, "internal_server_error", "Internal Server Error", nil)
+	}
+
+	if rep, bad := s.badBody(ch, f, func() (reply, reply) {
+		good := jsonReply(http.StatusOK, models.ChannexResponse{Data: []models.ChannexTask{{ID: uuid.NewString(), Type: "task"}},
+			Meta: &models.ChannexMeta{Message: "Success"}})
+		return good, channexInvalid("injected error inside a 200")
+	}); bad {
+		return rep
 	}
 
 	drift := s.roll(f.DriftRatio)

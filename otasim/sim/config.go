@@ -6,6 +6,8 @@ package sim
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/paritysync/paritysync/models"
@@ -21,9 +23,6 @@ const (
 	DefaultMaxLogRecords  = 200000
 )
 
-// Window is the length of the sliding rate-limit window.
-const Window = time.Minute
-
 // TokenPrefix starts every token the simulator issues; the rest is the issue time in
 // unix seconds, so a test can mint an old token without a token endpoint.
 const TokenPrefix = "simtoken-"
@@ -32,8 +31,10 @@ const TokenPrefix = "simtoken-"
 // models.DefaultChannels with no faults.
 type Config struct {
 	// Channels are the channels served, each at its BasePath ("/{slug}" when empty).
-	// The fields used are Slug, Protocol, BasePath, RatePerMinute, Scope, DailyQuota,
-	// QuotaUnit, HorizonDays, MaxLinesPerRequest and Channex; a zero DailyQuota or
+	// The fields used are Slug, Protocol, BasePath, RatePerMinute, Window (the
+	// sliding window RatePerMinute counts in, as in the limiter: 60 s when zero),
+	// Scope, DailyQuota, QuotaUnit, HorizonDays, MaxLinesPerRequest and Channex; a
+	// zero DailyQuota or
 	// MaxLinesPerRequest means unlimited. A channex channel's RatePerMinute is per
 	// property and endpoint (10 by default, as Channex publishes), whatever its
 	// Scope; the daily quota applies to the paritysync protocol only, as neither
@@ -57,6 +58,33 @@ type Config struct {
 	Seed uint64 `yaml:"seed" json:"seed"`
 	// Now is the simulator's clock; time.Now when nil. Tests inject a fake one.
 	Now func() time.Time `yaml:"-" json:"-"`
+	// ClockOffset shifts the simulator's clock from Now: a channel whose clock is
+	// behind (negative) or ahead of its clients'. Every answer's Date header, and
+	// every time it announces, is on the shifted clock.
+	ClockOffset time.Duration `yaml:"clock_offset" json:"clock_offset"`
+	// RetryAfter is the form of every Retry-After: seconds, date (IMF-fixdate), or
+	// alternate (the default: each in turn).
+	RetryAfter string `yaml:"retry_after" json:"retry_after"`
+}
+
+// The forms of Config.RetryAfter.
+const (
+	RetryAfterAlternate = "alternate"
+	RetryAfterSeconds   = "seconds"
+	RetryAfterDate      = "date"
+)
+
+// Validate reports the first setting outside its range, by its yaml name.
+func (c Config) Validate() error {
+	switch c.RetryAfter {
+	case "", RetryAfterAlternate, RetryAfterSeconds, RetryAfterDate:
+	default:
+		return fmt.Errorf("retry_after: must be alternate, seconds or date")
+	}
+	if err := c.Faults.Validate(); err != nil {
+		return fmt.Errorf("faults: %w", err)
+	}
+	return nil
 }
 
 // Faults are the misbehaviours the simulator injects. Ratios are probabilities in
@@ -84,6 +112,13 @@ type Faults struct {
 	// DriftRatio answers 200 without applying anything: silent drift that only
 	// reconciliation finds.
 	DriftRatio float64 `yaml:"drift_ratio" json:"drift_ratio"`
+	// BadBodyRatio answers a push 200 with a body that confirms nothing, and
+	// applies nothing: the page of a proxy or gateway in front of the channel.
+	BadBodyRatio float64 `yaml:"bad_body_ratio" json:"bad_body_ratio"`
+	// BadBody is the shape of those bodies: html (the default), empty, truncated
+	// (the first half of a success answer) or error (the protocol's error shape:
+	// {"error":"invalid",…}, Channex's {"errors":…}, OpenTravel's <Errors>).
+	BadBody string `yaml:"bad_body" json:"bad_body,omitempty"`
 	// StormUntil is when the current storm ends; set by the simulator, ignored on
 	// input.
 	StormUntil *time.Time `yaml:"-" json:"storm_until,omitempty"`
@@ -97,6 +132,7 @@ func (f Faults) Validate() error {
 	}{
 		{"error_ratio", f.ErrorRatio}, {"partial_ratio", f.PartialRatio},
 		{"commit_then_500_ratio", f.CommitThen500Ratio}, {"drift_ratio", f.DriftRatio},
+		{"bad_body_ratio", f.BadBodyRatio},
 	}
 	for _, r := range ratios {
 		// The negated form also rejects NaN.
@@ -111,9 +147,21 @@ func (f Faults) Validate() error {
 		return fmt.Errorf("storm_seconds: must be >= 0")
 	case f.StormStatus != 0 && f.StormStatus != 429 && f.StormStatus != 503:
 		return fmt.Errorf("storm_status: must be 429 or 503")
+	case !slices.Contains(badBodies, f.BadBody):
+		return fmt.Errorf("bad_body: must be one of %s", strings.Join(badBodies[1:], ", "))
 	}
 	return nil
 }
+
+// The shapes of Faults.BadBody; "" is html.
+const (
+	BadBodyHTML      = "html"
+	BadBodyEmpty     = "empty"
+	BadBodyTruncated = "truncated"
+	BadBodyError     = "error"
+)
+
+var badBodies = []string{"", BadBodyHTML, BadBodyEmpty, BadBodyTruncated, BadBodyError}
 
 // appliesTo reports whether the faults target channel slug.
 func (f Faults) appliesTo(slug string) bool {
@@ -151,6 +199,7 @@ func (c Config) withDefaults() Config {
 				ch.RatePerMinute = models.ChannexRequestsPerMinute
 			}
 		}
+		ch.Window = ch.WindowLength()
 		if ch.Scope == "" {
 			ch.Scope = models.ScopeChannel
 		}
@@ -177,6 +226,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if off, now := c.ClockOffset, c.Now; off != 0 {
+		c.Now = func() time.Time { return now().Add(off) }
 	}
 	return c
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/shopspring/decimal"
 
@@ -55,10 +57,16 @@ func otaAnswer(status int, msg, echo, correlation string, now time.Time, success
 	resp := models.OTAResponse{
 		XMLName:   xml.Name{Space: models.OTANamespace, Local: msg + "RS"},
 		OTAHeader: models.OTAHeader{EchoToken: echo, CorrelationID: correlation, TimeStamp: now.UTC().Format(time.RFC3339), Version: models.OTAVersion},
-		Warnings:  warnings, Errors: errs,
 	}
-	if success {
+	// Success (with Warnings only when there are some), or Errors: never an empty
+	// element, which no OpenTravel schema allows.
+	if len(errs) > 0 {
+		resp.Errors = &models.OTAErrors{Error: otaIssues(errs)}
+	} else if success {
 		resp.Success = &struct{}{}
+		if len(warnings) > 0 {
+			resp.Warnings = &models.OTAWarnings{Warning: otaIssues(warnings)}
+		}
 	}
 	body, err := xml.Marshal(resp)
 	if err != nil {
@@ -67,6 +75,19 @@ func otaAnswer(status int, msg, echo, correlation string, now time.Time, success
 	h := http.Header{}
 	h.Set("Content-Type", "application/xml; charset=utf-8")
 	return reply{status: status, header: h, body: append([]byte(xml.Header), body...)}
+}
+
+// otaIssues fits each issue's ShortText to the schemas' 64 characters, moving a
+// longer one into the element's text.
+func otaIssues(in []models.OTAIssue) []models.OTAIssue {
+	out := slices.Clone(in)
+	for i, e := range out {
+		// The schemas count characters, not bytes.
+		if r := []rune(e.ShortText); len(r) > models.OTAShortTextMax {
+			out[i].Text, out[i].ShortText = e.ShortText, string(r[:models.OTAShortTextMax-1])+"…"
+		}
+	}
+	return out
 }
 
 func otaError(status int, msg, echo string, now time.Time, typ, code, text string) reply {
@@ -120,9 +141,9 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 	}
 
 	key := ch.limitKey(hotel)
-	ch.stats.MaxWindowRequests = max(ch.stats.MaxWindowRequests, getWindow(ch.arrivals, key).add(now))
+	ch.arrive(key, now)
 	throttled := func(status int, wait time.Duration) reply {
-		t := ch.throttle(status, wait, now)
+		t := ch.throttle(key, status, wait, now)
 		rep := otaError(status, msg, hdr.EchoToken, now, models.OTAErrorProcessingException, otaCodeUnableToProc, "too many requests")
 		rep.header.Set(models.HeaderRetryAfter, t.header.Get(models.HeaderRetryAfter))
 		return rep
@@ -140,7 +161,7 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 		}
 		return throttled(status, s.stormUntil.Sub(now))
 	}
-	win := getWindow(ch.windows, key)
+	win := ch.window(ch.windows, key)
 	if win.count(now) >= ch.cfg.RatePerMinute {
 		ch.stats.Throttled++
 		return throttled(http.StatusTooManyRequests, win.nextFree(now))
@@ -161,6 +182,13 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 		}
 		statuses := []int{500, 502, 503, 504}
 		return otaError(statuses[s.rng.IntN(len(statuses))], msg, hdr.EchoToken, now, models.OTAErrorApplication, otaCodeUnableToProc, "injected server error")
+	}
+
+	if rep, bad := s.badBody(ch, f, func() (reply, reply) {
+		good := otaAnswer(http.StatusOK, msg, hdr.EchoToken, fmt.Sprintf("%s-%06d", ch.cfg.Slug, ch.seq+1), now, true, nil, nil)
+		return good, otaError(http.StatusOK, msg, hdr.EchoToken, now, otaTypeBizRule, otaCodeInvalid, "injected error inside a 200")
+	}); bad {
+		return rep
 	}
 
 	drift := s.roll(f.DriftRatio)
@@ -208,9 +236,14 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 func decodeOTA(msg string, body []byte) (hotel string, hdr models.OTAHeader, units []otaUnit, content []byte, err error) {
 	control := func(c models.OTAStatusApplicationControl, needPlan bool) (models.ARILine, string) {
 		l := models.ARILine{RoomTypeCode: c.InvTypeCode, RatePlanCode: c.RatePlanCode, From: c.Start, To: c.End}
+		lim := models.ProtocolOpenTravel.CodeLimits()
 		switch {
 		case c.InvTypeCode == "":
 			return l, "InvTypeCode: required"
+		case utf8.RuneCountInString(c.InvTypeCode) > lim.RoomType:
+			return l, fmt.Sprintf("InvTypeCode: longer than %d characters", lim.RoomType)
+		case utf8.RuneCountInString(c.RatePlanCode) > lim.RatePlan:
+			return l, fmt.Sprintf("RatePlanCode: longer than %d characters", lim.RatePlan)
 		case needPlan && c.RatePlanCode == "":
 			return l, "RatePlanCode: required"
 		case c.Start.IsZero() || c.End.IsZero():
@@ -277,8 +310,8 @@ func decodeOTA(msg string, body []byte) (hotel string, hdr models.OTAHeader, uni
 	switch {
 	case hotel == "":
 		return hotel, hdr, nil, nil, fmt.Errorf("HotelCode: required")
-	case len(hotel) > maxIDLen:
-		return hotel, hdr, nil, nil, fmt.Errorf("HotelCode: longer than %d characters", maxIDLen)
+	case utf8.RuneCountInString(hotel) > models.ProtocolOpenTravel.CodeLimits().Property:
+		return hotel, hdr, nil, nil, fmt.Errorf("HotelCode: longer than %d characters", models.ProtocolOpenTravel.CodeLimits().Property)
 	case len(units) == 0:
 		return hotel, hdr, nil, nil, fmt.Errorf("%sRQ: at least one message required", msg)
 	}

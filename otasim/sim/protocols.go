@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -132,4 +133,34 @@ func weekdays(from, to models.Date, days []string) ([]models.Date, error) {
 		}
 	}
 	return out, nil
+}
+
+// proxyPage is what a proxy in front of a channel answers when it has nothing better.
+const proxyPage = `<!DOCTYPE html><html><head><title>Service Unavailable</title></head>` +
+	`<body><h1>Gateway</h1><p>The upstream server is not answering.</p></body></html>`
+
+// badBody draws the bad-body fault: a 200 that confirms nothing, in the shape
+// f.BadBody names. answers gives the answer the channel would have given (truncated
+// cuts it in half) and the protocol's error answer. Nothing is applied or
+// remembered for replay.
+func (s *Simulator) badBody(ch *channel, f Faults, answers func() (good, refusal reply)) (reply, bool) {
+	if !s.roll(f.BadBodyRatio) {
+		return reply{}, false
+	}
+	ch.stats.FaultsInjected++
+	good, refusal := answers()
+	rep := reply{status: http.StatusOK, header: http.Header{}}
+	switch f.BadBody {
+	case BadBodyEmpty:
+		rep.header.Set("Content-Type", good.header.Get("Content-Type"))
+	case BadBodyTruncated:
+		rep.header, rep.body = good.header.Clone(), slices.Clone(good.body[:len(good.body)/2])
+	case BadBodyError:
+		rep = refusal.clone()
+		rep.status = http.StatusOK
+	default:
+		rep.header.Set("Content-Type", "text/html; charset=utf-8")
+		rep.body = []byte(proxyPage)
+	}
+	return rep, true
 }

@@ -112,6 +112,22 @@ func TestOpenTravelEndpointsAnswerInsideA200(t *testing.T) {
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "<Errors>") || strings.Contains(rec.Body.String(), "<Success>") {
 		t.Errorf("missing HotelCode: %d %s, want Errors inside a 200", rec.Code, rec.Body)
 	}
+	// OpenTravel's schemas allow 16 characters of HotelCode and InvTypeCode.
+	for _, tc := range []struct{ from, to, want string }{
+		{`HotelCode="h1"`, `HotelCode="hotel_0123456789a"`, "HotelCode: longer than 16 characters"},
+		{`InvTypeCode="DBL"`, `InvTypeCode="DOUBLE_0123456789"`, "InvTypeCode: longer than 16 characters"},
+	} {
+		body := strings.Replace(strings.Replace(msg, tc.from, tc.to, 1), `EchoToken="e1"`, `EchoToken="`+tc.to[:5]+`"`, 1)
+		req = httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/xml")
+		req.Header.Set(models.HeaderUnitVersions, "1")
+		req.SetBasicAuth("hotel", token)
+		rec = httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), tc.want) {
+			t.Errorf("%s: %d %s, want %q", tc.to, rec.Code, rec.Body, tc.want)
+		}
+	}
 	if rec := send(s, http.MethodGet, path, nil, ""); rec.Code != http.StatusMethodNotAllowed {
 		t.Errorf("read of an OpenTravel channel: %d, want 405", rec.Code)
 	}

@@ -27,8 +27,8 @@ const maxStateNights = 1000
 
 // ChannelStats are the counters of one channel, as GET /stats reports them.
 type ChannelStats struct {
-	// Limit is the channel's requests per sliding 60 s window (per property when
-	// the channel is property-scoped).
+	// Limit is the channel's requests per sliding window (Window, 60 s by default;
+	// per property when the channel is property-scoped).
 	Limit int `json:"limit"`
 	// Requests counts every request to the channel's ARI endpoint.
 	Requests int `json:"requests"`
@@ -64,9 +64,14 @@ type ChannelStats struct {
 	// NightsApplied counts nights written to the channel's state.
 	NightsApplied int `json:"nights_applied"`
 	// MaxWindowRequests is the most valid pushes and state reads that arrived in
-	// any 60 s window of one limit key; a client that respects the limit keeps it
+	// any window of one limit key; a client that respects the limit keeps it
 	// <= Limit.
 	MaxWindowRequests int `json:"max_window_requests"`
+	// EarlyArrivals counts valid pushes and reads that arrived before the time the
+	// latest Retry-After for their limit key announced: a client that waits out
+	// every Retry-After, on the channel's clock, keeps it at 0 (beyond requests
+	// already in flight when the Retry-After was sent).
+	EarlyArrivals int `json:"early_arrivals"`
 	// DailyUsed is the quota spent today (UTC); DailyQuota 0 means unlimited.
 	DailyUsed  int `json:"daily_used"`
 	DailyQuota int `json:"daily_quota"`
@@ -101,7 +106,11 @@ type channel struct {
 	received  map[receivedKey]int64             // newest version received per night
 	stats     ChannelStats
 	throttles int // alternates the Retry-After form
-	seq       int // confirmation ids
+	// retryAfter is Config.RetryAfter; announced is, per limit key, the latest time
+	// a Retry-After named.
+	retryAfter string
+	announced  map[string]time.Time
+	seq        int // confirmation ids
 }
 
 type stored struct {
@@ -162,7 +171,7 @@ func New(cfg Config) *Simulator {
 		ch := &channel{
 			cfg: c, windows: map[string]*window{}, arrivals: map[string]*window{},
 			idem: map[string]stored{}, cells: map[string]map[cellKey]*cellState{},
-			received: map[receivedKey]int64{},
+			received: map[receivedKey]int64{}, retryAfter: cfg.RetryAfter, announced: map[string]time.Time{},
 		}
 		ch.stats.Limit, ch.stats.DailyQuota = c.RatePerMinute, c.DailyQuota
 		s.bySlug[c.Slug] = ch
@@ -226,7 +235,8 @@ func (s *Simulator) Faults() Faults {
 }
 
 // ServeHTTP routes POST and GET {base_path}/ari, GET /stats and /admin/faults.
-func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *Simulator) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	w := &datedWriter{ResponseWriter: rw, now: s.now}
 	path := r.URL.Path
 	switch path {
 	case "/stats":
@@ -262,6 +272,30 @@ func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		allow(w, r, http.MethodPost, http.MethodGet)
 	}
+}
+
+// datedWriter stamps an answer's Date header from the simulator's clock as the
+// answer is written, so clients read the channel's time, offset included; net/http
+// keeps a Date the handler set.
+type datedWriter struct {
+	http.ResponseWriter
+	now   func() time.Time
+	wrote bool
+}
+
+func (d *datedWriter) WriteHeader(code int) {
+	if !d.wrote {
+		d.wrote = true
+		d.Header().Set("Date", d.now().UTC().Format(http.TimeFormat))
+	}
+	d.ResponseWriter.WriteHeader(code)
+}
+
+func (d *datedWriter) Write(b []byte) (int, error) {
+	if !d.wrote {
+		d.WriteHeader(http.StatusOK)
+	}
+	return d.ResponseWriter.Write(b)
 }
 
 func allow(w http.ResponseWriter, r *http.Request, methods ...string) bool {
@@ -387,7 +421,7 @@ func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr erro
 	}
 
 	key := ch.limitKey(req.PropertyID)
-	ch.stats.MaxWindowRequests = max(ch.stats.MaxWindowRequests, getWindow(ch.arrivals, key).add(now))
+	ch.arrive(key, now)
 
 	if now.Before(s.stormUntil) && f.StormSeconds > 0 {
 		ch.stats.FaultsInjected++
@@ -400,12 +434,12 @@ func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr erro
 		} else {
 			ch.stats.ServerErrors++
 		}
-		return ch.throttle(status, s.stormUntil.Sub(now), now), key
+		return ch.throttle(key, status, s.stormUntil.Sub(now), now), key
 	}
-	win := getWindow(ch.windows, key)
+	win := ch.window(ch.windows, key)
 	if win.count(now) >= ch.cfg.RatePerMinute {
 		ch.stats.Throttled++
-		return ch.throttle(http.StatusTooManyRequests, win.nextFree(now), now), key
+		return ch.throttle(key, http.StatusTooManyRequests, win.nextFree(now), now), key
 	}
 	win.add(now)
 	ch.receive(req)
@@ -440,6 +474,12 @@ func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr erro
 		statuses := []int{500, 502, 503, 504}
 		status := statuses[s.rng.IntN(len(statuses))]
 		return errorReply(status, models.ErrorServer, "injected server error"), key
+	}
+
+	if rep, bad := s.badBody(ch, f, func() (reply, reply) {
+		return s.acceptedReply(ch, len(req.Lines)), errorReply(http.StatusBadRequest, models.ErrorInvalid, "injected error inside a 200")
+	}); bad {
+		return rep, key
 	}
 
 	drift := s.roll(f.DriftRatio)
@@ -493,6 +533,15 @@ func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr erro
 		return errorReply(http.StatusInternalServerError, models.ErrorServer, "injected error after commit"), key
 	}
 	return rep, key
+}
+
+// acceptedReply is the 200 the generic protocol would give n lines, for the
+// truncated bad body; it takes no confirmation number.
+func (s *Simulator) acceptedReply(ch *channel, n int) reply {
+	conf := fmt.Sprintf("%s-%06d", ch.cfg.Slug, ch.seq+1)
+	rep := jsonReply(http.StatusOK, models.ARIAccepted{ConfirmationID: conf, Accepted: n})
+	rep.header.Set(models.HeaderConfirmationID, conf)
+	return rep
 }
 
 // roll draws one fault; a zero ratio draws nothing so unrelated faults do not shift
@@ -565,11 +614,11 @@ func (s *Simulator) state(ch *channel, r *http.Request, now time.Time) (reply, s
 			fmt.Sprintf("to: must be within %d nights on or after from", maxStateNights)), ""
 	}
 	key := ch.limitKey(prop)
-	ch.stats.MaxWindowRequests = max(ch.stats.MaxWindowRequests, getWindow(ch.arrivals, key).add(now))
-	win := getWindow(ch.windows, key)
+	ch.arrive(key, now)
+	win := ch.window(ch.windows, key)
 	if win.count(now) >= ch.cfg.RatePerMinute {
 		ch.stats.Throttled++
-		return ch.throttle(http.StatusTooManyRequests, win.nextFree(now), now), key
+		return ch.throttle(key, http.StatusTooManyRequests, win.nextFree(now), now), key
 	}
 	win.add(now)
 	ch.stats.Reads++
@@ -600,10 +649,11 @@ func (ch *channel) limitKey(property string) string {
 	return ""
 }
 
-func getWindow(m map[string]*window, key string) *window {
+// window is the sliding window of key in m, as long as the channel's.
+func (ch *channel) window(m map[string]*window, key string) *window {
 	w := m[key]
 	if w == nil {
-		w = &window{}
+		w = &window{length: ch.cfg.Window}
 		m[key] = w
 	}
 	return w
@@ -622,23 +672,38 @@ func (ch *channel) rateHeaders(key string, now time.Time, h http.Header) {
 	h.Set(models.HeaderRateLimitReset, strconv.FormatInt(ceilSeconds(reset), 10))
 }
 
-// throttle is a 429 or 503 whose Retry-After alternates between delta-seconds and
-// an IMF-fixdate, so clients are exercised on both forms.
-func (ch *channel) throttle(status int, wait time.Duration, now time.Time) reply {
+// throttle is a 429 or 503 with Retry-After for the limit key: delta-seconds, an
+// IMF-fixdate on the simulator's clock, or (by default) each in turn, so clients
+// are exercised on both forms. The time it announces is kept, to count calls that
+// come before it.
+func (ch *channel) throttle(key string, status int, wait time.Duration, now time.Time) reply {
 	secs := max(1, ceilSeconds(wait))
 	rep := errorReply(status, models.ErrorRateLimited, fmt.Sprintf("retry in %d s", secs))
 	ch.throttles++
-	if ch.throttles%2 == 1 {
+	at := now.Add(time.Duration(secs) * time.Second)
+	if ch.retryAfter == RetryAfterSeconds || ch.retryAfter != RetryAfterDate && ch.throttles%2 == 1 {
 		rep.header.Set(models.HeaderRetryAfter, strconv.FormatInt(secs, 10))
 	} else {
 		// Whole seconds after now, rounded up, so the date is never early.
-		at := now.Truncate(time.Second).Add(time.Duration(secs) * time.Second)
-		if !at.Equal(now) {
+		at = now.Truncate(time.Second).Add(time.Duration(secs) * time.Second)
+		if !now.Truncate(time.Second).Equal(now) {
 			at = at.Add(time.Second)
 		}
 		rep.header.Set(models.HeaderRetryAfter, at.UTC().Format(http.TimeFormat))
 	}
+	if at.After(ch.announced[key]) {
+		ch.announced[key] = at
+	}
 	return rep
+}
+
+// arrive counts a valid push or read of key: in the arrivals window, and as early
+// when it comes before the time a Retry-After announced for key.
+func (ch *channel) arrive(key string, now time.Time) {
+	ch.stats.MaxWindowRequests = max(ch.stats.MaxWindowRequests, ch.window(ch.arrivals, key).add(now))
+	if now.Before(ch.announced[key]) {
+		ch.stats.EarlyArrivals++
+	}
 }
 
 func ceilSeconds(d time.Duration) int64 {

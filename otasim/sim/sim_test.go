@@ -103,22 +103,36 @@ func wantStatus(t *testing.T, rec *httptest.ResponseRecorder, status int) {
 	}
 }
 
-func TestLimitEnforcedOverSlidingWindow(t *testing.T) {
-	s, clk := newSim(t, func(c *Config) { c.Channels[0].RatePerMinute = 3 })
+func TestLimitEnforcedOverSlidingWindow(t *testing.T) { checkSlidingWindow(t, 0) }
+
+// TestLimitEnforcedOverASixSecondWindow: a channel declaring a 6 s window is held
+// to the same steps at a tenth of the times, and says so in its headers.
+func TestLimitEnforcedOverASixSecondWindow(t *testing.T) { checkSlidingWindow(t, 6*time.Second) }
+
+// checkSlidingWindow runs one limit of 3 through the steps of a 60 s window scaled
+// to window (0: the default, 60 s).
+func checkSlidingWindow(t *testing.T, window time.Duration) {
+	s, clk := newSim(t, func(c *Config) { c.Channels[0].RatePerMinute, c.Channels[0].Window = 3, window })
+	w := window
+	if w == 0 {
+		w = time.Minute
+	}
+	at := func(secs float64) time.Duration { return time.Duration(secs / 60 * float64(w)) }
 	body := ratesBody("p1", 1, "100.00", "2030-04-01", "2030-04-01")
 	steps := []struct {
 		at        time.Duration
 		status    int
 		remaining string
+		reset     time.Duration // X-RateLimit-Reset, and Retry-After on a 429
 	}{
-		{0, 200, "2"},
-		{10 * time.Second, 200, "1"},
-		{20 * time.Second, 200, "0"},
-		{30 * time.Second, 429, "0"},
-		{59*time.Second + 999*time.Millisecond, 429, "0"},
-		{60 * time.Second, 200, "0"}, // the request at 0 s has left the window
-		{65 * time.Second, 429, "0"},
-		{70 * time.Second, 200, "0"},
+		{0, 200, "2", w},
+		{at(10), 200, "1", w},
+		{at(20), 200, "0", w},
+		{at(30), 429, "0", at(30)},
+		{w - time.Millisecond, 429, "0", time.Second}, // rounded up to a whole second
+		{w, 200, "0", w},                              // the request at 0 s has left the window
+		{w + at(5), 429, "0", at(5)},
+		{w + at(10), 200, "0", w},
 	}
 	for i, st := range steps {
 		clk.Set(t0.Add(st.at))
@@ -132,12 +146,19 @@ func TestLimitEnforcedOverSlidingWindow(t *testing.T) {
 		if got := rec.Header().Get(models.HeaderRateLimitLimit); got != "3" {
 			t.Errorf("step %d: limit %s, want 3", i, got)
 		}
+		secs := fmt.Sprint(ceilSeconds(st.reset))
+		if got := rec.Header().Get(models.HeaderRateLimitReset); st.status == 200 && got != secs {
+			t.Errorf("step %d: reset %s, want %s", i, got, secs)
+		}
+		if got := rec.Header().Get(models.HeaderRetryAfter); st.status == 429 && i == 3 && got != secs {
+			t.Errorf("step %d: Retry-After %s, want %s", i, got, secs)
+		}
 	}
 	stats := s.Stats()["ota"]
 	if stats.Accepted != 5 || stats.Throttled != 3 || stats.Requests != 8 {
 		t.Errorf("stats %+v", stats)
 	}
-	// Arrivals in (10 s, 70 s]: 20, 30, 59.999, 60, 65, 70 — six against a limit of 3.
+	// Arrivals in (10 s, 70 s] (scaled): 20, 30, 59.999, 60, 65, 70 — six against a limit of 3.
 	if stats.MaxWindowRequests != 6 {
 		t.Errorf("max window requests %d, want 6", stats.MaxWindowRequests)
 	}
@@ -169,6 +190,41 @@ func TestRetryAfterAlternatesDeltaSecondsAndHTTPDate(t *testing.T) {
 	}
 	if third := post(s, "d", token, body); third.Header().Get("Retry-After") != "40" {
 		t.Errorf("third Retry-After %q, want delta-seconds again", third.Header().Get("Retry-After"))
+	}
+}
+
+// TestClockOffsetDatesAnswersAndCountsEarlyCalls: a channel 5 s behind its clients
+// stamps Date and Retry-After dates on its own clock, and counts a call before the
+// time it announced as early.
+func TestClockOffsetDatesAnswersAndCountsEarlyCalls(t *testing.T) {
+	s, clk := newSim(t, func(c *Config) {
+		c.Channels[0].RatePerMinute, c.ClockOffset, c.RetryAfter = 1, -5*time.Second, RetryAfterDate
+	})
+	body := ratesBody("p1", 1, "100.00", "2030-04-01", "2030-04-01")
+	first := post(s, "a", token, body)
+	wantStatus(t, first, 200)
+	if got, want := first.Header().Get("Date"), t0.Add(-5*time.Second).Format(http.TimeFormat); got != want {
+		t.Errorf("Date %q, want the channel's clock %q", got, want)
+	}
+	clk.Set(t0.Add(20 * time.Second))
+	for i, key := range []string{"b", "c"} {
+		rec := post(s, key, token, body)
+		wantStatus(t, rec, 429)
+		// The slot frees at the channel's t0-5s+60s, whichever form it is given in.
+		if got, want := rec.Header().Get("Retry-After"), t0.Add(55*time.Second).Format(http.TimeFormat); got != want {
+			t.Errorf("Retry-After %q, want the date %q", got, want)
+		}
+		if st := s.Stats()["ota"]; st.EarlyArrivals != i {
+			t.Errorf("after %d calls inside the wait, %d early; want %d", i, st.EarlyArrivals, i)
+		}
+	}
+	clk.Set(t0.Add(60 * time.Second)) // the channel's t0+55s
+	wantStatus(t, post(s, "d", token, body), 200)
+	if st := s.Stats()["ota"]; st.EarlyArrivals != 1 {
+		t.Errorf("a call at the announced time counted early: %d", st.EarlyArrivals)
+	}
+	if err := (Config{RetryAfter: "sometimes"}).Validate(); err == nil || !strings.Contains(err.Error(), "retry_after") {
+		t.Errorf("unknown retry_after: %v", err)
 	}
 }
 
@@ -405,6 +461,39 @@ func TestFaultDriftAcceptsWithoutApplying(t *testing.T) {
 	}
 	if st := s.Stats()["ota"]; st.FaultsInjected != 1 || st.Accepted != 1 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestFaultBadBodyAnswers200ThatConfirmsNothing(t *testing.T) {
+	good := `{"confirmation_id":"ota-000001","accepted":1}`
+	for _, tc := range []struct{ kind, ctype, body string }{
+		{BadBodyHTML, "text/html; charset=utf-8", proxyPage},
+		{BadBodyEmpty, "application/json", ""},
+		{BadBodyTruncated, "application/json", good[:(len(good)+1)/2]},
+		{BadBodyError, "application/json", `{"error":"invalid","message":"injected error inside a 200"}` + "\n"},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			s, _ := newSim(t, func(c *Config) { c.Faults = Faults{BadBodyRatio: 1, BadBody: tc.kind} })
+			rec := post(s, "a", token, ratesBody("p1", 2, "70.00", "2030-04-01", "2030-04-01"))
+			wantStatus(t, rec, 200)
+			if got := rec.Body.String(); got != tc.body || rec.Header().Get("Content-Type") != tc.ctype {
+				t.Errorf("body %q (%s), want %q (%s)", got, rec.Header().Get("Content-Type"), tc.body, tc.ctype)
+			}
+			if st := getState(t, s, "p1", "2030-04-01", "2030-04-01"); len(st.Cells) != 0 {
+				t.Errorf("bad body applied %+v", st.Cells)
+			}
+			// Not remembered: the same key once the fault is gone applies.
+			if err := s.SetFaults(Faults{}); err != nil {
+				t.Fatal(err)
+			}
+			wantStatus(t, post(s, "a", token, ratesBody("p1", 2, "70.00", "2030-04-01", "2030-04-01")), 200)
+			if st := s.Stats()["ota"]; st.FaultsInjected != 1 || st.Accepted != 1 || st.NightsApplied != 1 || st.Duplicates != 0 {
+				t.Errorf("stats %+v", st)
+			}
+		})
+	}
+	if err := (Faults{BadBodyRatio: 1, BadBody: "xml"}).Validate(); err == nil || !strings.Contains(err.Error(), "bad_body") {
+		t.Errorf("unknown bad_body: %v", err)
 	}
 }
 

@@ -2,13 +2,16 @@ package sim
 
 import "time"
 
-// window holds the times of the events of the last Window, oldest first.
-type window struct{ times []time.Time }
+// window holds the times of the events of the last length, oldest first.
+type window struct {
+	length time.Duration
+	times  []time.Time
+}
 
 // prune drops events that have left the window ending at now.
 func (w *window) prune(now time.Time) {
 	cut := 0
-	for cut < len(w.times) && !now.Before(w.times[cut].Add(Window)) {
+	for cut < len(w.times) && !now.Before(w.times[cut].Add(w.length)) {
 		cut++
 	}
 	if cut > 0 {
@@ -35,7 +38,7 @@ func (w *window) nextFree(now time.Time) time.Duration {
 	if len(w.times) == 0 {
 		return 0
 	}
-	return w.times[0].Add(Window).Sub(now)
+	return w.times[0].Add(w.length).Sub(now)
 }
 
 // clear is how long until every event has left the window.
@@ -44,5 +47,5 @@ func (w *window) clear(now time.Time) time.Duration {
 	if len(w.times) == 0 {
 		return 0
 	}
-	return w.times[len(w.times)-1].Add(Window).Sub(now)
+	return w.times[len(w.times)-1].Add(w.length).Sub(now)
 }
