@@ -65,7 +65,8 @@ func TestBatchLifecycle(t *testing.T) {
 	}
 	t.Parallel() // it waits on its channels' windows; its stack shares nothing
 	srv := startDevServer(t)
-	s := startStack(t, srv, map[string]int{"booking_com": 20, "expedia": 20, "agoda": 20})
+	// Short windows: nothing here depends on the window's length, only on its budget.
+	s := startShortStack(t, srv, map[string]int{"booking_com": 20, "expedia": 20, "agoda": 20})
 	st := s.openStore(t)
 	bin := starterCLI(t)
 	today := models.DateOf(time.Now())
