@@ -21,11 +21,16 @@ import (
 )
 
 // protocolChannels is a channels file with one channel per real protocol, each
-// with its own credentials file, beside the generic channels of the defaults.
+// with its own credentials file, beside the generic channels of the defaults; each
+// channel of the run has the short test window (testWindow), as the assertions are
+// relative to it (no 429, most in any window).
 const protocolChannels = `
 channels:
+  - slug: expedia
+    window: 6s
   - slug: channex_demo
     protocol: channex
+    window: 6s
     credentials_file: %s
     channex:
       properties:
@@ -41,6 +46,7 @@ channels:
           rate_plans: {DBL/BAR: 11111111-2222-4333-8444-555555555555, DBL/NRF: 66666666-7777-4888-9999-aaaaaaaaaaaa}
   - slug: ota_demo
     protocol: opentravel
+    window: 6s
     credentials_file: %s
 `
 
