@@ -8,14 +8,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -28,6 +26,7 @@ import (
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/activities/store/storetest"
 	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
@@ -80,40 +79,7 @@ type envOptions struct {
 // key prefix whose keys are deleted when the test ends.
 func testRedisClient(t *testing.T) (*redis.Client, string) {
 	t.Helper()
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatalf("REDIS_URL %q: %v", url, err)
-	}
-	rdb := redis.NewClient(opt)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		_ = rdb.Close()
-		t.Skipf("activity tests need Redis at %s (set REDIS_URL): %v", url, err)
-	}
-	prefix := "pstest-" + uuid.NewString() + ":"
-	t.Cleanup(func() {
-		ctx := context.Background()
-		var keys []string
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
-			t.Errorf("scan test keys: %v", err)
-		}
-		if len(keys) > 0 {
-			if err := rdb.Del(ctx, keys...).Err(); err != nil {
-				t.Errorf("delete test keys: %v", err)
-			}
-		}
-		_ = rdb.Close()
-	})
-	return rdb, prefix
+	return redistest.Client(t, "pstest")
 }
 
 func newActivityEnv(t *testing.T, o envOptions) *activityEnv {

@@ -3,17 +3,16 @@ package channels_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
@@ -23,35 +22,7 @@ import (
 // prefix whose keys are deleted when the test ends.
 func testRedis(t *testing.T) (*redis.Client, string) {
 	t.Helper()
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatalf("REDIS_URL %q: %v", url, err)
-	}
-	rdb := redis.NewClient(opt)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		_ = rdb.Close()
-		t.Skipf("the window test needs Redis at %s (set REDIS_URL): %v", url, err)
-	}
-	prefix := "pstest-" + uuid.NewString() + ":"
-	t.Cleanup(func() {
-		ctx := context.Background()
-		var keys []string
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if len(keys) > 0 {
-			_ = rdb.Del(ctx, keys...).Err()
-		}
-		_ = rdb.Close()
-	})
-	return rdb, prefix
+	return redistest.Client(t, "pstest")
 }
 
 // windowTestDuration is how long the 50-property test pushes: a little over one
@@ -232,18 +203,7 @@ func TestChannexFiftyPropertiesStayWithinTheirWindows(t *testing.T) {
 }
 
 // maxInWindow is the most times within any span of length w (half-open).
-func maxInWindow(ts []time.Time, w time.Duration) int {
-	ts = slices.Clone(ts)
-	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
-	best, lo := 0, 0
-	for hi := range ts {
-		for ts[hi].Sub(ts[lo]) >= w {
-			lo++
-		}
-		best = max(best, hi-lo+1)
-	}
-	return best
-}
+func maxInWindow(ts []time.Time, w time.Duration) int { return models.MostInWindowAt(ts, w) }
 
 // loadRequest is version v of one night's value for property p in family f.
 func loadRequest(channel, p string, f models.Family, v int64) models.ChannelRequest {

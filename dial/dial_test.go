@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -71,15 +72,9 @@ func TestRedisUnreachableIsOneTypedError(t *testing.T) {
 }
 
 func TestScanKeysOnOneNode(t *testing.T) {
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
 	ctx := context.Background()
-	rdb, err := Redis(ctx, url)
-	if err != nil {
-		t.Skipf("no Redis at %s: %v", url, err)
-	}
+	rdb, err := Redis(ctx, redistest.Reachable(t))
+	require.NoError(t, err)
 	prefix := "paritysync-test:dial:" + t.Name() + ":"
 	for i := range 5 {
 		require.NoError(t, rdb.Set(ctx, prefix+string(rune('a'+i)), "1", time.Minute).Err())

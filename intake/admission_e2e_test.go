@@ -21,6 +21,7 @@ import (
 // most 2 waiting changes and DELETE waiting at most 1 ms; every request and answer
 // is checked against openapi.yaml.
 func TestAdmissionBadInputCancelAndReplayOverHTTP(t *testing.T) {
+	t.Parallel() // a namespace, task queue, key prefix and schema of its own
 	c := loadContract(t)
 	s := startStack(t, func(cfg *Config) {
 		cfg.SmootherMaxPending = 2

@@ -4,16 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -21,24 +20,7 @@ import (
 // the test's own, whose keys are deleted at the end.
 func testRedis(t *testing.T) (*redis.Client, string) {
 	t.Helper()
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := redis.ParseURL(url)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opt)
-	require.NoError(t, rdb.Ping(context.Background()).Err(), "Redis at %s", url)
-	prefix := "paritysync-intake-" + uuid.NewString()[:8] + ":"
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			rdb.Del(ctx, iter.Val())
-		}
-		_ = rdb.Close()
-	})
-	return rdb, prefix
+	return redistest.Client(t, "paritysync-intake")
 }
 
 // TestQuotaStopAnswers429WithRetryAfterUntilTheReset uses up expedia's daily quota

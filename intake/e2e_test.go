@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,14 +17,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/activities/store/storetest"
 	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/dial/devtest"
+	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
@@ -38,24 +36,8 @@ import (
 // under a key prefix of its own, a PostgreSQL schema of its own, the simulator over
 // HTTP and an in-process worker.
 
-func temporalCLI(t *testing.T) string {
-	t.Helper()
-	path := os.Getenv("TEMPORAL_CLI")
-	if path == "" {
-		path = filepath.Join("..", ".bin", "temporal")
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("no Temporal CLI at %s (make test builds it into .bin/; or set TEMPORAL_CLI): %v", path, err)
-	}
-	return path
-}
-
-type quietLog struct{}
-
-func (quietLog) Debug(string, ...any) {}
-func (quietLog) Info(string, ...any)  {}
-func (quietLog) Warn(string, ...any)  {}
-func (quietLog) Error(string, ...any) {}
+// TestMain stops the package's one dev server (devtest) after the tests.
+func TestMain(m *testing.M) { devtest.Main(m) }
 
 // stack is a dev server, a simulator, a worker and the API over them.
 type stack struct {
@@ -71,21 +53,11 @@ type stack struct {
 func startStack(t *testing.T, edit ...func(*Config)) *stack {
 	t.Helper()
 	ctx := context.Background()
-	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
-		ExistingPath: temporalCLI(t), ClientOptions: &client.Options{Logger: quietLog{}}, LogLevel: "error",
-		SearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrChannel).ValueSet(""),
-			temporal.NewSearchAttributeKeyKeyword(models.SearchAttrBatchID).ValueSet(""),
-			temporal.NewSearchAttributeKeyInt64(models.SearchAttrPriority).ValueSet(0),
-		),
-	})
-	require.NoError(t, err, "start Temporal dev server")
-	t.Cleanup(func() { _ = srv.Stop() })
+	// The test's namespace on the package's dev server (devtest: the new matcher with
+	// one partition, as the README says every test runs Temporal); skips under -short.
+	srv := devtest.Start(t)
 
-	redisURL := os.Getenv("REDIS_URL")
-	if redisURL == "" {
-		redisURL = "redis://127.0.0.1:6379/0"
-	}
+	redisURL := redistest.Reachable(t)
 	opt, err := redis.ParseURL(redisURL)
 	require.NoError(t, err)
 	rdb := redis.NewClient(opt)
@@ -100,7 +72,7 @@ func startStack(t *testing.T, edit ...func(*Config)) *stack {
 		_ = rdb.Close()
 	})
 	s := models.DefaultSettings()
-	s.TemporalAddress, s.TaskQueue, s.KeyPrefix, s.RedisURL = srv.FrontendHostPort(), queue, prefix, redisURL
+	s.TemporalAddress, s.TemporalNamespace, s.TaskQueue, s.KeyPrefix, s.RedisURL = srv.FrontendHostPort(), srv.Namespace(), queue, prefix, redisURL
 	s.DatabaseURL = storetest.Schema(t, "intake")
 	chs, err := models.LoadChannels("", func(k string) string {
 		if strings.HasSuffix(k, "_RATE_PER_MINUTE") {
@@ -170,6 +142,7 @@ func mutationRow(id, ch string, version int, edit ...string) string {
 // and webhook changes over the API and reads every outcome back, each request and
 // answer checked against openapi.yaml; every operation of the document is used.
 func TestBatchesAndChangesOverHTTPEveryOutcomeReadBack(t *testing.T) {
+	t.Parallel() // a namespace, task queue, key prefix and schema of its own
 	c := loadContract(t)
 	s := startStack(t)
 	h := s.api

@@ -108,6 +108,7 @@ func groupSizeOf(t *testing.T, srv *Server, channel string) (count int, sum floa
 // paritysync_intake_submit_group_size, which agree), and every change gets its
 // outcome.
 func TestConcurrentPostsToOneChannelGoInFewUpdates(t *testing.T) {
+	t.Parallel() // a namespace, task queue, key prefix and schema of its own
 	c := loadContract(t)
 	s := startStack(t)
 	const posts = 40
@@ -144,6 +145,7 @@ func TestConcurrentPostsToOneChannelGoInFewUpdates(t *testing.T) {
 // it, every refusal is a smoother-full 429 with Retry-After, the smoother's batches
 // carry exactly the accepted changes, and each of them gets its outcome.
 func TestConcurrentPostsAreAdmittedExactlyPerPost(t *testing.T) {
+	t.Parallel() // a namespace, task queue, key prefix and schema of its own
 	c := loadContract(t)
 	const room = 20
 	s := startStack(t, func(cfg *Config) { cfg.SmootherMaxPending = room })

@@ -2,12 +2,9 @@ package limiter
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -25,37 +23,7 @@ import (
 // keys are deleted when the test ends.
 func testRedis(tb testing.TB) (*redis.Client, string) {
 	tb.Helper()
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		tb.Fatalf("REDIS_URL %q: %v", url, err)
-	}
-	rdb := redis.NewClient(opt)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		_ = rdb.Close()
-		tb.Skipf("limiter tests need Redis at %s (set REDIS_URL): %v", url, err)
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	prefix := "limitertest:" + hex.EncodeToString(b[:]) + ":"
-	tb.Cleanup(func() {
-		ctx := context.Background()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if len(keys) > 0 {
-			_ = rdb.Del(ctx, keys...).Err()
-		}
-		_ = rdb.Close()
-	})
-	return rdb, prefix
+	return redistest.Client(tb, "limitertest")
 }
 
 // testChannel is a channel limited to perMinute requests per window with the given
@@ -103,18 +71,7 @@ func slotsOf(t *testing.T, l *Limiter, rs []Request) []time.Duration {
 }
 
 // maxInWindow is the most slots in any window of length w.
-func maxInWindow(slots []time.Duration, w time.Duration) int {
-	s := slices.Clone(slots)
-	slices.Sort(s)
-	best, j := 0, 0
-	for i := range s {
-		for s[i]-s[j] >= w {
-			j++
-		}
-		best = max(best, i-j+1)
-	}
-	return best
-}
+func maxInWindow(slots []time.Duration, w time.Duration) int { return models.MostInWindow(slots, w) }
 
 func TestScheduleKeepsTheDeclaredWindowAndBurstAndUsesAllOfIt(t *testing.T) {
 	checkWindowAndBurst(t, 0, 0)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -12,15 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/paritysync/paritysync/dial"
+	"github.com/paritysync/paritysync/dial/redistest"
+	"github.com/paritysync/paritysync/dial/testenv"
 	"github.com/paritysync/paritysync/limiter"
 )
 
-func testRedisURL() string {
-	if u := os.Getenv("REDIS_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
+func testRedisURL() string { return redistest.URL() }
 
 // quotaEnv is an environment with its own key prefix and a daily quota of 100 on
 // expedia and agoda, so usage maps to percent.
@@ -53,10 +49,8 @@ func cleanPrefix(t *testing.T, rdb redis.UniversalClient, prefix string) {
 
 func TestQuotaExitStatusIsTheTier(t *testing.T) {
 	ctx := context.Background()
-	rdb, err := dial.Redis(ctx, testRedisURL())
-	if err != nil {
-		t.Skipf("no Redis: %v", err)
-	}
+	rdb, err := dial.Redis(ctx, redistest.Reachable(t))
+	require.NoError(t, err)
 	env, prefix := quotaEnv(t, testRedisURL())
 	cleanPrefix(t, rdb, prefix)
 
@@ -107,7 +101,7 @@ func TestQuotaShowsThePerPropertyWindowLimit(t *testing.T) {
 	ctx := context.Background()
 	rdb, err := dial.Redis(ctx, testRedisURL())
 	if err != nil {
-		t.Skipf("no Redis: %v", err)
+		testenv.Unavailable(t, "Redis at "+testRedisURL()+" not reachable (REDIS_URL)", err)
 	}
 	env, prefix := quotaEnv(t, testRedisURL())
 	cleanPrefix(t, rdb, prefix)

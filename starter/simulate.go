@@ -277,19 +277,8 @@ func sortedChannelKeys(m map[string]*simChannel) []string {
 	return keys
 }
 
-// mostIn is the most times in any window of length w.
-func mostIn(ts []time.Duration, w time.Duration) int {
-	s := slices.Clone(ts)
-	slices.Sort(s)
-	best, j := 0, 0
-	for i := range s {
-		for s[i]-s[j] >= w {
-			j++
-		}
-		best = max(best, i-j+1)
-	}
-	return best
-}
+// mostIn is the most times in any window of length w (counted as the tests count).
+func mostIn(ts []time.Duration, w time.Duration) int { return models.MostInWindow(ts, w) }
 
 func (c *cli) printSimulation(res []simChannel) error {
 	if c.json() {

@@ -24,11 +24,11 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/dial/devtest"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
 	"github.com/paritysync/paritysync/workflows"
@@ -84,7 +84,7 @@ func TestBenchPushEngine(t *testing.T) {
 
 type bench struct {
 	t   *testing.T
-	srv *testsuite.DevServer
+	srv *devtest.Env
 	// newStack, when set, starts the scenarios' stacks on another topology (the
 	// production one of prod_test.go) instead of srv.
 	newStack func(t *testing.T, o stackOptions) *e2eStack
@@ -170,18 +170,7 @@ func arrivals(s *e2eStack, channel string, keep func(sim.RequestRecord) bool) []
 }
 
 // mostInWindow is the most arrivals in any 60 s window.
-func mostInWindow(ts []time.Time) int {
-	s := slices.Clone(ts)
-	slices.SortFunc(s, func(a, b time.Time) int { return a.Compare(b) })
-	best, j := 0, 0
-	for i := range s {
-		for s[i].Sub(s[j]) >= time.Minute {
-			j++
-		}
-		best = max(best, i-j+1)
-	}
-	return best
-}
+func mostInWindow(ts []time.Time) int { return models.MostInWindowAt(ts, time.Minute) }
 
 // minimumMakespan is the shortest time from the first to the last of n requests
 // that the declared limit allows: at most rate in any 60 s window, at most burst

@@ -24,6 +24,7 @@ func TestCircuitBreakerStopsEveryWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: needs a Temporal dev server")
 	}
+	t.Parallel() // it waits on its channels' windows; its stack shares nothing
 	const failures, cooldown = 5, 3 * time.Second
 	srv := startDevServer(t)
 	s := startStackWith(t, srv, stackOptions{Workers: 3,
@@ -43,7 +44,14 @@ func TestCircuitBreakerStopsEveryWorker(t *testing.T) {
 	}
 	start := time.Now()
 	run := s.startMutations(t, "breaker-"+uuid.NewString()[:8], ms)
-	time.Sleep(12 * time.Second)
+	// The streak completes once the first pushes have run, which on a loaded machine
+	// (the end-to-end tests run side by side) takes longer than on an idle one; the
+	// outage then lasts three cool-downs, for the probes.
+	require.Eventually(t, func() bool {
+		st, err := s.lim.Status(context.Background(), "agoda")
+		return err == nil && st.Breaker != limiter.BreakerClosed
+	}, time.Minute, 100*time.Millisecond, "the breaker opens during the outage")
+	time.Sleep(3 * cooldown)
 	st, err := s.lim.Status(context.Background(), "agoda")
 	require.NoError(t, err)
 	require.NotEqual(t, limiter.BreakerClosed, st.Breaker, "the breaker is open during the outage")

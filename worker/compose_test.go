@@ -15,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/paritysync/paritysync/dial/testenv"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -799,7 +800,7 @@ func TestComposeObservability(t *testing.T) {
 func TestComposePromtool(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Skip("promtool not installed (make test installs it: apt-get install prometheus)")
+		testenv.Unavailable(t, "promtool not installed (make test installs it: apt-get install prometheus)", err)
 	}
 	for _, args := range [][]string{
 		{"check", "config", "../deploy/prometheus/prometheus.yml"},

@@ -117,9 +117,10 @@ func TestDurableLostAckReconciledWithPaidReads(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: needs a Temporal dev server")
 	}
+	t.Parallel() // it waits on its channels' windows; its stack shares nothing
 	srv := startDevServer(t)
 	const channel, limit, properties = "booking_com", 10, 12
-	s := startStack(t, srv, map[string]int{channel: limit})
+	s := startShortStack(t, srv, map[string]int{channel: limit})
 	st := s.openStore(t)
 	night := models.DateOf(time.Now()).AddDays(5)
 
@@ -206,10 +207,11 @@ func TestDurableRedisLossMidBatch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: needs a Temporal dev server")
 	}
+	t.Parallel() // it waits on its channels' windows; its stack shares nothing
 	srv := startDevServer(t)
 	limits := map[string]int{"booking_com": 12, "expedia": 12, "agoda": 12}
-	const burst = 2 // startStack: max(2, limit/10)
-	s := startStack(t, srv, limits)
+	const burst = 2 // startShortStack: max(2, limit/10)
+	s := startShortStack(t, srv, limits)
 	st := s.openStore(t)
 	ms := models.SampleBatch(1000, models.DateOf(time.Now()), time.Now().Unix(), 3)
 	batchID := "redis-loss-" + uuid.NewString()[:8]
@@ -228,9 +230,9 @@ func TestDurableRedisLossMidBatch(t *testing.T) {
 	require.Eventually(t, func() bool { return accepted() >= 10 }, 3*time.Minute, 200*time.Millisecond)
 	lostAt := accepted()
 	first := s.loseRedis(t)
-	time.Sleep(5 * time.Second)
+	time.Sleep(testWindow / 12) // 5 s of a 60 s window: both losses within one window
 	second := s.loseRedis(t)
-	t.Logf("Redis lost %d keys after %d accepted pushes, and %d keys 5 s later", first, lostAt, second)
+	t.Logf("Redis lost %d keys after %d accepted pushes, and %d keys %s later", first, lostAt, second, testWindow/12)
 
 	bs := waitBatch(t, run, 10*time.Minute)
 	took := time.Since(started)
@@ -246,7 +248,7 @@ func TestDurableRedisLossMidBatch(t *testing.T) {
 	for slug, cs := range s.sim.Stats() {
 		t.Logf("%s: %+v", slug, cs)
 		require.Zero(t, cs.StaleReceived, "%s received an older version after a newer one", slug)
-		require.LessOrEqual(t, cs.MaxWindowRequests, limits[slug]+burst, "%s: most requests in 60 s", slug)
+		require.LessOrEqual(t, cs.MaxWindowRequests, limits[slug]+burst, "%s: most requests in one window", slug)
 	}
 
 	// The channels hold the final values: nothing drifted, nothing unconfirmed.
@@ -266,6 +268,7 @@ func TestDurableWorkerStoppedMidBatch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: needs a Temporal dev server")
 	}
+	t.Parallel() // it waits on its channels' windows; its stack shares nothing
 	srv := startDevServer(t)
 	s := startStack(t, srv, map[string]int{"booking_com": 60, "expedia": 60, "agoda": 60}, func(env map[string]string) {
 		// No grace: in-flight activities are cancelled when the worker stops.

@@ -15,16 +15,22 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/paritysync/paritysync/activities/store/storetest"
+	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
 )
 
 // protocolChannels is a channels file with one channel per real protocol, each
-// with its own credentials file, beside the generic channels of the defaults.
+// with its own credentials file, beside the generic channels of the defaults; each
+// channel of the run has the short test window (testWindow), as the assertions are
+// relative to it (no 429, most in any window).
 const protocolChannels = `
 channels:
+  - slug: expedia
+    window: 6s
   - slug: channex_demo
     protocol: channex
+    window: 6s
     credentials_file: %s
     channex:
       properties:
@@ -40,6 +46,7 @@ channels:
           rate_plans: {DBL/BAR: 11111111-2222-4333-8444-555555555555, DBL/NRF: 66666666-7777-4888-9999-aaaaaaaaaaaa}
   - slug: ota_demo
     protocol: opentravel
+    window: 6s
     credentials_file: %s
 `
 
@@ -81,22 +88,21 @@ func TestEndToEndProtocols(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: needs a Temporal dev server")
 	}
+	t.Parallel() // it waits on its channels' windows; its stack shares nothing
 	srv := startDevServer(t)
 	dir := t.TempDir()
 	chFile := writeFile(t, dir, "channels.yaml", fmt.Sprintf(protocolChannels,
 		writeFile(t, dir, "channex.key", "cx-key\n"), writeFile(t, dir, "ota.secret", "hotel-7:ota-pass\n")))
 
-	redisURL := os.Getenv("REDIS_URL")
-	if redisURL == "" {
-		redisURL = "redis://127.0.0.1:6379/0"
-	}
+	redisURL := redistest.Reachable(t)
 	opt, err := redis.ParseURL(redisURL)
 	require.NoError(t, err)
 	rdb := redis.NewClient(opt)
 	id := uuid.NewString()[:8]
 	s := &e2eStack{rdb: rdb, prefix: "paritysync-e2e-" + id + ":", queue: "paritysync-e2e-" + id}
 	s.env = map[string]string{
-		"REDIS_URL": redisURL, "TEMPORAL_ADDRESS": srv.FrontendHostPort(), "PARITYSYNC_TASK_QUEUE": s.queue,
+		"REDIS_URL": redisURL, "TEMPORAL_ADDRESS": srv.FrontendHostPort(), "TEMPORAL_NAMESPACE": srv.Namespace(),
+		"PARITYSYNC_TASK_QUEUE": s.queue,
 		"PARITYSYNC_KEY_PREFIX": s.prefix, "PARITYSYNC_TOKEN": "e2e-token", "PARITYSYNC_METRICS_ADDR": "127.0.0.1:0",
 		"PARITYSYNC_CHANNELS_FILE": chFile,
 		// A schema of its own on the local PostgreSQL, dropped at the end.

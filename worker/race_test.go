@@ -21,6 +21,7 @@ func TestRacingBatchesNeverSendAnOlderVersion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: needs a Temporal dev server")
 	}
+	t.Parallel() // it waits on its channels' windows; its stack shares nothing
 	srv := startDevServer(t)
 	s := startStackWith(t, srv, stackOptions{Workers: 3,
 		Channels: map[string]stackChannel{"agoda": {PerMinute: 3000, Burst: 50, MaxLines: 1}}})

@@ -8,16 +8,23 @@ import (
 	"go.temporal.io/sdk/worker"
 )
 
-// TestReplay replays histories recorded from real runs on a Temporal dev server (the
-// end-to-end test writes them with PARITYSYNC_RECORD_HISTORY=1). A change to the
-// workflows that would break running executions fails here.
+// TestReplay replays histories recorded from real runs on a Temporal dev server. A
+// change to the workflows that would break running executions fails here; a
+// deliberate one re-records them all with one command, `make record-histories`
+// (the worker's end-to-end tests with PARITYSYNC_RECORD_HISTORY=1).
 func TestReplay(t *testing.T) {
 	for _, tc := range []struct {
 		file     string
 		workflow any
 	}{
 		{"batchsync.json", BatchSync},
+		// A batch cancelled by the operator while its children were pushing.
+		{"batchsync_cancel.json", BatchSync},
 		{"channelsync.json", ChannelSync},
+		// Several lanes, held slots and the waits of a 429 storm.
+		{"channelsync_storm.json", ChannelSync},
+		// A child cancelled with its batch.
+		{"channelsync_cancel.json", ChannelSync},
 		{"reconcile.json", Reconcile},
 		{"smoother.json", BurstSmoother},
 		// Recorded before the plan sized in-flight pushes per channel and before
@@ -25,6 +32,8 @@ func TestReplay(t *testing.T) {
 		{"batchsync-before-inflight.json", BatchSync},
 		{"channelsync-before-inflight.json", ChannelSync},
 		{"smoother-serial.json", BurstSmoother},
+		// A submit refused at the admission limit (SmootherFull).
+		{"smoother_refused.json", BurstSmoother},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

@@ -5,21 +5,52 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/activities/store/storetest"
 	"github.com/paritysync/paritysync/models"
 )
+
+// exampleStore is a migrated store in a schema of its own on the test database
+// (a worker opens PARITYSYNC_DATABASE_URL); done closes it and drops the schema. TestMain has
+// checked that the database answers.
+func exampleStore(ctx context.Context) (st *store.Store, done func()) {
+	url, drop, err := storetest.NewSchema("storeexample")
+	if err != nil {
+		log.Fatal(err)
+	}
+	st, err = store.Open(ctx, url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := st.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	return st, func() {
+		st.Close()
+		if err := drop(); err != nil {
+			log.Print(err)
+		}
+	}
+}
+
+// exampleMutations is one validated price change: property prop_0000abcd, room
+// DBL, rate BAR, on booking.
+func exampleMutations() []models.Mutation {
+	a := decimal.RequireFromString("95.00")
+	return []models.Mutation{{ID: "m-1", PropertyID: "prop_0000abcd", RoomTypeCode: "DBL", RatePlanCode: "BAR",
+		Channel: "booking", StayDate: models.Date{Year: 2030, Month: 4, Day: 10}, Amount: &a, Currency: "EUR", Version: 7}}
+}
 
 // PrepareBatch: record the desired state, drop what a newer version overtook, record
 // the outcomes decided here, store the chunks.
 func ExampleStore_RecordDesired() {
 	ctx := context.Background()
-	st, err := store.Open(ctx, models.DefaultSettings().DatabaseURL)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer st.Close()
+	st, done := exampleStore(ctx)
+	defer done()
 	const batchID = "b-42"
-	var valid []models.Mutation // validated mutations of the batch
+	valid := exampleMutations() // validated mutations of the batch
 
 	stale, err := st.RecordDesired(ctx, valid)
 	if err != nil {
@@ -51,19 +82,18 @@ func ExampleStore_RecordDesired() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("chunk", key)
+	fmt.Println("chunk", key, "with", len(co.Requests), "request")
+	// Output:
+	// chunk batch/b-42/booking/p3/0 with 1 request
 }
 
 // PushRequest: read the request, record it as sent once the gate admitted it, send
 // it, record the acknowledgement and the outcomes.
 func ExampleStore_RecordAcknowledged() {
 	ctx := context.Background()
-	st, err := store.Open(ctx, models.DefaultSettings().DatabaseURL)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer st.Close()
-	in := models.PushInput{BatchID: "b-42", ChunkKey: "batch/b-42/booking/p3/0", Index: 0}
+	st, done := exampleStore(ctx)
+	defer done()
+	in := models.PushInput{BatchID: "b-42", ChunkKey: prepareExample(ctx, st, "b-42"), Index: 0}
 
 	req, err := st.Request(ctx, in.ChunkKey, in.Index)
 	if err != nil {
@@ -79,4 +109,20 @@ func ExampleStore_RecordAcknowledged() {
 		log.Fatal(err)
 	}
 	fmt.Println(committed, "committed,", superseded, "superseded")
+	// Output:
+	// 1 committed, 0 superseded
+}
+
+// prepareExample is what PrepareBatch did before PushRequest runs: the desired
+// state recorded and the batch's one chunk saved; it returns the chunk's key.
+func prepareExample(ctx context.Context, st *store.Store, batchID string) string {
+	ms := exampleMutations()
+	if _, err := st.RecordDesired(ctx, ms); err != nil {
+		log.Fatal(err)
+	}
+	key, err := st.SaveChunk(ctx, batchID, models.Chunk{Channel: "booking", Priority: 3}, models.Coalesce(ms, nil).Requests)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return key
 }

@@ -1,5 +1,9 @@
-// Package redistest starts a real Redis Cluster on loopback ports for tests: masters,
-// optionally a replica each, joined with redis-cli --cluster create.
+// Package redistest gives tests their Redis: the one at REDIS_URL under a key
+// prefix of the test's own (Client, Reachable), or a real Redis Cluster on loopback
+// ports (Start): masters, optionally a replica each, joined with redis-cli --cluster
+// create. A missing Redis or redis-server fails the test under
+// PARITYSYNC_TEST_REQUIRE (make test sets it) and skips it otherwise (package
+// testenv).
 package redistest
 
 import (
@@ -14,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/paritysync/paritysync/dial/testenv"
 )
 
 // Options shape a cluster.
@@ -45,16 +51,17 @@ type Cluster struct {
 	exited map[int]chan struct{} // closed when the node's process has been waited for
 }
 
-// Start starts the cluster, or skips the test when redis-server is not installed.
+// Start starts the cluster. Without redis-server (or redis-cli) on the PATH the
+// test fails under PARITYSYNC_TEST_REQUIRE and skips otherwise.
 func Start(t testing.TB, o Options) *Cluster {
 	t.Helper()
 	server, err := exec.LookPath("redis-server")
 	if err != nil {
-		t.Skip("redis-server is not installed: the Redis Cluster test needs it (apt-get install redis-server)")
+		testenv.Unavailable(t, "redis-server not found on the PATH: the Redis Cluster test starts its own nodes (apt-get install redis-server)", err)
 	}
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
-		t.Fatalf("redis-server is installed but redis-cli is not")
+		testenv.Unavailable(t, "redis-cli not found on the PATH: the Redis Cluster test joins its nodes with it (apt-get install redis-tools)", err)
 	}
 	if o.Masters < 3 {
 		o.Masters = 3

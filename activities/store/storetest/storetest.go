@@ -6,11 +6,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/paritysync/paritysync/dial/testenv"
 )
 
 // DatabaseURL is the database tests create their schemas in:
@@ -23,37 +27,63 @@ func DatabaseURL() string {
 }
 
 // Schema creates a schema named after prefix and a random suffix, drops it (and
-// everything in it) when the test ends, and returns the URL that selects it. It
-// skips the test when the database is unreachable.
+// everything in it) when the test ends, and returns the URL that selects it. An
+// unreachable database fails the test under PARITYSYNC_TEST_REQUIRE (make test
+// sets it) and skips it otherwise.
 func Schema(tb testing.TB, prefix string) string {
 	tb.Helper()
+	u, drop, err := NewSchema(prefix)
+	if err != nil {
+		if errors.Is(err, ErrUnreachable) {
+			testenv.Unavailable(tb, err.Error(), nil)
+		}
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := drop(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return u
+}
+
+// ErrUnreachable is NewSchema's error when the database does not answer.
+var ErrUnreachable = errors.New("PostgreSQL not reachable")
+
+// NewSchema creates a schema named after prefix and a random suffix and returns
+// the URL that selects it and the function that drops it, for code without a
+// testing.TB (examples, TestMain).
+func NewSchema(prefix string) (string, func() error, error) {
 	ctx := context.Background()
 	base := DatabaseURL()
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", nil, fmt.Errorf("PARITYSYNC_TEST_DATABASE_URL: %w", err)
+	}
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
-		tb.Skipf("needs PostgreSQL at %s (set PARITYSYNC_TEST_DATABASE_URL): %v", base, err)
+		// The host only: no credentials in the message.
+		return "", nil, fmt.Errorf("%w: PostgreSQL at %s not reachable (PARITYSYNC_TEST_DATABASE_URL): %v", ErrUnreachable, u.Host, err)
 	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	schema := prefix + "_" + hex.EncodeToString(b[:])
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		tb.Fatalf("create schema: %v", err)
+		_ = admin.Close(ctx)
+		return "", nil, fmt.Errorf("create schema: %w", err)
 	}
-	tb.Cleanup(func() {
+	drop := func() error {
 		defer admin.Close(context.Background())
 		// Connections still open in the schema (a stopped worker's pool) do not hold
 		// a DROP SCHEMA back: it waits only for row locks, none of which outlive
 		// their transactions.
 		if _, err := admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			tb.Errorf("drop schema %s: %v", schema, err)
+			return fmt.Errorf("drop schema %s: %w", schema, err)
 		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		tb.Fatalf("parse %s: %v", base, err)
+		return nil
 	}
 	q := u.Query()
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
-	return u.String()
+	return u.String(), drop, nil
 }
