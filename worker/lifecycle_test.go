@@ -178,9 +178,9 @@ func TestBatchLifecycle(t *testing.T) {
 			writeLongestChild(t, s.tc, id, "channelsync_cancel.json")
 		}
 
-		out, code = s.starter(t, bin, "batch", "rejections", id, "--json")
+		out, code = s.starter(t, bin, "batch", "rejections", id, "-o", "json")
 		require.Zero(t, code)
-		require.Equal(t, c.Rejected, strings.Count(out, `"outcome":"rejected"`), "every rejection is listed")
+		require.Equal(t, c.Rejected, strings.Count(out, `"outcome": "rejected"`), "every rejection is listed")
 	})
 
 	t.Run("a terminated batch's waiting updates are closed by cancel", func(t *testing.T) {

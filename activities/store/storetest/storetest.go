@@ -87,3 +87,40 @@ func NewSchema(prefix string) (string, func() error, error) {
 	u.RawQuery = q.Encode()
 	return u.String(), drop, nil
 }
+
+// Database creates a database of the test's own, named after prefix and a random
+// suffix, on the server of DatabaseURL, drops it when the test ends, and returns
+// its URL. A measurement of table sizes needs one: VACUUM keeps the row versions a
+// transaction of the same database may still see, so tests running beside it in
+// another schema would leave their bloat in its figures.
+func Database(tb testing.TB, prefix string) string {
+	tb.Helper()
+	ctx := context.Background()
+	base := DatabaseURL()
+	u, err := url.Parse(base)
+	if err != nil {
+		tb.Fatalf("PARITYSYNC_TEST_DATABASE_URL: %v", err)
+	}
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		testenv.Unavailable(tb, "PostgreSQL at "+u.Host+" not reachable (PARITYSYNC_TEST_DATABASE_URL)", err)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := prefix + "_" + hex.EncodeToString(b[:])
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		_ = admin.Close(ctx)
+		tb.Fatalf("create database: %v", err)
+	}
+	tb.Cleanup(func() {
+		defer admin.Close(context.Background())
+		if _, err := admin.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			tb.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	u.Path = "/" + name
+	q := u.Query()
+	q.Del("search_path")
+	u.RawQuery = q.Encode()
+	return u.String()
+}
