@@ -187,8 +187,11 @@ func TestFootprintPerCell(t *testing.T) {
 	}
 	f := measureFootprint(t, 10000, 3)
 	t.Log("\n" + f.String())
-	if per := float64(f.cellBytesSteady) / float64(f.cells); per > 400 {
-		t.Errorf("%.0f B per cell after %d batches, want at most 400", per, f.rounds)
+	// Measured 340–412 B on this 2-core machine, loaded or not: where free space
+	// lands in the pages varies with the timing of the writers and autovacuum. The
+	// bound is well under the Redis ledger's 560 B and catches a row that grows.
+	if per := float64(f.cellBytesSteady) / float64(f.cells); per > 450 {
+		t.Errorf("%.0f B per cell after %d batches, want at most 450", per, f.rounds)
 	}
 }
 
