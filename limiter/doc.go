@@ -35,7 +35,8 @@
 //  4. once the slot is due, the ordering gate of (channel, property, family): nights
 //     already sent with a newer version are dropped (superseded) and the rest are
 //     recorded, on every attempt; a request touching nights another in-flight request
-//     holds is blocked until that one's Release or its lease expires.
+//     holds is blocked until that one's Release or its lease expires. A push whose
+//     answer never came is not released: the channel may still apply it.
 //
 // A request that is not sent consumes nothing: a blocked or superseded answer gives
 // its slot back, and a slot due at once moves the pace only when it is sent, so the
@@ -74,7 +75,8 @@
 //	<prefix>{<channel>}:gate:<property>:<family>   newest version sent per room|plan|night;
 //	                                          TTL Options.GateTTL (30 days) after the last send
 //	<prefix>{<channel>}:lease:<property>:<family>  in-flight requests' nights; each lease ends
-//	                                          with Release or Options.Lease (30 s)
+//	                                          with Release or after Options.Lease (30 s)
+//	                                          plus the channel's max_apply_delay
 //
 // Losing these keys costs a conservative restart (an empty schedule grants at most
 // one burst, and headers that report less room than ours lower the limit) and the

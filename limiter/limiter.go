@@ -168,9 +168,11 @@ type Options struct {
 	// slot. It is absolute time, not a share of the window: a short window pays it
 	// as a larger share of its throughput.
 	Margin time.Duration
-	// Lease bounds how long a sent request's nights stay leased if Release never
-	// comes (a worker that died mid-request): the HTTP timeout plus a little; 30 s by
-	// default.
+	// Lease is the HTTP timeout plus a little; 30 s by default. A sent request's
+	// nights stay leased for Lease plus its channel's MaxApplyDelay unless Release
+	// comes first: that bounds a worker that died mid-request, and it is how long a
+	// push whose answer never came (released by no one) keeps its nights, so the
+	// channel has applied it, if ever, before a newer version goes out.
 	Lease time.Duration
 	// MaxAge is how long a waiting request may be moved back by more urgent work or
 	// other properties' turns; 10 min by default.
@@ -308,13 +310,19 @@ func (l *Limiter) reserveCall(r Request) (keys []string, args []any, err error) 
 	}
 	args = make([]any, 0, 17+4*len(r.Lines))
 	args = append(args, "reserve", r.ID, r.Priority, r.Cost, ck.cfg.DailyQuota, ck.cfg.RatePerMinute, ck.cfg.Burst,
-		l.opts.Margin.Milliseconds(), l.opts.PausePoll.Milliseconds(), l.opts.Lease.Milliseconds(),
+		l.opts.Margin.Milliseconds(), l.opts.PausePoll.Milliseconds(), l.lease(ck.cfg).Milliseconds(),
 		l.opts.MaxAge.Milliseconds(), r.Property+"|"+string(r.Family), weight, l.opts.GateTTL.Milliseconds(), len(r.Lines), hold,
 		ck.cfg.WindowLength().Milliseconds())
 	for _, ln := range r.Lines {
 		args = append(args, ln.RoomTypeCode+"|"+ln.RatePlanCode, dayNumber(ln.From), dayNumber(ln.To), ln.Version)
 	}
 	return keys, args, nil
+}
+
+// lease is how long a Send leases its nights on channel c: the HTTP timeout and then
+// the longest the channel may take to apply what it received.
+func (l *Limiter) lease(c models.ChannelConfig) time.Duration {
+	return l.opts.Lease + max(0, c.MaxApplyDelay)
 }
 
 func parseDecision(res []any) (Decision, error) {
@@ -344,8 +352,10 @@ func parseDecision(res []any) (Decision, error) {
 	return d, nil
 }
 
-// Release ends the lease a Send took on r's nights: call it with the request's
-// outcome, whatever it was, so the next request touching them may go.
+// Release ends the lease a Send took on r's nights: call it once the channel's answer
+// is known (it applied the request or refused it), so the next request touching them
+// may go. A request whose answer never came must not be released: the channel may
+// still apply it, and its lease (Options.Lease) outlasts that.
 func (l *Limiter) Release(ctx context.Context, r Request) error {
 	ck, err := l.channel(r.Channel)
 	if err != nil {
