@@ -87,8 +87,12 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 			return models.PushResult{Superseded: n, Next: a.heldSlot(in, nextReq, settled)}, nil
 		case limiter.Quota:
 			a.Metrics.deny(req.Channel, string(d.Tier))
+			msg := fmt.Sprintf("daily quota %d/%d", d.DailyUsed, d.DailyLimit)
+			if d.FamilyStopped {
+				msg = fmt.Sprintf("%s stopped by the channel's quota_exhausted", req.Family)
+			}
 			return models.PushResult{}, FailureError(ErrQuotaExhausted, Failure{Wait: d.Wait, Tier: string(d.Tier),
-				Message: fmt.Sprintf("daily quota %d/%d", d.DailyUsed, d.DailyLimit)})
+				Message: msg})
 		default:
 			a.Metrics.deny(req.Channel, string(d.Tier))
 			f := Failure{Wait: d.Wait, Tier: string(d.Tier), Paused: d.PausedReason, Held: d.State == limiter.Wait}
@@ -165,7 +169,7 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 	case channels.ClassAuthExpired:
 		return models.PushResult{}, FailureError(ErrAuthExpired, f)
 	case channels.ClassQuotaExhausted:
-		f.Wait = a.quotaStop(ctx, req.Channel)
+		f.Wait = a.quotaStop(ctx, req.Channel, req.Family)
 		return models.PushResult{}, FailureError(ErrQuotaExhausted, f)
 	default:
 		return models.PushResult{}, FailureError(ErrRejected, f)

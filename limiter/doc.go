@@ -14,7 +14,8 @@
 //     apart, not together;
 //  2. the daily quota: a request that would take usage past 100 % waits for the next
 //     UTC midnight, and so does priority ≥ 4 work that would reach 95 % (where the
-//     window's limit also halves);
+//     window's limit also halves); so does a family the channel stopped with
+//     quota_exhausted (StopFamily), while its other families go on;
 //  3. a slot in the channel's schedule — per channel, or per property and family on
 //     a channel that limits per property. A slot is granted only where the window
 //     (slot − window − margin, slot] holds fewer than the declared limit, at a pace
@@ -56,6 +57,8 @@
 //	<prefix>{<channel>}:paused_until          back-off end, Unix ms; expires a window after it
 //	<prefix>{<channel>}:paused_until:<scope>  the same for one scope (BackoffScope)
 //	<prefix>{<channel>}:daily                 quota used today; expires at the next UTC midnight
+//	<prefix>{<channel>}:quota_stop:<family>   end of the family's stop (StopFamily), Unix ms;
+//	                                          expires a window after it
 //	<prefix>{<channel>}:adaptive:<scope>      requests per window others use, from headers;
 //	                                          TTL the server's reset time, at least 2 s
 //	<prefix>{<channel>}:sched:<scope>         sorted set of slots (Unix ms): the last window's

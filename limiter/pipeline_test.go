@@ -182,3 +182,42 @@ func TestSettledPushReleasesItsNightsAtOnce(t *testing.T) {
 		t.Fatalf("newer version after a definite answer: %+v, want send", d)
 	}
 }
+
+// A quota_exhausted answer stops the family it came from: Reserve answers Quota
+// (tier stop) to that family only, until the stop ends, and Status reports it.
+func TestStopFamilyStopsOnlyThatFamily(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("fam", 600, 10, 10000)}, Options{Prefix: prefix})
+	if err := l.StopFamily(ctx, "fam", models.FamilyRates, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// A shorter stop never cuts a longer one short.
+	if err := l.StopFamily(ctx, "fam", models.FamilyRates, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	rates := req("fam", 1)
+	d := mustReserve(t, l, rates)
+	if d.State != Quota || !d.FamilyStopped || d.Tier != TierStop || d.Wait <= 200*time.Millisecond || d.Wait > 300*time.Millisecond {
+		t.Fatalf("rates while stopped: %+v, want quota (stop) for about 300ms", d)
+	}
+	avail := req("fam", 3)
+	avail.Family = models.FamilyAvailability
+	if d := mustReserve(t, l, avail); d.State != Send {
+		t.Fatalf("availability while rates are stopped: %+v, want send", d)
+	}
+	st, err := l.Status(ctx, "fam")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Stopped) != 1 || st.Stopped[0].Family != models.FamilyRates || st.Stopped[0].For <= 0 || st.Tier != TierOK {
+		t.Fatalf("status %+v, want rates stopped, the tier still ok", st)
+	}
+	time.Sleep(d.Wait + 20*time.Millisecond)
+	if d := mustReserve(t, l, rates); d.State != Send {
+		t.Fatalf("rates after the stop: %+v, want send", d)
+	}
+	if st, err := l.Status(ctx, "fam"); err != nil || len(st.Stopped) != 0 {
+		t.Fatalf("status after the stop: %+v, %v; want no family stopped", st, err)
+	}
+}
