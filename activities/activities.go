@@ -304,19 +304,21 @@ func permanent(err error) error {
 	return err
 }
 
-// quotaStop holds every worker off channel until its daily quota resets (the next
-// UTC midnight by the Redis clock), after the channel said its quota is spent: no
-// further request goes out to be refused. It returns the wait; the back-off shows
-// in `starter quota`.
-func (a *Activities) quotaStop(ctx context.Context, channel string) time.Duration {
+// quotaStop holds every worker off family f of channel until its daily quota resets
+// (the next UTC midnight by the Redis clock), after the channel said that quota is
+// spent: no further request of f goes out to be refused, and the channel's other
+// families go on. It returns the wait; the stop shows in `starter quota` and
+// intake refuses changes of f meanwhile.
+func (a *Activities) quotaStop(ctx context.Context, channel string, f models.Family) time.Duration {
 	wait := time.Hour // the reset cannot be read: hold off a while, then ask again
 	if st, err := a.Limiter.Status(ctx, channel); err == nil && st.QuotaResetsIn > 0 {
 		wait = st.QuotaResetsIn
 	}
-	if err := a.Limiter.Backoff(ctx, channel, wait); err != nil {
-		activity.GetLogger(ctx).Warn("quota stop", "channel", channel, "error", err)
+	if err := a.Limiter.StopFamily(ctx, channel, f, wait); err != nil {
+		activity.GetLogger(ctx).Warn("quota stop", "channel", channel, "family", f, "error", err)
 	}
-	activity.GetLogger(ctx).Warn("channel quota exhausted: stopped until the reset", "channel", channel, "wait", wait)
+	activity.GetLogger(ctx).Warn("channel quota exhausted: family stopped until the reset", "channel", channel,
+		"family", f, "wait", wait)
 	return wait
 }
 

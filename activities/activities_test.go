@@ -73,6 +73,12 @@ type envOptions struct {
 	// HTTP client.
 	handler func(http.Handler) http.Handler
 	client  func(*httptest.Server) *http.Client
+	// channel adjusts the test channel's configuration everywhere (limiter, client,
+	// simulator); httpTimeout replaces the client's 5 s timeout, lease the
+	// limiter's default lease.
+	channel     func(*models.ChannelConfig)
+	httpTimeout time.Duration
+	lease       time.Duration
 }
 
 // testRedisClient connects to REDIS_URL (or the local default) and returns a fresh
@@ -89,6 +95,11 @@ func newActivityEnv(t *testing.T, o envOptions) *activityEnv {
 	if !o.slow {
 		for i := range chs {
 			chs[i].RatePerMinute, chs[i].Burst = 6000, 600
+		}
+	}
+	for i := range chs {
+		if o.channel != nil && chs[i].Slug == testChannel {
+			o.channel(&chs[i])
 		}
 	}
 	simChs := slices.Clone(chs)
@@ -126,7 +137,7 @@ func newActivityEnv(t *testing.T, o envOptions) *activityEnv {
 	if err := st.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	lim := limiter.New(limRDB, chs, limiter.Options{Prefix: prefix})
+	lim := limiter.New(limRDB, chs, limiter.Options{Prefix: prefix, Lease: o.lease})
 	creds := channels.Credentials{}
 	for _, c := range chs {
 		creds[c.Slug] = tokens
@@ -135,7 +146,11 @@ func newActivityEnv(t *testing.T, o envOptions) *activityEnv {
 	if o.client != nil {
 		hc = o.client(srv)
 	}
-	client := channels.New(hc, srv.URL, creds, chs, 5*time.Second)
+	timeout := 5 * time.Second
+	if o.httpTimeout > 0 {
+		timeout = o.httpTimeout
+	}
+	client := channels.New(hc, srv.URL, creds, chs, timeout)
 	acts := &Activities{Limiter: lim, Client: client, Tokens: creds, Store: st,
 		Channels: models.ChannelMap(chs), Validator: validator, ChunkSize: o.chunkSize,
 		Now: func() time.Time { return now }}

@@ -170,11 +170,15 @@ func TestPushRequestFamilyWithoutBudgetIsRejectedNotRetried(t *testing.T) {
 	}
 }
 
-func TestQuotaExhaustedStopsTheChannelUntilTheReset(t *testing.T) {
+// A quota_exhausted answer stops the family it came from until the reset: further
+// requests of that family wait in the limiter (the channel sees no more of them),
+// while the channel's other families still go.
+func TestQuotaExhaustedStopsTheFamilyUntilTheReset(t *testing.T) {
 	e := newActivityEnv(t, envOptions{simChannel: func(c *models.ChannelConfig) { c.DailyQuota = 1 }})
 	first := e.preparedChunk("b-q1", e.mutation("q-1", 3, 1, withRate("80.00")))
 	second := e.preparedChunk("b-q2", e.mutation("q-2", 4, 1, withRate("80.00")))
 	third := e.preparedChunk("b-q3", e.mutation("q-3", 5, 1, withRate("80.00")))
+	avail := e.preparedChunk("b-q4", e.mutation("q-4", 5, 1, func(m *models.Mutation) { m.Inventory = ptr(3) }))
 	if _, err := e.push(models.PushInput{BatchID: "b-q1", ChunkKey: first.Key}); err != nil {
 		t.Fatalf("first push spends the quota: %v", err)
 	}
@@ -184,15 +188,26 @@ func TestQuotaExhaustedStopsTheChannelUntilTheReset(t *testing.T) {
 	if serr != nil {
 		t.Fatal(serr)
 	}
-	if f.Wait <= 0 || f.Wait > 24*time.Hour || st.PausedFor <= 0 || st.PausedFor > f.Wait+time.Second {
-		t.Fatalf("wait %s, limiter back-off %s: want both until the quota resets", f.Wait, st.PausedFor)
+	if len(st.Stopped) != 1 || st.Stopped[0].Family != models.FamilyRates {
+		t.Fatalf("stopped %+v, want rates only", st.Stopped)
 	}
-	// Every further request waits in the limiter: the channel sees no more 400s.
+	if f.Wait <= 0 || f.Wait > 24*time.Hour || st.Stopped[0].For > f.Wait+time.Second || st.PausedFor != 0 {
+		t.Fatalf("wait %s, rates stopped for %s, channel back-off %s: want the family stopped until the quota resets, the channel not backed off",
+			f.Wait, st.Stopped[0].For, st.PausedFor)
+	}
+	// Every further rates request waits in the limiter: the channel sees no more.
 	_, err = e.push(models.PushInput{BatchID: "b-q3", ChunkKey: third.Key})
-	if g := failureOf(t, err, ErrRateLimited); g.Wait <= 0 {
-		t.Errorf("after the stop: %+v, want a wait", g)
+	if g := failureOf(t, err, ErrQuotaExhausted); g.Wait <= 0 || !strings.Contains(g.Message, "rates stopped") {
+		t.Errorf("rates after the stop: %+v, want a wait for the family's stop", g)
 	}
 	if got := e.sim.Stats()[testChannel]; got.Requests != 2 || got.QuotaExhausted != 1 {
 		t.Errorf("simulator saw %d requests, %d quota refusals; want 2 and 1", got.Requests, got.QuotaExhausted)
+	}
+	// Availability is not stopped: it reaches the channel (whose own quota, in
+	// this simulator, is channel-wide, so it is refused there and stopped in turn).
+	_, err = e.push(models.PushInput{BatchID: "b-q4", ChunkKey: avail.Key})
+	failureOf(t, err, ErrQuotaExhausted)
+	if got := e.sim.Stats()[testChannel].Requests; got != 3 {
+		t.Errorf("simulator saw %d requests, want 3 (the availability push went)", got)
 	}
 }

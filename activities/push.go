@@ -34,8 +34,9 @@ import (
 //   - nothing but the HTTP write follows a Send: a call that cannot start within the
 //     slot's margin is cancelled before a byte is written and asks for a new slot;
 //   - after the answer, one round trip (Settle) gives the limiter the back-off, the
-//     rate-limit headers, the breaker's feed, the lease and the next slot's hold,
-//     and one transaction records the acknowledgement and the outcomes.
+//     rate-limit headers, the breaker's feed, the lease (kept when the answer does
+//     not say whether the channel applied the push) and the next slot's hold, and
+//     one transaction records the acknowledgement and the outcomes.
 func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (models.PushResult, error) {
 	log := activity.GetLogger(ctx)
 	req, next, err := a.sending(ctx, in)
@@ -86,8 +87,12 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 			return models.PushResult{Superseded: n, Next: a.heldSlot(in, nextReq, settled)}, nil
 		case limiter.Quota:
 			a.Metrics.deny(req.Channel, string(d.Tier))
+			msg := fmt.Sprintf("daily quota %d/%d", d.DailyUsed, d.DailyLimit)
+			if d.FamilyStopped {
+				msg = fmt.Sprintf("%s stopped by the channel's quota_exhausted", req.Family)
+			}
 			return models.PushResult{}, FailureError(ErrQuotaExhausted, Failure{Wait: d.Wait, Tier: string(d.Tier),
-				Message: fmt.Sprintf("daily quota %d/%d", d.DailyUsed, d.DailyLimit)})
+				Message: msg})
 		default:
 			a.Metrics.deny(req.Channel, string(d.Tier))
 			f := Failure{Wait: d.Wait, Tier: string(d.Tier), Paused: d.PausedReason, Held: d.State == limiter.Wait}
@@ -115,11 +120,16 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 	}
 	send, dropped := req.WithoutNights(d.Dropped)
 	if pushErr != nil {
-		a.release(ctx, lr)
+		if ctx.Err() == nil {
+			// Nothing was written (no credential, say): the nights are free.
+			a.release(ctx, lr)
+		}
+		// Otherwise the activity ended mid-call and the channel may still apply
+		// the request: its lease runs out instead (limiter.Settlement.Unsettled).
 		return models.PushResult{}, fmt.Errorf("push %s/%s: %w", req.Channel, req.Family, pushErr)
 	}
 
-	st := limiter.Settlement{Request: lr}
+	st := limiter.Settlement{Request: lr, Unsettled: unsettled(resp)}
 	if resp.HasRateLimit {
 		st.RateLimit = &limiter.RateLimit{Limit: resp.RateLimit.Limit, Remaining: resp.RateLimit.Remaining,
 			Reset: resp.RateLimit.Reset}
@@ -159,11 +169,24 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 	case channels.ClassAuthExpired:
 		return models.PushResult{}, FailureError(ErrAuthExpired, f)
 	case channels.ClassQuotaExhausted:
-		f.Wait = a.quotaStop(ctx, req.Channel)
+		f.Wait = a.quotaStop(ctx, req.Channel, req.Family)
 		return models.PushResult{}, FailureError(ErrQuotaExhausted, f)
 	default:
 		return models.PushResult{}, FailureError(ErrRejected, f)
 	}
+}
+
+// unsettled reports whether resp leaves open whether the channel applied the push:
+// no answer (a timeout, a lost connection), a 5xx, or a 2xx that confirmed nothing.
+// Its nights then stay leased until the lease (HTTP timeout plus the channel's
+// max_apply_delay) runs out, so a newer version is never sent while the channel may
+// still apply this one after it. Any other answer (a commit, a 4xx, a 429) is
+// definite and releases them at once.
+func unsettled(resp channels.PushResponse) bool {
+	if resp.Class != channels.ClassTransient {
+		return false
+	}
+	return resp.Status == 0 || resp.Status >= 500 || (resp.Status >= 200 && resp.Status <= 299)
 }
 
 // maxGateAttempts bounds how often one PushRequest rebuilds a gate lost under it.

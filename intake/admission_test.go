@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
 
 	"github.com/paritysync/paritysync/dial/redistest"
+	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -97,4 +99,68 @@ func TestBadInputAloneIs422NamingFieldAndRule(t *testing.T) {
 			require.Equal(t, 1, p.Problems[0].Line)
 		})
 	}
+}
+
+// TestStoppedFamilyRefusesItsChanges stops expedia's availability as a
+// quota_exhausted answer does: a change of availability is refused with the quota
+// rule until the stop ends (nothing reaches a smoother: the server has no Temporal
+// client), and GET /v1/quota reports the stop, with stop as the worst tier while
+// the channel's own tier stays ok. TestStoppedFamilyHoldsOnlyItsOwnChanges shows
+// that the other families are not held.
+func TestStoppedFamilyRefusesItsChanges(t *testing.T) {
+	c := loadContract(t)
+	rdb, prefix := testRedis(t)
+	srv := serverWith(t, writeKeys(t), rdb, prefix)
+	ctx := context.Background()
+	const stop = 30 * time.Minute
+	require.NoError(t, srv.lim.StopFamily(ctx, "expedia", models.FamilyAvailability, stop))
+
+	body := "[" + mutationRow("s1", "expedia", 1) + "," +
+		mutationRow("s2", "expedia", 2, `"inventory":2`, `"inventory":2,"amount":"100.00","currency":"EUR"`) + "]"
+	resp := c.do(t, srv.Handler(), request(http.MethodPost, "/v1/changes", body), true)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	p := decodeProblem(t, resp)
+	require.Equal(t, problemBase+probQuota, p.Type)
+	require.InDelta(t, stop.Seconds(), p.RetryAfter, 3, "retry after the family's stop")
+	require.Len(t, p.Changes, 2)
+	for _, ch := range p.Changes {
+		require.Equal(t, changeRefused, ch.Status, "%+v", ch)
+		require.Len(t, ch.Problems, 1)
+		require.Equal(t, ruleQuota, ch.Problems[0].Rule)
+		require.Contains(t, ch.Problems[0].Detail, "expedia stopped availability until ")
+	}
+
+	q := decodeJSON[struct {
+		Worst    string `json:"worst_tier"`
+		Channels []struct {
+			Tier    string `json:"tier"`
+			Stopped []struct {
+				Family string `json:"family"`
+			} `json:"stopped"`
+		} `json:"channels"`
+	}](t, c.do(t, srv.Handler(), request(http.MethodGet, "/v1/quota?channel=expedia", ""), true))
+	require.Equal(t, "stop", q.Worst)
+	require.Len(t, q.Channels, 1)
+	require.Equal(t, "ok", q.Channels[0].Tier)
+	require.Len(t, q.Channels[0].Stopped, 1)
+	require.Equal(t, "availability", q.Channels[0].Stopped[0].Family)
+}
+
+// TestStoppedFamilyHoldsOnlyItsOwnChanges: admission holds a change when one of
+// its families is stopped, and only then.
+func TestStoppedFamilyHoldsOnlyItsOwnChanges(t *testing.T) {
+	st := limiter.Status{Stopped: []limiter.FamilyStop{{Family: models.FamilyAvailability, For: time.Minute}}}
+	inv, amount := 3, decimal.RequireFromString("100.00")
+	rates := models.Mutation{Amount: &amount, Currency: "EUR"}
+	avail := models.Mutation{Inventory: &inv}
+	both := models.Mutation{Amount: &amount, Currency: "EUR", Inventory: &inv}
+	_, held := stoppedFamily(st, rates)
+	require.False(t, held, "a rates change while availability is stopped")
+	stop, held := stoppedFamily(st, avail)
+	require.True(t, held)
+	require.Equal(t, models.FamilyAvailability, stop.Family)
+	_, held = stoppedFamily(st, both)
+	require.True(t, held, "a change carrying a stopped family")
+	_, held = stoppedFamily(limiter.Status{}, avail)
+	require.False(t, held, "nothing stopped")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -121,6 +122,14 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 					fmt.Sprintf("%s used %d of its %d daily requests (tier %s)", ch, st.DailyUsed, st.DailyLimit, st.Tier))
 				continue
 			}
+			// A family the channel stopped with quota_exhausted takes nothing until
+			// the stop ends; the channel's other families go on.
+			if stop, ok := stoppedFamily(st, m); ok {
+				refuse(i, stop.For, "channel", ruleQuota,
+					fmt.Sprintf("%s stopped %s until %s: it answered quota_exhausted", ch, stop.Family,
+						time.Now().UTC().Add(stop.For).Round(time.Second).Format(time.RFC3339)))
+				continue
+			}
 			m.ID = smootherID(tenant, m.ID)
 			h.take, h.taken = append(h.take, m), append(h.taken, i)
 		}
@@ -196,6 +205,16 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusAccepted, ans)
+}
+
+// stoppedFamily is the stop of one of m's families on the channel st describes.
+func stoppedFamily(st limiter.Status, m models.Mutation) (limiter.FamilyStop, bool) {
+	for _, stop := range st.Stopped {
+		if slices.Contains(m.Families(), stop.Family) {
+			return stop, true
+		}
+	}
+	return limiter.FamilyStop{}, false
 }
 
 // Admission rules of a refused change.

@@ -14,7 +14,8 @@
 //     apart, not together;
 //  2. the daily quota: a request that would take usage past 100 % waits for the next
 //     UTC midnight, and so does priority ≥ 4 work that would reach 95 % (where the
-//     window's limit also halves);
+//     window's limit also halves); so does a family the channel stopped with
+//     quota_exhausted (StopFamily), while its other families go on;
 //  3. a slot in the channel's schedule — per channel, or per property and family on
 //     a channel that limits per property. A slot is granted only where the window
 //     (slot − window − margin, slot] holds fewer than the declared limit, at a pace
@@ -35,7 +36,8 @@
 //  4. once the slot is due, the ordering gate of (channel, property, family): nights
 //     already sent with a newer version are dropped (superseded) and the rest are
 //     recorded, on every attempt; a request touching nights another in-flight request
-//     holds is blocked until that one's Release or its lease expires.
+//     holds is blocked until that one's Release or its lease expires. A push whose
+//     answer never came is not released: the channel may still apply it.
 //
 // A request that is not sent consumes nothing: a blocked or superseded answer gives
 // its slot back, and a slot due at once moves the pace only when it is sent, so the
@@ -55,6 +57,8 @@
 //	<prefix>{<channel>}:paused_until          back-off end, Unix ms; expires a window after it
 //	<prefix>{<channel>}:paused_until:<scope>  the same for one scope (BackoffScope)
 //	<prefix>{<channel>}:daily                 quota used today; expires at the next UTC midnight
+//	<prefix>{<channel>}:quota_stop:<family>   end of the family's stop (StopFamily), Unix ms;
+//	                                          expires a window after it
 //	<prefix>{<channel>}:adaptive:<scope>      requests per window others use, from headers;
 //	                                          TTL the server's reset time, at least 2 s
 //	<prefix>{<channel>}:sched:<scope>         sorted set of slots (Unix ms): the last window's
@@ -74,7 +78,8 @@
 //	<prefix>{<channel>}:gate:<property>:<family>   newest version sent per room|plan|night;
 //	                                          TTL Options.GateTTL (30 days) after the last send
 //	<prefix>{<channel>}:lease:<property>:<family>  in-flight requests' nights; each lease ends
-//	                                          with Release or Options.Lease (30 s)
+//	                                          with Release or after Options.Lease (30 s)
+//	                                          plus the channel's max_apply_delay
 //
 // Losing these keys costs a conservative restart (an empty schedule grants at most
 // one burst, and headers that report less room than ours lower the limit) and the

@@ -119,6 +119,9 @@ type Decision struct {
 	PausedReason string
 	// Dropped are the nights the ordering gate dropped (Send, Superseded).
 	Dropped []models.LineNight
+	// FamilyStopped is true for a Quota answer given because the channel stopped
+	// the request's family (StopFamily), not because the daily quota is spent.
+	FamilyStopped bool
 }
 
 // Status is a channel's limiter state, for operators.
@@ -148,6 +151,15 @@ type Status struct {
 	Breaker        string
 	BreakerOpenFor time.Duration
 	Failures       int
+	// Stopped are the families the channel stopped with quota_exhausted
+	// (StopFamily), in models.Families order.
+	Stopped []FamilyStop
+}
+
+// FamilyStop is one family stopped on a channel, and what is left of the stop.
+type FamilyStop struct {
+	Family models.Family
+	For    time.Duration
 }
 
 // Options tunes a Limiter; the zero value is usable.
@@ -168,9 +180,11 @@ type Options struct {
 	// slot. It is absolute time, not a share of the window: a short window pays it
 	// as a larger share of its throughput.
 	Margin time.Duration
-	// Lease bounds how long a sent request's nights stay leased if Release never
-	// comes (a worker that died mid-request): the HTTP timeout plus a little; 30 s by
-	// default.
+	// Lease is the HTTP timeout plus a little; 30 s by default. A sent request's
+	// nights stay leased for Lease plus its channel's MaxApplyDelay unless Release
+	// comes first: that bounds a worker that died mid-request, and it is how long a
+	// push whose answer never came (released by no one) keeps its nights, so the
+	// channel has applied it, if ever, before a newer version goes out.
 	Lease time.Duration
 	// MaxAge is how long a waiting request may be moved back by more urgent work or
 	// other properties' turns; 10 min by default.
@@ -243,6 +257,9 @@ func (l *Limiter) channel(slug string) (channelKeys, error) {
 	return ck, nil
 }
 
+// quotaStop is the key of family f's stop after the channel answered quota_exhausted.
+func (ck channelKeys) quotaStop(f models.Family) string { return ck.base + "quota_stop:" + string(f) }
+
 // scope names the window a request counts in: the whole channel, or one property's
 // family (or the endpoint it shares, see ChannelConfig.WindowOf) on a channel that
 // limits per property.
@@ -301,20 +318,26 @@ func (l *Limiter) reserveCall(r Request) (keys []string, args []any, err error) 
 		ck.base + "gate:" + gateScope, ck.base + "lease:" + gateScope, ck.breaker,
 		ck.base + "held:" + scope, ck.base + "movable:" + scope, ck.base + "movable_group:" + scope,
 		ck.base + "first_ask:" + scope, ck.base + "pending:" + scope, ck.base + "turn:" + scope,
-		ck.base + "paused_until:" + scope, ck.base + "budget"}
+		ck.base + "paused_until:" + scope, ck.base + "budget", ck.quotaStop(r.Family)}
 	hold := 0
 	if r.Hold {
 		hold = 1
 	}
 	args = make([]any, 0, 17+4*len(r.Lines))
 	args = append(args, "reserve", r.ID, r.Priority, r.Cost, ck.cfg.DailyQuota, ck.cfg.RatePerMinute, ck.cfg.Burst,
-		l.opts.Margin.Milliseconds(), l.opts.PausePoll.Milliseconds(), l.opts.Lease.Milliseconds(),
+		l.opts.Margin.Milliseconds(), l.opts.PausePoll.Milliseconds(), l.lease(ck.cfg).Milliseconds(),
 		l.opts.MaxAge.Milliseconds(), r.Property+"|"+string(r.Family), weight, l.opts.GateTTL.Milliseconds(), len(r.Lines), hold,
 		ck.cfg.WindowLength().Milliseconds())
 	for _, ln := range r.Lines {
 		args = append(args, ln.RoomTypeCode+"|"+ln.RatePlanCode, dayNumber(ln.From), dayNumber(ln.To), ln.Version)
 	}
 	return keys, args, nil
+}
+
+// lease is how long a Send leases its nights on channel c: the HTTP timeout and then
+// the longest the channel may take to apply what it received.
+func (l *Limiter) lease(c models.ChannelConfig) time.Duration {
+	return l.opts.Lease + max(0, c.MaxApplyDelay)
 }
 
 func parseDecision(res []any) (Decision, error) {
@@ -336,6 +359,9 @@ func parseDecision(res []any) (Decision, error) {
 		State: State(state), Wait: time.Duration(n[0]) * time.Millisecond, Remaining: int(n[1]),
 		DailyUsed: int(n[2]), DailyLimit: int(n[3]), Tier: Tier(tier), PausedReason: reason,
 	}
+	if d.State == Quota {
+		d.FamilyStopped, d.PausedReason = reason == "family", ""
+	}
 	for i := 7; i+1 < len(res); i += 2 {
 		line, _ := res[i].(int64)
 		dn, _ := res[i+1].(int64)
@@ -344,8 +370,10 @@ func parseDecision(res []any) (Decision, error) {
 	return d, nil
 }
 
-// Release ends the lease a Send took on r's nights: call it with the request's
-// outcome, whatever it was, so the next request touching them may go.
+// Release ends the lease a Send took on r's nights: call it once the channel's answer
+// is known (it applied the request or refused it), so the next request touching them
+// may go. A request whose answer never came must not be released: the channel may
+// still apply it, and its lease (Options.Lease) outlasts that.
 func (l *Limiter) Release(ctx context.Context, r Request) error {
 	ck, err := l.channel(r.Channel)
 	if err != nil {
@@ -422,6 +450,21 @@ func (l *Limiter) BackoffScope(ctx context.Context, channel, property string, f 
 	return nil
 }
 
+// StopFamily stops family f of channel for wait from now (by the Redis clock), as
+// after a quota_exhausted answer to a push of that family: Reserve answers Quota
+// (tier stop) to every request of f until then, and the channel's other families
+// go on. It never shortens a longer stop already in force; Status reports it.
+func (l *Limiter) StopFamily(ctx context.Context, channel string, f models.Family, wait time.Duration) error {
+	ck, err := l.channel(channel)
+	if err != nil {
+		return fmt.Errorf("stop %s/%s: %w", channel, f, err)
+	}
+	if err := l.backoff(ctx, ck, ck.quotaStop(f), wait); err != nil {
+		return fmt.Errorf("stop %s/%s: %w", channel, f, err)
+	}
+	return nil
+}
+
 func (l *Limiter) backoff(ctx context.Context, ck channelKeys, key string, wait time.Duration) error {
 	if wait <= 0 {
 		return nil
@@ -489,12 +532,15 @@ func (l *Limiter) Status(ctx context.Context, channel string) (Status, error) {
 	scope := ck.scope("", "")
 	keys := []string{ck.pause, ck.pausedUntil, ck.daily, ck.base + "adaptive:" + scope,
 		ck.base + "sched:" + scope, ck.base + "tat:" + scope, ck.breaker}
+	for _, f := range models.Families {
+		keys = append(keys, ck.quotaStop(f))
+	}
 	res, err := script.Run(ctx, l.rdb, keys, "status", ck.cfg.DailyQuota, ck.cfg.RatePerMinute,
 		l.opts.Margin.Milliseconds(), ck.cfg.WindowLength().Milliseconds()).Slice()
 	if err != nil {
 		return Status{}, fmt.Errorf("status %s: %w", channel, err)
 	}
-	if len(res) != 13 {
+	if len(res) != 13+len(models.Families) {
 		return Status{}, fmt.Errorf("status %s: script reply has %d fields", channel, len(res))
 	}
 	st := Status{Channel: channel, DailyLimit: ck.cfg.DailyQuota}
@@ -515,6 +561,11 @@ func (l *Limiter) Status(ctx context.Context, channel string) (Status, error) {
 	}
 	st.BreakerOpenFor = msField(res[11])
 	st.Failures = intField(res[12])
+	for i, f := range models.Families {
+		if left := msField(res[13+i]); left > 0 {
+			st.Stopped = append(st.Stopped, FamilyStop{Family: f, For: left})
+		}
+	}
 	return st, nil
 }
 

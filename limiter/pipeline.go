@@ -223,8 +223,13 @@ type RateLimit struct {
 
 // Settlement is what one push's answer tells the limiter.
 type Settlement struct {
-	// Request was pushed: its lease is released.
+	// Request was pushed: its lease is released, unless Unsettled.
 	Request Request
+	// Unsettled says the answer does not tell whether the channel applied the
+	// request (a timeout, a lost connection, a 5xx): the lease is kept until it
+	// expires, so no newer version of its nights goes out while the channel may
+	// still apply this one. A retry of the request (same ID) is not held by it.
+	Unsettled bool
 	// Backoff, when positive, holds every worker off the scope the answer came
 	// from (a 429's Retry-After): the request's property on a channel that limits
 	// per property, else the channel (BackoffScope).
@@ -248,9 +253,10 @@ type Settled struct {
 }
 
 // Settle tells the limiter, in one round trip, what a push's answer came to: the
-// back-off, the rate-limit headers, the breaker's feed, the lease's release and the
-// hold of the lane's next slot, in that order. Each part fails on its own; the error
-// joins those that did, and a failed part changes nothing the others did.
+// back-off, the rate-limit headers, the breaker's feed, the lease's release (unless
+// Unsettled) and the hold of the lane's next slot, in that order. Each part fails on
+// its own; the error joins those that did, and a failed part changes nothing the
+// others did.
 func (l *Limiter) Settle(ctx context.Context, s Settlement) (Settled, error) {
 	var out Settled
 	var errs []error
@@ -269,7 +275,9 @@ func (l *Limiter) Settle(ctx context.Context, s Settlement) (Settled, error) {
 			got.Breaker, got.BreakerChanged, err = lr.Outcome(ctx, s.Request.Channel, *s.Healthy)
 			es = append(es, err)
 		}
-		es = append(es, lr.Release(ctx, s.Request))
+		if !s.Unsettled {
+			es = append(es, lr.Release(ctx, s.Request))
+		}
 		if s.Next != nil {
 			next := *s.Next
 			next.Hold = true

@@ -113,3 +113,111 @@ func TestSettleReleasesAndHoldsTheNextSlotInOneRoundTrip(t *testing.T) {
 		t.Errorf("other after the release: %+v, want send", d)
 	}
 }
+
+// A push whose answer never came keeps its nights for the lease and the channel's
+// apply delay: a newer version waits for all of it, while the request's own retry
+// (same id) goes at once.
+func TestUnsettledPushKeepsItsNightsForTheChannelsApplyDelay(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testRedis(t)
+	ch := testChannel("late", 600, 10, 10000)
+	ch.MaxApplyDelay = 300 * time.Millisecond
+	const lease = 200 * time.Millisecond
+	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix, Lease: lease})
+	night := models.DateOf(time.Now()).AddDays(3)
+	ln := models.ARILine{RoomTypeCode: "DBL", RatePlanCode: "BAR", From: night, To: night, Version: 1}
+	first, newer := req("late", 3), req("late", 3)
+	first.Lines = []models.ARILine{ln}
+	ln.Version = 2
+	newer.Lines = []models.ARILine{ln}
+	if d := mustReserve(t, l, first); d.State != Send {
+		t.Fatalf("first: %+v", d)
+	}
+	sent := time.Now()
+	healthy := false
+	if _, err := l.Settle(ctx, Settlement{Request: first, Healthy: &healthy, Unsettled: true}); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustReserve(t, l, newer); d.State != Blocked {
+		t.Fatalf("newer version after a timeout: %+v, want blocked", d)
+	}
+	if d := mustReserve(t, l, first); d.State != Send {
+		t.Fatalf("retry of the timed-out push (same id): %+v, want send", d)
+	}
+	resent := time.Now()
+	if _, err := l.Settle(ctx, Settlement{Request: first, Healthy: &healthy, Unsettled: true}); err != nil {
+		t.Fatal(err)
+	}
+	// Past the lease alone, within the lease and the apply delay of the retry.
+	time.Sleep(time.Until(sent.Add(lease + 50*time.Millisecond)))
+	if d := mustReserve(t, l, newer); d.State != Blocked {
+		t.Fatalf("newer version within the apply delay: %+v, want blocked", d)
+	}
+	time.Sleep(time.Until(resent.Add(lease + ch.MaxApplyDelay + 50*time.Millisecond)))
+	if d := mustReserve(t, l, newer); d.State != Send {
+		t.Fatalf("newer version after the lease and the apply delay: %+v, want send", d)
+	}
+}
+
+// A definite answer releases at once, as before.
+func TestSettledPushReleasesItsNightsAtOnce(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testRedis(t)
+	ch := testChannel("late", 600, 10, 10000)
+	ch.MaxApplyDelay = time.Minute
+	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
+	night := models.DateOf(time.Now()).AddDays(3)
+	ln := models.ARILine{RoomTypeCode: "DBL", RatePlanCode: "BAR", From: night, To: night, Version: 1}
+	first, newer := req("late", 3), req("late", 3)
+	first.Lines = []models.ARILine{ln}
+	ln.Version = 2
+	newer.Lines = []models.ARILine{ln}
+	if d := mustReserve(t, l, first); d.State != Send {
+		t.Fatalf("first: %+v", d)
+	}
+	if _, err := l.Settle(ctx, Settlement{Request: first}); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustReserve(t, l, newer); d.State != Send {
+		t.Fatalf("newer version after a definite answer: %+v, want send", d)
+	}
+}
+
+// A quota_exhausted answer stops the family it came from: Reserve answers Quota
+// (tier stop) to that family only, until the stop ends, and Status reports it.
+func TestStopFamilyStopsOnlyThatFamily(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("fam", 600, 10, 10000)}, Options{Prefix: prefix})
+	if err := l.StopFamily(ctx, "fam", models.FamilyRates, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// A shorter stop never cuts a longer one short.
+	if err := l.StopFamily(ctx, "fam", models.FamilyRates, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	rates := req("fam", 1)
+	d := mustReserve(t, l, rates)
+	if d.State != Quota || !d.FamilyStopped || d.Tier != TierStop || d.Wait <= 200*time.Millisecond || d.Wait > 300*time.Millisecond {
+		t.Fatalf("rates while stopped: %+v, want quota (stop) for about 300ms", d)
+	}
+	avail := req("fam", 3)
+	avail.Family = models.FamilyAvailability
+	if d := mustReserve(t, l, avail); d.State != Send {
+		t.Fatalf("availability while rates are stopped: %+v, want send", d)
+	}
+	st, err := l.Status(ctx, "fam")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Stopped) != 1 || st.Stopped[0].Family != models.FamilyRates || st.Stopped[0].For <= 0 || st.Tier != TierOK {
+		t.Fatalf("status %+v, want rates stopped, the tier still ok", st)
+	}
+	time.Sleep(d.Wait + 20*time.Millisecond)
+	if d := mustReserve(t, l, rates); d.State != Send {
+		t.Fatalf("rates after the stop: %+v, want send", d)
+	}
+	if st, err := l.Status(ctx, "fam"); err != nil || len(st.Stopped) != 0 {
+		t.Fatalf("status after the stop: %+v, %v; want no family stopped", st, err)
+	}
+}

@@ -6,7 +6,7 @@
 --
 -- reserve  KEYS: pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker,
 --                held, movable, movable_group, first_ask, pending, turn, paused_until of scope,
---                budget
+--                budget, quota_stop of the request's family
 --          ARGV: op, id, priority, cost, daily quota, rate/min, burst, margin ms, poll ms,
 --                lease ms, max age ms, group, weight, gate ttl ms, line count, hold,
 --                window ms, then per line: cell key, first day, last day, version
@@ -15,13 +15,16 @@
 -- release  KEYS: lease                                ARGV: op, id
 -- outcome  KEYS: breaker                              ARGV: op, ok (1|0), failures, cooldown ms
 --          -> {state, changed (1|0)}
--- backoff  KEYS: paused_until (channel or scope)      ARGV: op, wait ms, window + margin ms
+-- backoff  KEYS: paused_until (channel or scope), or quota_stop of a family
+--                                                     ARGV: op, wait ms, window + margin ms
 -- adapt    KEYS: adaptive, paused_until, sched        ARGV: op, rate/min, limit, remaining, reset ms,
 --                                                           window ms
 -- pause    KEYS: pause                                ARGV: op, reason, ttl ms
 -- resume   KEYS: pause, paused_until                  ARGV: op
--- status   KEYS: pause, paused_until, daily, adaptive, sched, tat, breaker
+-- status   KEYS: pause, paused_until, daily, adaptive, sched, tat, breaker, then quota_stop of
+--                each family
 --          ARGV: op, daily quota, rate/min, margin ms, window ms
+--          -> {..., then per family the ms its quota stop has left}
 -- gate_load   KEYS: gate                             ARGV: op, gate ttl ms, then field, version pairs
 -- gate_mark   KEYS: gate_epoch, tat...               ARGV: op, epoch, epoch ttl ms, rate/min, burst, margin ms,
 --                                                       window ms
@@ -248,6 +251,11 @@ if op == 'reserve' then
     tonumber(redis.call('GET', KEYS[17]) or '0'))
   if paused_until > now then
     return {'backoff', math.ceil(paused_until - now), left, used, quota, cur, ''}
+  end
+  -- A quota_exhausted answer stops only the family it came from, until the reset.
+  local stop_until = tonumber(redis.call('GET', KEYS[19]) or '0')
+  if stop_until > now then
+    return {'quota', math.ceil(stop_until - now), left, used, quota, 'stop', 'family'}
   end
   -- The circuit breaker: open, nothing goes until the cool-down ends; then one probe
   -- request (leased like a send) tests the channel while every other waits for it.
@@ -589,8 +597,12 @@ if op == 'status' then
     open_for = math.max(0, math.ceil(tonumber(brk[2]) - now))
     if open_for == 0 then bst = 'half' end
   end
-  return {reason, paused_for, used, math.ceil(midnight - now), foreign, foreign_for, r, in_window, ahead, next_in,
+  local out = {reason, paused_for, used, math.ceil(midnight - now), foreign, foreign_for, r, in_window, ahead, next_in,
     bst, open_for, tonumber(brk[3] or '0')}
+  for i = 8, #KEYS do
+    out[#out + 1] = math.max(0, math.ceil(tonumber(redis.call('GET', KEYS[i]) or '0') - now))
+  end
+  return out
 end
 
 -- The gate rebuild after a Redis loss (rebuild.go). Loading only raises versions, so

@@ -105,6 +105,11 @@ type ChannelConfig struct {
 	// probe request may test the channel.
 	BreakerFailures int           `yaml:"breaker_failures" json:"breaker_failures"`
 	BreakerCooldown time.Duration `yaml:"breaker_cooldown" json:"breaker_cooldown"`
+	// MaxApplyDelay is how long after receiving a push the channel may still apply
+	// it. The nights of a push whose answer never came (a timeout, a 5xx) stay
+	// leased for the HTTP timeout plus this long, so a newer version is never sent
+	// while the channel may still apply an older one after it.
+	MaxApplyDelay time.Duration `yaml:"max_apply_delay" json:"max_apply_delay"`
 }
 
 // FamilyBudget is the refill rate (tokens per minute) and depth of family f's bucket.
@@ -189,6 +194,8 @@ func (c ChannelConfig) validateLimits() error {
 		return fmt.Errorf("channel %s: breaker_failures must be >= 1", c.Slug)
 	case c.BreakerCooldown <= 0:
 		return fmt.Errorf("channel %s: breaker_cooldown must be > 0", c.Slug)
+	case c.MaxApplyDelay < 0 || c.MaxApplyDelay > MaxApplyDelayLimit:
+		return fmt.Errorf("channel %s: max_apply_delay must be >= 0 and <= %s", c.Slug, MaxApplyDelayLimit)
 	}
 	return nil
 }
@@ -197,6 +204,15 @@ func (c ChannelConfig) validateLimits() error {
 const (
 	DefaultBreakerFailures = 5
 	DefaultBreakerCooldown = 30 * time.Second
+)
+
+// DefaultMaxApplyDelay is the apply delay assumed of a channel that declares none:
+// channels have been seen applying a push 13 s after receiving it. A channel may
+// declare at most MaxApplyDelayLimit, beyond which its nights would stay leased
+// longer than a push activity is worth waiting for.
+const (
+	DefaultMaxApplyDelay = 15 * time.Second
+	MaxApplyDelayLimit   = 10 * time.Minute
 )
 
 // DefaultWindow is the window every real channel counts its limit in; MaxWindow the
@@ -220,6 +236,7 @@ func NewChannelConfig(slug string, perMinute int) ChannelConfig {
 		Scope:  ScopeChannel, DailyQuota: 50000, QuotaUnit: QuotaRequests,
 		HorizonDays: 730, MaxLinesPerRequest: 100, MaxRetryAfter: 5 * time.Minute,
 		BreakerFailures: DefaultBreakerFailures, BreakerCooldown: DefaultBreakerCooldown,
+		MaxApplyDelay: DefaultMaxApplyDelay,
 	}
 }
 

@@ -44,6 +44,7 @@ type channelEntry struct {
 	PriorityReserve    *int            `yaml:"priority_reserve"`
 	BreakerFailures    *int            `yaml:"breaker_failures"`
 	BreakerCooldown    *string         `yaml:"breaker_cooldown"`
+	MaxApplyDelay      *string         `yaml:"max_apply_delay"`
 }
 
 type shareEntry struct {
@@ -213,6 +214,13 @@ func (e channelEntry) applyTo(c *ChannelConfig) error {
 			return fmt.Errorf("window: want a duration like \"60s\": %w", err)
 		}
 		c.Window = d
+	}
+	if e.MaxApplyDelay != nil {
+		d, err := time.ParseDuration(*e.MaxApplyDelay)
+		if err != nil {
+			return fmt.Errorf("max_apply_delay: want a duration like \"15s\": %w", err)
+		}
+		c.MaxApplyDelay = d
 	}
 	if e.MaxRetryAfter != nil {
 		d, err := time.ParseDuration(*e.MaxRetryAfter)

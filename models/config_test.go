@@ -44,6 +44,7 @@ channels:
   - slug: expedia
     rate_per_minute: 40
     max_retry_after: 90s
+    max_apply_delay: 2s
     shares: {rates: 40, availability: 40}
   - slug: hotelbeds
     burst: 3
@@ -57,7 +58,7 @@ channels:
 	m := ChannelMap(got)
 	exp := m["expedia"]
 	want := NewChannelConfig("expedia", 60)
-	want.RatePerMinute, want.MaxRetryAfter = 40, 90*time.Second
+	want.RatePerMinute, want.MaxRetryAfter, want.MaxApplyDelay = 40, 90*time.Second, 2*time.Second
 	want.Shares = FamilyShares{Rates: 40, Availability: 40, Restrictions: 20}
 	if !reflect.DeepEqual(exp, want) {
 		t.Errorf("expedia = %+v\nwant      %+v", exp, want)
@@ -152,6 +153,12 @@ func TestLoadChannelsNamesBadValues(t *testing.T) {
 			[]string{"channels file {path}: channel expedia: shares must sum to 100"}},
 		{"file bad duration", "channels:\n  - slug: expedia\n    max_retry_after: five minutes\n", nil,
 			[]string{"channels file {path}: channel expedia: max_retry_after: want a duration"}},
+		{"file bad apply delay", "channels:\n  - slug: expedia\n    max_apply_delay: late\n", nil,
+			[]string{"channels file {path}: channel expedia: max_apply_delay: want a duration"}},
+		{"file negative apply delay", "channels:\n  - slug: expedia\n    max_apply_delay: -1s\n", nil,
+			[]string{"channels file {path}: channel expedia: max_apply_delay must be >= 0 and <= 10m0s"}},
+		{"file apply delay above 10 minutes", "channels:\n  - slug: expedia\n    max_apply_delay: 11m\n", nil,
+			[]string{"channels file {path}: channel expedia: max_apply_delay must be >= 0 and <= 10m0s"}},
 		{"file bad window", "channels:\n  - slug: expedia\n    window: a minute\n", nil,
 			[]string{"channels file {path}: channel expedia: window: want a duration"}},
 		{"file window zero", "channels:\n  - slug: expedia\n    window: 0s\n", nil,

@@ -186,11 +186,13 @@ func (c *cli) quotaCmd() *cobra.Command {
 		Use:   "quota [--channel CHANNEL]",
 		Short: "Daily quota, tier, pause and buckets per channel; the exit status is the tier",
 		Long: `Print each channel's limiter state: daily quota used, its tier, the time to the
-reset, an operator pause or a back-off after a 429, and the buckets.
+reset, an operator pause or a back-off after a 429, and the buckets; then a
+"stopped:" line for each family a channel stopped with quota_exhausted.
 
 The exit status is the worst tier among the channels shown (or the one named with
 --channel), for cron jobs and alerting:
-  0 ok (< 70 %)   1 warn (≥ 70 %)   2 page (≥ 85 %)   3 throttle (≥ 95 %) or stop (100 %)
+  0 ok (< 70 %)   1 warn (≥ 70 %)   2 page (≥ 85 %)   3 throttle (≥ 95 %) or stop (100 %,
+  or a family stopped)
 A failure to read the state exits 64 or more (see starter --help), never 0–3.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return c.quota(cmd.Context(), channel) },
@@ -264,6 +266,10 @@ func (c *cli) quota(ctx context.Context, channel string) error {
 	worst := exitOK
 	for _, r := range rows {
 		worst = max(worst, tierExitCode(r.Tier))
+		if len(r.Stopped) > 0 {
+			// Nothing of the family goes until the reset: as a stopped quota.
+			worst = max(worst, tierExitCode(limiter.TierStop))
+		}
 	}
 	if c.json() {
 		if err := c.writeJSON(struct {
@@ -282,6 +288,14 @@ func (c *cli) quota(ctx context.Context, channel string) error {
 		}
 		if err := t.flush(); err != nil {
 			return err
+		}
+		for _, r := range rows {
+			for _, f := range r.Stopped {
+				if _, err := fmt.Fprintf(c.stdout, "stopped: %s %s until %s (the channel answered quota_exhausted)\n",
+					r.Channel, f.Family, f.Until.Format(time.RFC3339)); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	if worst != exitOK {

@@ -14,6 +14,7 @@ import (
 	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/dial/testenv"
 	"github.com/paritysync/paritysync/limiter"
+	"github.com/paritysync/paritysync/models"
 )
 
 func testRedisURL() string { return redistest.URL() }
@@ -125,4 +126,41 @@ func TestQuotaShowsThePerPropertyWindowLimit(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	require.Contains(t, out, `"scope": "channel"`)
 	require.Contains(t, out, `"window_limit": 60`, "a channel-wide window shows the limit in force")
+}
+
+// A family the channel stopped with quota_exhausted shows as a "stopped:" line and
+// in the JSON, and the exit status is the stop's, though the day's quota is not spent.
+func TestQuotaShowsAStoppedFamilyAndExitsAsAStop(t *testing.T) {
+	ctx := context.Background()
+	rdb, err := dial.Redis(ctx, redistest.Reachable(t))
+	require.NoError(t, err)
+	env, prefix := quotaEnv(t, testRedisURL())
+	cleanPrefix(t, rdb, prefix)
+	lim := limiter.New(rdb, models.DefaultChannels(), limiter.Options{Prefix: prefix})
+	require.NoError(t, lim.StopFamily(ctx, "expedia", models.FamilyRates, time.Hour))
+
+	code, out, errOut := runCLI(t, env, "quota", "--channel", "expedia")
+	require.Equal(t, exitThrottle, code, errOut)
+	require.Contains(t, out, "stopped: expedia rates until ")
+	require.NotContains(t, out, "availability until")
+
+	code, out, errOut = runCLI(t, env, "quota", "--channel", "expedia", "-o", "json")
+	require.Equal(t, exitThrottle, code, errOut)
+	var res struct {
+		Channels []quotaRow   `json:"channels"`
+		Worst    limiter.Tier `json:"worst_tier"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Len(t, res.Channels, 1)
+	require.Equal(t, limiter.TierOK, res.Channels[0].Tier, "the day's quota is not spent")
+	require.Equal(t, limiter.TierStop, res.Worst)
+	require.Len(t, res.Channels[0].Stopped, 1)
+	stop := res.Channels[0].Stopped[0]
+	require.Equal(t, models.FamilyRates, stop.Family)
+	require.InDelta(t, time.Hour.Seconds(), stop.ForSeconds, 5)
+	require.WithinDuration(t, time.Now().Add(time.Hour), stop.Until, 5*time.Second)
+
+	// Another channel is not affected.
+	code, _, errOut = runCLI(t, env, "quota", "--channel", "agoda")
+	require.Equal(t, exitOK, code, errOut)
 }

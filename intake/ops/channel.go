@@ -146,6 +146,16 @@ type QuotaRow struct {
 	// and timeouts that opens it.
 	Breaker  string `json:"breaker"`
 	Failures int    `json:"failures"`
+	// Stopped are the families the channel stopped with quota_exhausted: nothing
+	// of them goes until the stop ends, whatever the channel's tier.
+	Stopped []FamilyStop `json:"stopped,omitempty"`
+}
+
+// FamilyStop is one family a channel stopped, until Until (UTC).
+type FamilyStop struct {
+	Family     models.Family `json:"family"`
+	ForSeconds float64       `json:"for_seconds"`
+	Until      time.Time     `json:"until"`
 }
 
 // Quota reads each channel's limiter state.
@@ -160,6 +170,10 @@ func Quota(ctx context.Context, lim *limiter.Limiter, channels []string) ([]Quot
 			ResetsInSeconds: s.QuotaResetsIn.Seconds(), Paused: s.PausedReason,
 			BackoffSeconds: s.PausedFor.Seconds(), WindowLimit: s.Limit, InWindow: s.InWindow, Ahead: s.Ahead,
 			Foreign: s.Foreign, Breaker: s.Breaker, Failures: s.Failures}
+		for _, f := range s.Stopped {
+			r.Stopped = append(r.Stopped, FamilyStop{Family: f.Family, ForSeconds: f.For.Seconds(),
+				Until: time.Now().UTC().Add(f.For).Round(time.Second)})
+		}
 		if s.DailyLimit > 0 {
 			r.UsedPercent = math.Round(float64(s.DailyUsed)*1000/float64(s.DailyLimit)) / 10
 		}
@@ -172,12 +186,16 @@ func Quota(ctx context.Context, lim *limiter.Limiter, channels []string) ([]Quot
 var TierRank = map[limiter.Tier]int{limiter.TierOK: 0, limiter.TierWarn: 1, limiter.TierPage: 2,
 	limiter.TierThrottle: 3, limiter.TierStop: 4}
 
-// WorstTier is the highest tier among rows.
+// WorstTier is the highest tier among rows; a stopped family counts as the stop.
 func WorstTier(rows []QuotaRow) limiter.Tier {
 	w := limiter.TierOK
 	for _, r := range rows {
-		if TierRank[r.Tier] > TierRank[w] {
-			w = r.Tier
+		t := r.Tier
+		if len(r.Stopped) > 0 {
+			t = limiter.TierStop
+		}
+		if TierRank[t] > TierRank[w] {
+			w = t
 		}
 	}
 	return w

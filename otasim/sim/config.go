@@ -119,6 +119,14 @@ type Faults struct {
 	// (the first half of a success answer) or error (the protocol's error shape:
 	// {"error":"invalid",…}, Channex's {"errors":…}, OpenTravel's <Errors>).
 	BadBody string `yaml:"bad_body" json:"bad_body,omitempty"`
+	// ApplyDelayMS applies each admitted push this long after receiving it, as a
+	// channel that queues its writes, and answers only once it has applied it: a
+	// client whose timeout is shorter gives up first, and the push is applied all
+	// the same. The late write is last-writer-wins, as on a real OTA: a version
+	// older than the one the channel holds overwrites it (counted in
+	// OlderApplied), so a client that sends a newer version before the older one
+	// was applied loses it.
+	ApplyDelayMS int `yaml:"apply_delay_ms" json:"apply_delay_ms"`
 	// StormUntil is when the current storm ends; set by the simulator, ignored on
 	// input.
 	StormUntil *time.Time `yaml:"-" json:"storm_until,omitempty"`
@@ -143,6 +151,8 @@ func (f Faults) Validate() error {
 	switch {
 	case f.LatencyMS < 0:
 		return fmt.Errorf("latency_ms: must be >= 0")
+	case f.ApplyDelayMS < 0 || f.ApplyDelayMS > maxApplyDelayMS:
+		return fmt.Errorf("apply_delay_ms: must be in [0, %d]", maxApplyDelayMS)
 	case f.StormSeconds < 0:
 		return fmt.Errorf("storm_seconds: must be >= 0")
 	case f.StormStatus != 0 && f.StormStatus != 429 && f.StormStatus != 503:
@@ -152,6 +162,10 @@ func (f Faults) Validate() error {
 	}
 	return nil
 }
+
+// maxApplyDelayMS bounds Faults.ApplyDelayMS: ten minutes, the most a channel
+// configuration may declare as its max_apply_delay.
+const maxApplyDelayMS = 600_000
 
 // The shapes of Faults.BadBody; "" is html.
 const (

@@ -63,9 +63,12 @@ func (s *Simulator) protocolPush(w http.ResponseWriter, r *http.Request, ch *cha
 	body, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	s.mu.Lock()
 	now := s.now()
+	late := ch.deferApplies(f)
 	rep := decide(body, readErr, now, f)
+	ch.deferred = nil
 	s.record(RequestRecord{At: now, Channel: ch.cfg.Slug, Status: rep.status})
 	s.mu.Unlock()
+	s.applyLate(ch, f, *late)
 	rep.write(w)
 }
 
@@ -109,8 +112,23 @@ func (ch *channel) replay(key string, content []byte, now time.Time, ttl time.Du
 
 // remember stores rep for replay under key.
 func (ch *channel) remember(key string, content []byte, rep reply, now time.Time) {
-	ch.idem[key] = stored{bodyHash: sha256.Sum256(content), rep: rep.clone(), at: now}
-	ch.idemOrder = append(ch.idemOrder, idemEntry{key: key, at: now})
+	ch.rememberHash(key, sha256.Sum256(content), rep, now)
+}
+
+// rememberHash stores rep for replay of content hashed hash under key; a delayed
+// push's reply is stored once it is applied (applyLate).
+func (ch *channel) rememberHash(key string, hash [32]byte, rep reply, now time.Time) {
+	rep = rep.clone()
+	// Kept from when it is stored, so the replay log stays in time order.
+	keep := func(at time.Time) {
+		ch.idem[key] = stored{bodyHash: hash, rep: rep, at: at}
+		ch.idemOrder = append(ch.idemOrder, idemEntry{key: key, at: at})
+	}
+	if ch.deferred != nil {
+		*ch.deferred = append(*ch.deferred, keep)
+		return
+	}
+	keep(now)
 }
 
 // weekdays keeps the nights of from..to whose weekday is in days (Channex "days":

@@ -45,6 +45,10 @@ type ChannelStats struct {
 	// StaleOverwrites counts nights a line tried to set with a lower version than
 	// the channel held; those nights were not changed.
 	StaleOverwrites int `json:"stale_overwrites"`
+	// OlderApplied counts nights a late apply (Faults.ApplyDelayMS) overwrote with
+	// an older version than the channel held: a client that keeps apply order, not
+	// only send order, keeps it at 0.
+	OlderApplied int `json:"older_applied"`
 	// StaleReceived counts admitted pushes that carried, for at least one night, an
 	// older version than a push the channel had already received for that night and
 	// family, whether or not that earlier push was applied. A client that orders its
@@ -111,6 +115,27 @@ type channel struct {
 	retryAfter string
 	announced  map[string]time.Time
 	seq        int // confirmation ids
+	// deferred, while a push with Faults.ApplyDelayMS is decided, collects its
+	// writes, and the reply kept for its replay, instead of making them; applied is
+	// the apply log, oldest first, at most maxLog records.
+	deferred *[]func(now time.Time)
+	applied  []ApplyRecord
+	maxLog   int
+	clock    func() time.Time // the simulator's
+}
+
+// ApplyRecord is one line as the channel wrote it to its state, in apply order.
+type ApplyRecord struct {
+	At           time.Time     `json:"at"`
+	Property     string        `json:"property"`
+	Family       models.Family `json:"family"`
+	RoomTypeCode string        `json:"room_type_code"`
+	RatePlanCode string        `json:"rate_plan_code"`
+	From         models.Date   `json:"from"`
+	To           models.Date   `json:"to"`
+	Version      int64         `json:"version"`
+	// Late is true for a write Faults.ApplyDelayMS delayed.
+	Late bool `json:"late,omitempty"`
 }
 
 type stored struct {
@@ -172,6 +197,7 @@ func New(cfg Config) *Simulator {
 			cfg: c, windows: map[string]*window{}, arrivals: map[string]*window{},
 			idem: map[string]stored{}, cells: map[string]map[cellKey]*cellState{},
 			received: map[receivedKey]int64{}, retryAfter: cfg.RetryAfter, announced: map[string]time.Time{},
+			maxLog: cfg.MaxLogRecords, clock: cfg.Now,
 		}
 		ch.stats.Limit, ch.stats.DailyQuota = c.RatePerMinute, c.DailyQuota
 		s.bySlug[c.Slug] = ch
@@ -351,12 +377,62 @@ func (s *Simulator) servePush(w http.ResponseWriter, r *http.Request, ch *channe
 	s.mu.Lock()
 	now := s.now()
 	rec := RequestRecord{At: now, Channel: ch.cfg.Slug}
+	late := ch.deferApplies(f)
 	rep, key := s.push(ch, r, body, readErr, now, f, &rec)
+	ch.deferred = nil
 	ch.rateHeaders(key, now, rep.header)
 	rec.Status = rep.status
 	s.record(rec)
 	s.mu.Unlock()
+	s.applyLate(ch, f, *late)
 	rep.write(w)
+}
+
+// deferApplies makes the push about to be decided collect its writes when f delays
+// them; s.mu held. It returns where they are collected.
+func (ch *channel) deferApplies(f Faults) *[]func(time.Time) {
+	q := &[]func(time.Time){}
+	if f.ApplyDelayMS > 0 {
+		ch.deferred = q
+	}
+	return q
+}
+
+// applyLate writes the lines a delayed push collected, f.ApplyDelayMS after it was
+// received, whether or not its client is still waiting: the channel received it.
+// Only then is its reply kept for replay: a re-send that arrives meanwhile is
+// another push, applied in its turn.
+func (s *Simulator) applyLate(ch *channel, f Faults, q []func(time.Time)) {
+	if len(q) == 0 {
+		return
+	}
+	t := time.NewTimer(time.Duration(f.ApplyDelayMS) * time.Millisecond)
+	select {
+	case <-t.C:
+	case <-s.closed:
+		t.Stop()
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch.stats.FaultsInjected++
+	now := s.now()
+	for _, do := range q {
+		do(now)
+	}
+}
+
+// Applied is the apply log of channel (every channel for ""), oldest first.
+func (s *Simulator) Applied(channel string) []ApplyRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []ApplyRecord
+	for slug, ch := range s.bySlug {
+		if channel == "" || slug == channel {
+			out = append(out, ch.applied...)
+		}
+	}
+	return out
 }
 
 // delay applies the latency and hang faults; false means the client is gone.
@@ -524,8 +600,7 @@ func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr erro
 		rep = jsonReply(http.StatusMultiStatus, res)
 	}
 	rep.header.Set(models.HeaderConfirmationID, conf)
-	ch.idem[idemKey] = stored{bodyHash: hash, rep: rep.clone(), at: now}
-	ch.idemOrder = append(ch.idemOrder, idemEntry{key: idemKey, at: now})
+	ch.rememberHash(idemKey, hash, rep, now)
 
 	if s.roll(f.CommitThen500Ratio) {
 		ch.stats.FaultsInjected++
@@ -764,8 +839,26 @@ func (ch *channel) receiveLine(property string, fam models.Family, l models.ARIL
 	return stale
 }
 
-// apply writes every night of l whose stored version for the family is not newer.
+// apply writes every night of l whose stored version for the family is not newer,
+// or, while a delayed push is decided, keeps l for its late apply.
 func (ch *channel) apply(property string, fam models.Family, l models.ARILine) {
+	if ch.deferred != nil {
+		*ch.deferred = append(*ch.deferred, func(now time.Time) { ch.write(property, fam, l, true, now) })
+		return
+	}
+	ch.write(property, fam, l, false, ch.clock())
+}
+
+// write writes l to the channel's state and its apply log. A late write is
+// last-writer-wins: it overwrites a newer version too, counting it in
+// OlderApplied; any other keeps the newer version (StaleOverwrites).
+func (ch *channel) write(property string, fam models.Family, l models.ARILine, late bool, now time.Time) {
+	if len(ch.applied) >= ch.maxLog {
+		n := copy(ch.applied, ch.applied[len(ch.applied)-ch.maxLog+1:])
+		ch.applied = ch.applied[:n]
+	}
+	ch.applied = append(ch.applied, ApplyRecord{At: now, Property: property, Family: fam,
+		RoomTypeCode: l.RoomTypeCode, RatePlanCode: l.RatePlanCode, From: l.From, To: l.To, Version: l.Version, Late: late})
 	cells := ch.cells[property]
 	if cells == nil {
 		cells = map[cellKey]*cellState{}
@@ -782,11 +875,17 @@ func (ch *channel) apply(property string, fam models.Family, l models.ARILine) {
 			cells[k] = c
 		}
 		if l.Version < c.versions[fam] {
-			ch.stats.StaleOverwrites++
-			continue
+			if !late {
+				ch.stats.StaleOverwrites++
+				continue
+			}
+			ch.stats.OlderApplied++
 		}
 		c.versions[fam] = l.Version
-		c.cell.Version = max(c.cell.Version, l.Version)
+		c.cell.Version = 0
+		for _, v := range c.versions {
+			c.cell.Version = max(c.cell.Version, v)
+		}
 		set(&c.cell.Amount, l.Amount)
 		if l.Currency != "" {
 			c.cell.Currency = l.Currency

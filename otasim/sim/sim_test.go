@@ -803,3 +803,61 @@ func TestStateReadsCountInTheWindow(t *testing.T) {
 	clk.Add(61 * time.Second)
 	getState(t, s, "p1", "2030-03-11", "2030-03-12")
 }
+
+// A delayed apply answers only once applied, so a client with a shorter timeout
+// gives up first; the push is applied all the same, last-writer-wins: a newer
+// version applied meanwhile is overwritten, and counted.
+func TestFaultApplyDelayAppliesAfterTheClientGaveUp(t *testing.T) {
+	s := New(Config{
+		Channels: []models.ChannelConfig{{
+			Slug: "ota", BasePath: "/ota", RatePerMinute: 100, DailyQuota: 1000, MaxLinesPerRequest: 10, HorizonDays: 400,
+		}},
+		StaticTokens: []string{token}, Seed: 7, Faults: Faults{ApplyDelayMS: 300},
+	})
+	srv := httptest.NewServer(s)
+	t.Cleanup(func() { s.Close(); srv.Close() })
+	night := models.DateOf(time.Now().UTC()).AddDays(5).String()
+	send := func(key string, version int64, amount string, timeout time.Duration) error {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/ota/ari", strings.NewReader(ratesBody("p1", version, amount, night, night)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(models.HeaderIdempotencyKey, key)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := (&http.Client{Timeout: timeout}).Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	if err := send("v1", 1, "100.00", 50*time.Millisecond); err == nil {
+		t.Fatal("v1 answered before the apply delay, want the client to time out")
+	}
+	if st := getState(t, s, "p1", night, night); len(st.Cells) != 0 {
+		t.Fatalf("v1 applied before its delay: %+v", st.Cells)
+	}
+	if err := s.SetFaults(Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := send("v2", 2, "200.00", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	st := getState(t, s, "p1", night, night)
+	if len(st.Cells) != 1 || st.Cells[0].Version != 1 {
+		t.Fatalf("cells %+v, want v1 written last (last writer wins)", st.Cells)
+	}
+	if got := s.Stats()["ota"].OlderApplied; got != 1 {
+		t.Errorf("older applied %d, want 1", got)
+	}
+	log := s.Applied("ota")
+	if len(log) != 2 || log[0].Version != 2 || log[1].Version != 1 || !log[1].Late || log[0].Late {
+		t.Errorf("apply log %+v, want v2 then v1 (late)", log)
+	}
+}
+
+func TestFaultApplyDelayValidated(t *testing.T) {
+	for _, ms := range []int{-1, 600_001} {
+		if err := (Faults{ApplyDelayMS: ms}).Validate(); err == nil || !strings.Contains(err.Error(), "apply_delay_ms") {
+			t.Errorf("apply_delay_ms %d: %v, want an error naming apply_delay_ms", ms, err)
+		}
+	}
+}
