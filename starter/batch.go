@@ -297,16 +297,25 @@ type progressPrinter struct {
 // on the first poll and on the last.
 func (p *progressPrinter) poll(poll ops.Poll) {
 	p.last = poll
-	p.samples = append(p.samples, poll)
+	// The rate counts from the plan on: what PrepareBatch decided at once
+	// (rejections, supersessions) would make it a burst that never repeats.
+	if poll.Progress.Planned {
+		p.samples = append(p.samples, poll)
+	}
 	for len(p.samples) > 1 && poll.At.Sub(p.samples[0].At) > rateWindow {
 		p.samples = p.samples[1:]
 	}
 	if !p.printed.IsZero() && poll.At.Sub(p.printed) < progressEvery && poll.State == ops.StateRunning {
 		return
 	}
-	p.printed = poll.At
-	oldest := p.samples[0]
+	oldest := poll
+	if len(p.samples) > 0 {
+		oldest = p.samples[0]
+	}
 	for _, r := range ops.Rates(poll.Progress.Channels, oldest.Progress.Channels, poll.At.Sub(oldest.At)) {
+		// Before the batch is planned there may be no channel yet: the first lines
+		// come with the first counts.
+		p.printed = poll.At
 		p.c.diag("%s %-12s %s", poll.At.Format("15:04:05"), r.Channel, progressLine(r))
 	}
 }
@@ -319,7 +328,10 @@ func progressLine(r ops.ChannelProgress) string {
 	}
 	eta := "-"
 	if r.ETASeconds != nil {
-		eta = (time.Duration(*r.ETASeconds) * time.Second).String()
+		eta = time.Duration(*r.ETASeconds * float64(time.Second)).Round(time.Second).String()
+		if eta == "0s" && r.Done < r.Total {
+			eta = "<1s"
+		}
 	}
 	return fmt.Sprintf("%d/%d (%.1f%%) %.1f/s ETA %s", r.Done, r.Total, pct, r.Rate, eta)
 }
