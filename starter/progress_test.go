@@ -29,6 +29,7 @@ import (
 	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/dial/devtest"
 	"github.com/paritysync/paritysync/dial/redistest"
+	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
@@ -230,4 +231,16 @@ func tableRow(t *testing.T, out, first string) []string {
 	}
 	t.Fatalf("no %s row in:\n%s", first, out)
 	return nil
+}
+
+// TestProgressLineRateAndETA: the rate is the updates done between two reads over
+// the time between them, the ETA what is left at it; no rate yet is no ETA.
+func TestProgressLineRateAndETA(t *testing.T) {
+	then := []models.ChannelCounts{{Channel: "agoda", Total: 6666, Committed: 200}, {Channel: "expedia", Total: 10, Committed: 10}}
+	now := []models.ChannelCounts{{Channel: "agoda", Total: 6666, Committed: 400, Rejected: 10}, {Channel: "expedia", Total: 10, Committed: 10}}
+	rs := ops.Rates(now, then, 5*time.Second)
+	require.Equal(t, "410/6666 (6.2%) 42.0/s ETA 2m29s", progressLine(rs[0]))
+	require.Equal(t, "10/10 (100.0%) 0.0/s ETA 0s", progressLine(rs[1]))
+	require.Equal(t, "410/6666 (6.2%) 0.0/s ETA -", progressLine(ops.Rates(now, now, 5*time.Second)[0]),
+		"nothing moved: no ETA")
 }
