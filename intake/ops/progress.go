@@ -62,6 +62,9 @@ type Poll struct {
 // it ended with, or one whose plan is not recorded yet).
 const DescribeEvery = 30 * time.Second
 
+// describeEvery is DescribeEvery; the tests shorten it.
+var describeEvery = DescribeEvery
+
 // ProgressReader reads a batch's progress; *store.Store is one.
 type ProgressReader interface {
 	BatchProgress(ctx context.Context, batchID string) (store.Progress, error)
@@ -88,7 +91,7 @@ func WatchBatch(ctx context.Context, tc client.Client, st ProgressReader, batchI
 			return "", err
 		}
 		now := time.Now()
-		if state == StateRunning && (p.Done() || now.Sub(described) >= DescribeEvery) {
+		if state == StateRunning && (p.Done() || now.Sub(described) >= describeEvery) {
 			if state, _, err = describeBatch(ctx, tc, batchID); err != nil {
 				return "", err
 			}

@@ -89,3 +89,31 @@ func TestWatchBatchDescribesOnlyWhenTheCountsSayDone(t *testing.T) {
 		t.Fatalf("the last poll is the final read: %+v", last)
 	}
 }
+
+// TestWatchBatchDescribesAtLeastEveryDescribeEvery: counts that never say done (a
+// batch whose plan is not recorded) still learn of the end, by a describe every
+// describeEvery, not one per read.
+func TestWatchBatchDescribesAtLeastEveryDescribeEvery(t *testing.T) {
+	describeEvery = 50 * time.Millisecond
+	t.Cleanup(func() { describeEvery = DescribeEvery })
+	tc := &describingClient{status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING}
+	st := &scriptedProgress{script: []store.Progress{{}}}
+	time.AfterFunc(300*time.Millisecond, func() {
+		tc.mu.Lock()
+		tc.status = enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED
+		tc.mu.Unlock()
+	})
+	began := time.Now()
+	state, err := WatchBatch(context.Background(), tc, st, "b", time.Millisecond, func(Poll) {})
+	elapsed := time.Since(began)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state != StateTerminated {
+		t.Fatalf("state %q, want terminated", state)
+	}
+	if most := 1 + int(elapsed/describeEvery); tc.describes < 2 || tc.describes > most {
+		t.Fatalf("%d describes over %d reads in %v: want the start and at most one per describeEvery (%d)",
+			tc.describes, st.reads, elapsed, most)
+	}
+}
