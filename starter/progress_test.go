@@ -244,3 +244,19 @@ func TestProgressLineRateAndETA(t *testing.T) {
 	require.Equal(t, "410/6666 (6.2%) 0.0/s ETA -", progressLine(ops.Rates(now, now, 5*time.Second)[0]),
 		"nothing moved: no ETA")
 }
+
+// TestStatusTableOfARunningBatch: a running batch's status prints a progress line
+// per channel above the table, and says when its totals are not planned yet.
+func TestStatusTableOfARunningBatch(t *testing.T) {
+	counts := []models.ChannelCounts{{Channel: "agoda", Total: 6666, Committed: 2400}}
+	rep := statusReport{WorkflowID: "batch/b-2", State: "running", Planned: true, Channels: counts,
+		Progress: ops.Rates(counts, nil, 60*time.Second)}
+	var out strings.Builder
+	(&cli{stdout: &out, stderr: &out}).statusTable(rep, "paritysync")
+	require.Contains(t, out.String(), "agoda        2400/6666 (36.0%) 40.0/s ETA 1m47s\n")
+	require.NotContains(t, out.String(), "not planned yet")
+	out.Reset()
+	rep.Planned = false
+	(&cli{stdout: &out, stderr: &out}).statusTable(rep, "paritysync")
+	require.Contains(t, out.String(), "not planned yet (is a worker running on task queue paritysync?)")
+}
