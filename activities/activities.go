@@ -169,8 +169,15 @@ func (a *Activities) PrepareBatch(ctx context.Context, in models.BatchSyncInput)
 		return plan, err
 	}
 	plan.InFlight = models.PlanInFlight(co.Requests, a.Channels, a.MaxInFlight)
+	expected := make(map[string]int, len(counts))
 	for _, c := range counts {
 		plan.Decided = append(plan.Decided, *c)
+		expected[c.Channel] = c.Total
+	}
+	// The batch's totals per channel, so that its progress (done of total) reads
+	// from the store without asking the workflow.
+	if err := a.Store.RecordExpected(ctx, in.BatchID, expected); err != nil {
+		return plan, err
 	}
 	sort.Slice(plan.Decided, func(i, j int) bool { return plan.Decided[i].Channel < plan.Decided[j].Channel })
 	activity.GetLogger(ctx).Info("batch prepared", "batch", in.BatchID, "mutations", len(ms),

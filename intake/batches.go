@@ -137,17 +137,26 @@ func (s *Server) recordRejections(r *http.Request, batchID string, d models.Deco
 	return err
 }
 
-// batchView is GET /v1/batches/{id}.
+// batchView is GET /v1/batches/{id}, read from the store with one describe of the
+// batch (no workflow query).
 type batchView struct {
-	BatchID    string                 `json:"batch_id"`
-	WorkflowID string                 `json:"workflow_id"`
-	State      string                 `json:"state"`
-	Counts     []models.ChannelCounts `json:"counts"`
-	Totals     models.ChannelCounts   `json:"totals"`
-	// Progress is the batch's own status: its status query while it runs and a
-	// worker answers, its result (with requests and waits per channel) once done.
-	Progress *models.BatchStatus `json:"progress,omitempty"`
-	UI       string              `json:"ui"`
+	BatchID    string `json:"batch_id"`
+	WorkflowID string `json:"workflow_id"`
+	State      string `json:"state"`
+	// Planned says whether the batch's totals are recorded: before, each channel's
+	// total is only its outcomes recorded.
+	Planned bool `json:"planned"`
+	// Counts are per channel: total the updates planned, the others the outcomes
+	// recorded so far.
+	Counts []models.ChannelCounts `json:"counts"`
+	Totals models.ChannelCounts   `json:"totals"`
+	// Progress is done of total per channel at the average rate since the batch
+	// started, with the time left at it.
+	Progress []ops.ChannelProgress `json:"progress"`
+	// Result is the batch's own result once done (with requests and waits per
+	// channel); absent before.
+	Result *models.BatchStatus `json:"result,omitempty"`
+	UI     string              `json:"ui"`
 }
 
 func (s *Server) getBatch(w http.ResponseWriter, r *http.Request) {
@@ -164,12 +173,13 @@ func (s *Server) getBatch(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
-	v := batchView{BatchID: id, WorkflowID: rep.WorkflowID, State: rep.State, Counts: rep.Counts,
-		Progress: rep.Live, UI: s.uiLink(rep.WorkflowID)}
+	v := batchView{BatchID: id, WorkflowID: rep.WorkflowID, State: rep.State, Planned: rep.Planned, Counts: rep.Counts,
+		Result: rep.Final, UI: s.uiLink(rep.WorkflowID)}
 	if v.Counts == nil {
 		v.Counts = []models.ChannelCounts{}
 	}
 	v.Totals = models.BatchStatus{Channels: rep.Counts}.Totals()
+	v.Progress = ops.Rates(v.Counts, nil, s.now().Sub(rep.Started))
 	writeJSON(w, http.StatusOK, v)
 }
 

@@ -185,6 +185,16 @@ func TestBatchesAndChangesOverHTTPEveryOutcomeReadBack(t *testing.T) {
 	}, 2*time.Minute, 250*time.Millisecond)
 	require.Equal(t, 6, view.Totals.Committed+view.Totals.Superseded, "every valid update has its outcome: %+v", view.Totals)
 	require.Equal(t, 2, view.Totals.Rejected)
+	require.True(t, view.Planned, "the batch's totals are recorded")
+	require.NotNil(t, view.Result, "a done batch carries its result")
+	require.Len(t, view.Progress, len(view.Counts), "progress per channel, as counted")
+	for i, p := range view.Progress {
+		require.Equal(t, view.Counts[i].Channel, p.Channel)
+		require.Equal(t, view.Counts[i].Total, p.Total)
+		require.Equal(t, p.Total, p.Done, "every update of a done batch has its outcome: %+v", p)
+		require.NotNil(t, p.ETASeconds)
+		require.Zero(t, *p.ETASeconds)
+	}
 
 	rej := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, acc.StatusURL+"/rejections", ""), true))
 	require.Len(t, rej.Outcomes, 2)

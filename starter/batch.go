@@ -199,7 +199,7 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 		if !wait {
 			return nil
 		}
-		st, err := c.followBatch(ctx, tc, b.Run, batchID, d.uiLink(wfID))
+		st, err := c.followBatch(ctx, c.follower(ctx, d, tc, b.Run, batchID), batchID, d.uiLink(wfID))
 		if err != nil {
 			return err
 		}
@@ -215,7 +215,7 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 		return nil
 	}
 	c.diag("started %s (%d mutations); following it (Ctrl-C stops following, not the batch)\n%s", wfID, len(ms), out.UI)
-	st, err := c.followBatch(ctx, tc, run, batchID, out.UI)
+	st, err := c.followBatch(ctx, c.follower(ctx, d, tc, run, batchID), batchID, out.UI)
 	if err != nil {
 		return err
 	}
@@ -237,10 +237,11 @@ func (f saverFunc) SaveBatch(ctx context.Context, batchID string, ms []models.Mu
 	return f(ctx, batchID, ms)
 }
 
-// followBatch follows a started batch; when the operator interrupts, it says that
-// the batch goes on and how to follow it again.
-func (c *cli) followBatch(ctx context.Context, tc client.Client, run client.WorkflowRun, batchID, ui string) (models.BatchStatus, error) {
-	st, err := c.follow(ctx, tc, run)
+// followBatch follows a started batch with follow; when the operator interrupts, it
+// says that the batch goes on and how to follow it again.
+func (c *cli) followBatch(ctx context.Context, follow func(context.Context) (models.BatchStatus, error),
+	batchID, ui string) (models.BatchStatus, error) {
+	st, err := follow(ctx)
 	if err != nil && ctx.Err() != nil {
 		return st, interruptedError{fmt.Sprintf("interrupted: batch %s keeps running on the workers; "+
 			"follow it with 'starter batch status %s' or at %s", batchID, batchID, ui)}
@@ -248,45 +249,91 @@ func (c *cli) followBatch(ctx context.Context, tc client.Client, run client.Work
 	return st, err
 }
 
-// follow prints a progress line per channel on stderr whenever its counts change,
-// until the batch ends, and returns the final status.
-func (c *cli) follow(ctx context.Context, tc client.Client, run client.WorkflowRun) (models.BatchStatus, error) {
-	done := make(chan error, 1)
-	var final models.BatchStatus
-	go func() { done <- run.Get(ctx, &final) }()
-	last := map[string]models.ChannelCounts{}
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-done:
-			if err != nil {
-				return final, fmt.Errorf("batch %s: %w", run.GetID(), err)
-			}
-			return final, nil
-		case <-tick.C:
-			st, err := queryStatus(ctx, tc, run.GetID())
-			if err != nil {
-				continue // the first workflow task may not have run yet
-			}
-			for _, ch := range st.Channels {
-				if last[ch.Channel] == ch {
-					continue
-				}
-				last[ch.Channel] = ch
-				c.diag("%s %-12s %s", time.Now().Format("15:04:05"), ch.Channel, progress(ch))
-			}
+// Following a batch: the store is read every pollEvery (a cheap read of its
+// counters), a progress line per channel printed at least every progressEvery, and
+// the rate measured over the last rateWindow.
+const (
+	pollEvery     = time.Second
+	progressEvery = 5 * time.Second
+	rateWindow    = 30 * time.Second
+)
+
+// follower follows batchID until it ends, printing progress on stderr, and returns
+// its final status: the workflow's result with the store's counts (statusCounts, as
+// batch status counts).
+func (c *cli) follower(ctx context.Context, d *deps, tc client.Client, run client.WorkflowRun,
+	batchID string) func(context.Context) (models.BatchStatus, error) {
+	return func(ctx context.Context) (models.BatchStatus, error) {
+		var final models.BatchStatus
+		st, err := d.store(ctx)
+		if err != nil {
+			return final, err
 		}
+		pr := progressPrinter{c: c}
+		if _, err := ops.WatchBatch(ctx, tc, st, batchID, pollEvery, pr.poll); err != nil {
+			return final, err
+		}
+		// The batch has ended: its result is in the history (no query, no worker).
+		if err := run.Get(ctx, &final); err != nil {
+			return final, fmt.Errorf("batch %s: %w", run.GetID(), err)
+		}
+		final.Channels = statusCounts(pr.last.Progress.Channels, &final)
+		if final.BatchID == "" {
+			final.BatchID = batchID
+		}
+		return final, nil
 	}
 }
 
-func progress(c models.ChannelCounts) string {
-	return fmt.Sprintf("%d/%d done: committed=%d superseded=%d rejected=%d dead-lettered=%d deferred=%d requests=%d",
-		c.Done(), c.Total, c.Committed, c.Superseded, c.Rejected, c.DeadLettered, c.Deferred, c.Requests)
+// progressPrinter prints a batch's progress per channel from successive polls.
+type progressPrinter struct {
+	c       *cli
+	samples []ops.Poll // the polls of the last rateWindow, oldest first
+	printed time.Time
+	last    ops.Poll
 }
 
-func queryStatus(ctx context.Context, tc client.Client, wfID string) (models.BatchStatus, error) {
-	return ops.QueryStatus(ctx, tc, wfID)
+// poll takes one poll and prints a line per channel when progressEvery has passed,
+// on the first poll and on the last.
+func (p *progressPrinter) poll(poll ops.Poll) {
+	p.last = poll
+	// The rate counts from the plan on: what PrepareBatch decided at once
+	// (rejections, supersessions) would make it a burst that never repeats.
+	if poll.Progress.Planned {
+		p.samples = append(p.samples, poll)
+	}
+	for len(p.samples) > 1 && poll.At.Sub(p.samples[0].At) > rateWindow {
+		p.samples = p.samples[1:]
+	}
+	if !p.printed.IsZero() && poll.At.Sub(p.printed) < progressEvery && poll.State == ops.StateRunning {
+		return
+	}
+	oldest := poll
+	if len(p.samples) > 0 {
+		oldest = p.samples[0]
+	}
+	for _, r := range ops.Rates(poll.Progress.Channels, oldest.Progress.Channels, poll.At.Sub(oldest.At)) {
+		// Before the batch is planned there may be no channel yet: the first lines
+		// come with the first counts.
+		p.printed = poll.At
+		p.c.diag("%s %-12s %s", poll.At.Format("15:04:05"), r.Channel, progressLine(r))
+	}
+}
+
+// progressLine is "done/total (pct) rate/s ETA eta".
+func progressLine(r ops.ChannelProgress) string {
+	pct := 100.0
+	if r.Total > 0 {
+		pct = 100 * float64(r.Done) / float64(r.Total)
+	}
+	eta := "-"
+	if r.ETASeconds != nil {
+		eta = time.Duration(*r.ETASeconds * float64(time.Second)).Round(time.Second).String()
+		if eta == "0s" && r.Done < r.Total {
+			eta = "<1s"
+		}
+	}
+	return fmt.Sprintf("%d/%d (%.1f%%) %.1f/s ETA %s", r.Done, r.Total, pct, r.Rate, eta)
 }
 
 // verdict is errReported unless every update was committed or superseded.
@@ -298,18 +345,26 @@ func verdict(st models.BatchStatus) error {
 	return nil
 }
 
-// summary prints the per-channel table and returns verdict(st).
+// summary prints the listed rejections, then the per-channel table (so it stays on
+// screen), says how many rejections it did not list and where they are, and
+// returns verdict(st).
 func (c *cli) summary(st models.BatchStatus) error {
+	for _, r := range st.Rejected {
+		fmt.Fprintf(c.stdout, "rejected %s (%s): %s\n", r.MutationID, r.Channel, models.ValidationError(r.Problems).Error())
+	}
 	t := newTable(c.stdout, "channel\ttotal\tcommitted\tsuperseded\trejected\tdead-lettered\tdeferred\trequests\t", tabwriter.AlignRight)
 	for _, ch := range append(st.Channels, st.Totals()) {
 		t.row("%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t", ch.Channel, ch.Total, ch.Committed, ch.Superseded,
 			ch.Rejected, ch.DeadLettered, ch.Deferred, ch.Requests)
 	}
 	_ = t.flush()
-	for _, r := range st.Rejected {
-		fmt.Fprintf(c.stdout, "rejected %s (%s): %s\n", r.MutationID, r.Channel, models.ValidationError(r.Problems).Error())
-	}
 	tot := st.Totals()
+	if more := tot.Rejected - len(st.Rejected); more > 0 {
+		// The batch's plan lists the first 50 (PrepareBatch's bound); the store
+		// holds every one.
+		fmt.Fprintf(c.stdout, "%d more rejections not listed above (%d of %d listed); 'starter batch rejections %s' lists every one with its reasons\n",
+			more, len(st.Rejected), tot.Rejected, st.BatchID)
+	}
 	if lost := tot.Total - tot.Done(); lost != 0 && st.Done {
 		c.diag("WARNING: %d updates without an outcome", lost)
 	}

@@ -282,7 +282,7 @@ func (c *cli) dlqReplay(ctx context.Context, sel *dlqSelection, dryRun, wait boo
 	}
 	c.diag("replaying %d entries (%d updates) as %s; %d acknowledged; following it\n%s", r.Entries, r.Updates,
 		r.WorkflowID, r.Acked, out.UI)
-	final, err := c.followBatch(ctx, tc, r.Run, r.BatchID, out.UI)
+	final, err := c.followBatch(ctx, c.follower(ctx, d, tc, r.Run, r.BatchID), r.BatchID, out.UI)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/dial"
@@ -21,6 +22,8 @@ type deps struct {
 	tc       client.Client
 	rdb      redis.UniversalClient
 	st       *store.Store
+	// interceptors wrap the Temporal client (the tests count its calls).
+	interceptors []interceptor.ClientInterceptor
 }
 
 func (c *cli) deps() (*deps, error) {
@@ -32,14 +35,14 @@ func (c *cli) deps() (*deps, error) {
 	if err != nil {
 		return nil, configError{err}
 	}
-	return &deps{settings: s, channels: chs}, nil
+	return &deps{settings: s, channels: chs, interceptors: c.interceptors}, nil
 }
 
 func (d *deps) temporal(ctx context.Context) (client.Client, error) {
 	if d.tc != nil {
 		return d.tc, nil
 	}
-	c, err := dial.Temporal(ctx, d.settings, client.Options{Logger: quietLogger{}})
+	c, err := dial.Temporal(ctx, d.settings, client.Options{Logger: quietLogger{}, Interceptors: d.interceptors})
 	if err != nil {
 		if dial.IsUnreachable(err) {
 			return nil, err

@@ -162,7 +162,8 @@ func (c *cli) outcomeTable(counts []models.ChannelCounts) error {
 }
 
 // statusReport is what batch status prints, the same in both forms: the state as
-// Temporal records it, and per channel the outcomes the system of record holds.
+// Temporal describes it, and per channel the updates and outcomes the system of
+// record holds, with the rate since the batch started and the time left at it.
 type statusReport struct {
 	BatchID    string `json:"batch_id"`
 	WorkflowID string `json:"workflow_id"`
@@ -170,26 +171,25 @@ type statusReport struct {
 	// true for every state but running (the counts are final).
 	State string `json:"state"`
 	Done  bool   `json:"done"`
-	// Live says whether a worker answered for the running batch (chunks, pauses,
-	// deferred and requests come from it).
-	Live      bool     `json:"live"`
-	Mutations int      `json:"mutations,omitempty"`
-	Chunks    int      `json:"chunks,omitempty"`
-	Running   int      `json:"running_chunks,omitempty"`
-	Finished  int      `json:"finished_chunks,omitempty"`
-	Paused    []string `json:"paused,omitempty"`
+	// Planned says whether PrepareBatch recorded the batch's totals: before, each
+	// channel's total is only its outcomes recorded.
+	Planned bool `json:"planned"`
+	// Mutations is the batch's, from its result once done.
+	Mutations int `json:"mutations,omitempty"`
 	// Channels count by the one rule of statusCounts.
 	Channels []models.ChannelCounts `json:"channels"`
 	Totals   models.ChannelCounts   `json:"totals"`
-	UI       string                 `json:"ui"`
+	// Progress is done of total per channel, at the average rate since the start.
+	Progress []ops.ChannelProgress `json:"progress"`
+	UI       string                `json:"ui"`
 }
 
-// statusCounts is the one counting rule of batch status, for table and JSON
-// alike. Every outcome is the store's (the system of record; a rejected mutation
-// counts once, in Rejected and in Total). Total is every update of the channel:
-// the batch's own count when a worker answered or the batch has ended, never fewer
-// than the outcomes recorded; otherwise the outcomes recorded. Deferred and
-// requests are the batch's own.
+// statusCounts is the one counting rule of batch status and of the --wait summary,
+// for table and JSON alike. Every outcome is the store's (the system of record; a
+// rejected mutation counts once, in Rejected and in Total), and Total is every
+// update of the channel as PrepareBatch recorded it (never fewer than the outcomes
+// recorded). Once the batch is done, its result adds its deferrals and requests
+// (which only the workflow counts) and its own totals where they are larger.
 func statusCounts(stored []models.ChannelCounts, live *models.BatchStatus) []models.ChannelCounts {
 	out := append([]models.ChannelCounts(nil), stored...)
 	if live == nil {
@@ -207,10 +207,10 @@ func statusCounts(stored []models.ChannelCounts, live *models.BatchStatus) []mod
 	return models.MergeCounts(out)
 }
 
-// batchStatus reports a batch truthfully: its state from Temporal (running, done,
-// cancelled, terminated …), its per-update progress from the system of record,
-// and, while it runs and a worker answers, its chunks and pauses. Table and JSON
-// print the same report and exit with the same status.
+// batchStatus reports a batch truthfully: its state from Temporal's description
+// (running, done, cancelled, terminated …) and its per-update progress from the
+// system of record; it sends the workflow no query. Table and JSON print the same
+// report and exit with the same status.
 func (c *cli) batchStatus(ctx context.Context, arg string) error {
 	batchID, wfID := batchWorkflowID(arg)
 	d, err := c.deps()
@@ -236,15 +236,15 @@ func (c *cli) batchStatus(ctx context.Context, arg string) error {
 		return err
 	}
 	rep := statusReport{BatchID: batchID, WorkflowID: wfID, State: r.State, Done: r.State != ops.StateRunning,
-		Live: r.Live != nil, Channels: statusCounts(r.Counts, r.Live), UI: d.uiLink(wfID)}
+		Planned: r.Planned, Channels: statusCounts(r.Counts, r.Final), UI: d.uiLink(wfID)}
 	if rep.Channels == nil {
 		rep.Channels = []models.ChannelCounts{}
 	}
-	if r.Live != nil {
-		rep.Mutations, rep.Chunks, rep.Running, rep.Finished, rep.Paused =
-			r.Live.Mutations, r.Live.Chunks, r.Live.Running, r.Live.Finished, r.Live.Paused
+	if r.Final != nil {
+		rep.Mutations = r.Final.Mutations
 	}
 	rep.Totals = models.BatchStatus{Channels: rep.Channels}.Totals()
+	rep.Progress = ops.Rates(rep.Channels, nil, time.Since(r.Started))
 	if c.json() {
 		if err := c.writeJSON(rep); err != nil {
 			return err
@@ -272,15 +272,12 @@ func (c *cli) statusTable(rep statusReport, taskQueue string) {
 	}
 	fmt.Fprintf(c.stdout, "%s: %s\n", rep.WorkflowID, strings.ReplaceAll(state, "_", " "))
 	if rep.State == ops.StateRunning {
-		if !rep.Live {
-			fmt.Fprintln(c.stdout, "no worker answered the status query (is a worker running on task queue "+
-				taskQueue+"?); progress below is from the store")
-		} else {
-			fmt.Fprintf(c.stdout, "%d mutations, chunks %d finished / %d running / %d total\n",
-				rep.Mutations, rep.Finished, rep.Running, rep.Chunks)
-			if len(rep.Paused) > 0 {
-				fmt.Fprintf(c.stdout, "paused: %s\n", strings.Join(rep.Paused, ", "))
-			}
+		if !rep.Planned {
+			fmt.Fprintln(c.stdout, "not planned yet (is a worker running on task queue "+taskQueue+
+				"?): totals below are the outcomes recorded so far")
+		}
+		for _, p := range rep.Progress {
+			fmt.Fprintf(c.stdout, "%-12s %s\n", p.Channel, progressLine(p))
 		}
 	}
 	t := newTable(c.stdout, "channel\ttotal\tcommitted\tsuperseded\trejected\tdead-lettered\tcancelled\tdeferred\trequests\t", tabwriter.AlignRight)

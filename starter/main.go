@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.temporal.io/sdk/interceptor"
 
 	"github.com/paritysync/paritysync/dial"
 )
@@ -53,6 +54,9 @@ type cli struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	output         string
+	// interceptors wrap the Temporal client the commands dial (the tests count
+	// its calls); none in production.
+	interceptors []interceptor.ClientInterceptor
 }
 
 // json reports whether --output json was asked for.

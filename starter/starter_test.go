@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/paritysync/paritysync/models"
@@ -215,13 +214,10 @@ func TestSummaryExitStatus(t *testing.T) {
 	require.Contains(t, out.String(), "1 updates without an outcome")
 }
 
-// blockedRun is a workflow run that ends only when its context does.
-type blockedRun struct{ client.WorkflowRun }
-
-func (blockedRun) GetID() string { return "batch/b-42" }
-func (blockedRun) Get(ctx context.Context, _ any) error {
+// blockedFollow follows a batch that ends only when its context does.
+func blockedFollow(ctx context.Context) (models.BatchStatus, error) {
 	<-ctx.Done()
-	return ctx.Err()
+	return models.BatchStatus{}, ctx.Err()
 }
 
 func TestInterruptDuringWaitSaysTheBatchGoesOn(t *testing.T) {
@@ -229,7 +225,7 @@ func TestInterruptDuringWaitSaysTheBatchGoesOn(t *testing.T) {
 	c := &cli{stdout: &out, stderr: &errOut}
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel) // Ctrl-C
-	_, err := c.followBatch(ctx, nil, blockedRun{}, "b-42", "http://ui/b-42")
+	_, err := c.followBatch(ctx, blockedFollow, "b-42", "http://ui/b-42")
 	require.Error(t, err)
 	require.Equal(t, exitInterrupted, exitCode(err))
 	require.Contains(t, err.Error(), "batch b-42 keeps running on the workers")

@@ -201,61 +201,57 @@ type BatchReport struct {
 	WorkflowID string
 	// State is Temporal's view: running, done, cancelled, terminated, failed, timed_out.
 	State string
-	// Live is the batch's own status: its status query while it runs and a worker
-	// answers, its result once it is done.
-	Live *models.BatchStatus
-	// Counts are the outcomes recorded per channel (the store answers even when no
-	// worker does).
-	Counts []models.ChannelCounts
+	// Started is when Temporal started the batch: its average rate runs from there.
+	Started time.Time
+	// Final is the batch's result once it is done (from its history: no worker
+	// needed), with its requests, deferrals and listed rejections; nil otherwise.
+	Final *models.BatchStatus
+	// Counts are the batch's updates per channel as the store holds them (Total as
+	// planned, the outcomes recorded so far); the store answers even when no worker
+	// does. Planned is set once PrepareBatch recorded the totals.
+	Counts  []models.ChannelCounts
+	Planned bool
 }
 
-// BatchState reports a batch truthfully: its state from Temporal, its outcomes
-// from the store and, while it runs and a worker answers, its chunks and pauses.
+// BatchState reports a batch truthfully: its state from Temporal's description,
+// its progress from the store, and its result once done. It sends Temporal no
+// query, so it answers the same with or without a worker, and costs one describe.
 func BatchState(ctx context.Context, tc client.Client, st *store.Store, batchID string) (BatchReport, error) {
 	wfID := models.BatchWorkflowID(batchID)
 	r := BatchReport{BatchID: batchID, WorkflowID: wfID}
-	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
-	var notFound *serviceerror.NotFound
-	if errors.As(err, &notFound) {
-		return r, fmt.Errorf("batch %s: %w", batchID, ErrNoBatch)
-	}
+	state, started, err := describeBatch(ctx, tc, batchID)
 	if err != nil {
-		return r, fmt.Errorf("look up %s: %w", wfID, err)
+		return r, err
 	}
-	r.State = states[desc.GetWorkflowExecutionInfo().GetStatus()]
-	switch r.State {
-	case StateRunning:
-		// A batch with no worker polling would hold the answer for the whole
-		// deadline; the store's counts answer anyway.
-		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if live, err := QueryStatus(qctx, tc, wfID); err == nil {
-			r.Live = &live
-		}
-		cancel()
-	case StateDone:
+	r.State, r.Started = state, started
+	if r.State == StateDone {
 		// The result is in the history: no worker needed.
 		var final models.BatchStatus
 		if err := tc.GetWorkflow(ctx, wfID, "").Get(ctx, &final); err == nil {
-			r.Live = &final
+			r.Final = &final
 		}
 	}
-	if r.Counts, err = st.BatchCounts(ctx, batchID); err != nil {
+	p, err := st.BatchProgress(ctx, batchID)
+	if err != nil {
 		return r, err
 	}
+	r.Counts, r.Planned = p.Channels, p.Planned
 	return r, nil
 }
 
-// QueryStatus asks a running batch for its status.
-func QueryStatus(ctx context.Context, tc client.Client, wfID string) (models.BatchStatus, error) {
-	var st models.BatchStatus
-	v, err := tc.QueryWorkflow(ctx, wfID, "", models.QueryStatus)
+// describeBatch is a batch's state and start time as Temporal describes it.
+func describeBatch(ctx context.Context, tc client.Client, batchID string) (string, time.Time, error) {
+	wfID := models.BatchWorkflowID(batchID)
+	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return "", time.Time{}, fmt.Errorf("batch %s: %w", batchID, ErrNoBatch)
+	}
 	if err != nil {
-		return st, fmt.Errorf("query %s: %w", wfID, err)
+		return "", time.Time{}, fmt.Errorf("look up %s: %w", wfID, err)
 	}
-	if err := v.Get(&st); err != nil {
-		return st, fmt.Errorf("decode status of %s: %w", wfID, err)
-	}
-	return st, nil
+	info := desc.GetWorkflowExecutionInfo()
+	return states[info.GetStatus()], info.GetStartTime().AsTime(), nil
 }
 
 // Cancelled is what CancelBatch did.
