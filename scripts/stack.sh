@@ -248,7 +248,7 @@ demo() {
   # the system of record holds them (intake's refused rows included), with the
   # waits and requests the batch itself counted.
   printf '%s' "$ans" | jq -r '
-    ((.progress.channels // []) | map({(.channel): .}) | add // {}) as $p |
+    ((.result.channels // []) | map({(.channel): .}) | add // {}) as $p |
     (.counts | map(. + {deferred: ($p[.channel].deferred // 0), requests: ($p[.channel].requests // 0)})) as $rows |
     (["channel","total","committed","superseded","rejected","dead-lettered","deferred","requests"] | @tsv),
     (($rows + [reduce $rows[] as $r ({channel: "total"}; reduce ($r | to_entries[] | select(.value | type == "number")) as $e (.; .[$e.key] += $e.value))])[] |
