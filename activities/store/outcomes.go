@@ -225,18 +225,7 @@ WHERE b.batch_id = $1`, batchID)
 			by[slug] = c
 		}
 		c.Total += n
-		switch models.Outcome(outcome) {
-		case models.OutcomeCommitted:
-			c.Committed += n
-		case models.OutcomeSuperseded:
-			c.Superseded += n
-		case models.OutcomeRejected:
-			c.Rejected += n
-		case models.OutcomeDeadLettered:
-			c.DeadLettered += n
-		case models.OutcomeCancelled:
-			c.Cancelled += n
-		}
+		addOutcome(c, models.Outcome(outcome), n)
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("count outcomes of %s: %w", batchID, err)
@@ -269,4 +258,20 @@ ORDER BY o.recorded_at, o.family NULLS FIRST`, batchPrefix, mutationID)
 		return nil, fmt.Errorf("outcomes of %s: %w", mutationID, err)
 	}
 	return out, nil
+}
+
+// addOutcome counts n updates with outcome o into c.
+func addOutcome(c *models.ChannelCounts, o models.Outcome, n int) {
+	switch o {
+	case models.OutcomeCommitted:
+		c.Committed += n
+	case models.OutcomeSuperseded:
+		c.Superseded += n
+	case models.OutcomeRejected:
+		c.Rejected += n
+	case models.OutcomeDeadLettered:
+		c.DeadLettered += n
+	case models.OutcomeCancelled:
+		c.Cancelled += n
+	}
 }

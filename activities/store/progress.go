@@ -103,18 +103,7 @@ SELECT '', 'planned', 0, true FROM batches WHERE batch_id = $1 AND planned_updat
 			c = &models.ChannelCounts{Channel: slug}
 			by[slug] = c
 		}
-		switch models.Outcome(outcome) {
-		case models.OutcomeCommitted:
-			c.Committed += n
-		case models.OutcomeSuperseded:
-			c.Superseded += n
-		case models.OutcomeRejected:
-			c.Rejected += n
-		case models.OutcomeDeadLettered:
-			c.DeadLettered += n
-		case models.OutcomeCancelled:
-			c.Cancelled += n
-		}
+		addOutcome(c, models.Outcome(outcome), n)
 		return nil
 	}); err != nil {
 		return p, fmt.Errorf("progress of %s: %w", batchID, err)
