@@ -113,14 +113,16 @@ bench-e2e: $(BIN)/temporal
 # The production topology on loopback, without Docker: the Temporal server on
 # PostgreSQL (databases of the run's own), a Redis Cluster of 3 masters and 3
 # replicas, the simulator and worker processes; workers killed, a Redis master
-# failover, a server restart and the throughput scenarios (about 40 minutes; see the
-# README, "Running at scale"). PROD=kill,failover,restart,throughput runs a subset.
+# failover, a server restart and the throughput scenarios (see the README, "Running
+# at scale"). PROD=kill,failover,restart,throughput runs a subset. The kill runs go
+# PARITYSYNC_PROD_PARALLEL (4) at a time and the throughput runs side by side:
+# -parallel lets them.
 PROD ?= all
 test-prod: $(BIN)/temporal $(BIN)/server $(BIN)/sql
 	mkdir -p .run
 	scripts/with-db.sh prod env PARITYSYNC_PROD=$(PROD) PARITYSYNC_PROD_OUT=$(CURDIR)/.run/test-prod.md \
 		TEMPORAL_CLI=$(BIN)/temporal TEMPORAL_SERVER=$(BIN)/server TEMPORAL_SQL_TOOL=$(BIN)/sql \
-		go test -tags prod -count=1 -run TestProd -v -timeout 80m ./worker
+		go test -tags prod -count=1 -parallel 8 -run TestProd -v -timeout 80m ./worker
 
 clean: down
 	rm -rf $(BIN) .run

@@ -217,25 +217,30 @@ func windowUse(ts []time.Time, limit int) float64 {
 
 func (b *bench) saturated() {
 	for _, workers := range []int{1, 3} {
-		const rate, burst, n = 30, 3, 54
-		s := b.stack(stackOptions{Workers: workers,
-			Channels: map[string]stackChannel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
-		// 54 properties, one night each: 54 one-line rates requests at the default
-		// priority (bulk work, priority 4 and 5, leaves the burst to urgent work).
-		ms := rateChanges("expedia", n, 1, time.Now().Unix(), models.PriorityDefault, "120.00")
-		st := waitBatch(b.t, s.startMutations(b.t, "bench-sat-"+uuid.NewString()[:8], ms), 15*time.Minute)
-		require.Equal(b.t, n, st.Totals().Committed)
-		ts := arrivals(s, "expedia", nil)
-		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
-		span := ts[len(ts)-1].Sub(ts[0])
-		minimum := minimumMakespan(n, rate, burst)
-		stats := s.sim.Stats()["expedia"]
-		b.row(fmt.Sprintf("saturated expedia 30/min, %d requests, %d worker(s)", n, workers),
-			fmt.Sprintf("window use %.3f; makespan %.1f s = %.3f × minimum %.1f s; %d 429s; max in 60 s %d",
-				windowUse(ts, rate), span.Seconds(), float64(span)/float64(minimum), minimum.Seconds(),
-				stats.Throttled, mostInWindow(ts)),
-			"≥ 0.97; ≤ 1.03 × minimum; 0; ≤ 30")
+		b.saturatedWith(workers)
 	}
+}
+
+// saturatedWith is the saturated scenario with the given number of workers.
+func (b *bench) saturatedWith(workers int) {
+	const rate, burst, n = 30, 3, 54
+	s := b.stack(stackOptions{Workers: workers,
+		Channels: map[string]stackChannel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
+	// 54 properties, one night each: 54 one-line rates requests at the default
+	// priority (bulk work, priority 4 and 5, leaves the burst to urgent work).
+	ms := rateChanges("expedia", n, 1, time.Now().Unix(), models.PriorityDefault, "120.00")
+	st := waitBatch(b.t, s.startMutations(b.t, "bench-sat-"+uuid.NewString()[:8], ms), 15*time.Minute)
+	require.Equal(b.t, n, st.Totals().Committed)
+	ts := arrivals(s, "expedia", nil)
+	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	span := ts[len(ts)-1].Sub(ts[0])
+	minimum := minimumMakespan(n, rate, burst)
+	stats := s.sim.Stats()["expedia"]
+	b.row(fmt.Sprintf("saturated expedia 30/min, %d requests, %d worker(s)", n, workers),
+		fmt.Sprintf("window use %.3f; makespan %.1f s = %.3f × minimum %.1f s; %d 429s; max in 60 s %d",
+			windowUse(ts, rate), span.Seconds(), float64(span)/float64(minimum), minimum.Seconds(),
+			stats.Throttled, mostInWindow(ts)),
+		"≥ 0.97; ≤ 1.03 × minimum; 0; ≤ 30")
 }
 
 // latencies are, per mutation id, the time from start to the channel's arrival of

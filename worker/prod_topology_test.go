@@ -98,6 +98,8 @@ func randomSuffix() string {
 
 // startProdTopology brings up the Temporal server on two databases of its own, the
 // Redis Cluster and the worker binary; everything is stopped and dropped at the end.
+// The worker binary builds and the two schemas are created while the cluster comes
+// up; the server starts once its schemas are there.
 func startProdTopology(t *testing.T) *prodTopology {
 	t.Helper()
 	began := time.Now()
@@ -108,6 +110,16 @@ func startProdTopology(t *testing.T) *prodTopology {
 	p.cli, err = filepath.Abs(p.cli)
 	require.NoError(t, err)
 	sqlTool := binary(t, "TEMPORAL_SQL_TOOL", "sql")
+
+	p.workerBin = filepath.Join(p.dir, "worker")
+	built := make(chan error, 1)
+	go func() {
+		out, err := exec.Command("go", "build", "-o", p.workerBin, ".").CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("build the worker: %w: %s", err, out)
+		}
+		built <- err
+	}()
 
 	// Temporal's two databases, created and migrated by its SQL tool.
 	admin := os.Getenv("PARITYSYNC_ADMIN_DATABASE_URL")
@@ -140,16 +152,30 @@ func startProdTopology(t *testing.T) *prodTopology {
 			}
 		}
 	})
+	// The two databases side by side, each its steps in order.
+	schemas := make(chan error, len(dbs))
 	for db, schema := range dbs {
-		base := []string{"--plugin", "postgres12", "--ep", host, "--port", port, "--user", user, "--db", db}
-		if password != "" {
-			base = append(base, "--password", password)
-		}
-		for _, step := range [][]string{{"create-database"}, {"setup-schema", "-v", "0.0"},
-			{"update-schema", "--schema-name", schema}} {
-			out, err := exec.Command(sqlTool, append(slices.Clone(base), step...)...).CombinedOutput()
-			require.NoError(t, err, "temporal sql tool %s on %s: %s", step[0], db, out)
-		}
+		go func() {
+			base := []string{"--plugin", "postgres12", "--ep", host, "--port", port, "--user", user, "--db", db}
+			if password != "" {
+				base = append(base, "--password", password)
+			}
+			for _, step := range [][]string{{"create-database"}, {"setup-schema", "-v", "0.0"},
+				{"update-schema", "--schema-name", schema}} {
+				out, err := exec.Command(sqlTool, append(slices.Clone(base), step...)...).CombinedOutput()
+				if err != nil {
+					schemas <- fmt.Errorf("temporal sql tool %s on %s: %w: %s", step[0], db, err, out)
+					return
+				}
+			}
+			schemas <- nil
+		}()
+	}
+
+	p.redis = redistest.Start(t, redistest.Options{Masters: 3, Replicas: 1, NodeTimeout: 2 * time.Second})
+	clusterDone := time.Since(began)
+	for range dbs {
+		require.NoError(t, <-schemas)
 	}
 	schemaDone := time.Since(began)
 
@@ -204,14 +230,10 @@ func startProdTopology(t *testing.T) *prodTopology {
 	})
 	temporalDone := time.Since(began)
 
-	p.redis = redistest.Start(t, redistest.Options{Masters: 3, Replicas: 1, NodeTimeout: 2 * time.Second})
-
-	p.workerBin = filepath.Join(p.dir, "worker")
-	build := exec.Command("go", "build", "-o", p.workerBin, ".")
-	out2, err := build.CombinedOutput()
-	require.NoError(t, err, "build the worker: %s", out2)
-	t.Logf("topology up in %s: Temporal schema %s, server with namespace and search attributes %s; Redis Cluster %s (3 masters, 3 replicas); worker binary built",
-		time.Since(began).Round(time.Second), schemaDone.Round(time.Second), temporalDone.Round(time.Second), p.redis.URL)
+	require.NoError(t, <-built)
+	t.Logf("topology up in %s: Redis Cluster %s (3 masters, 3 replicas) at %s, Temporal schema at %s, server with namespace "+
+		"and search attributes at %s, worker binary built at %s", time.Since(began).Round(time.Second), p.redis.URL,
+		clusterDone.Round(time.Second), schemaDone.Round(time.Second), temporalDone.Round(time.Second), time.Since(began).Round(time.Second))
 	return p
 }
 
@@ -372,6 +394,22 @@ func (s *prodStack) serve(w *workerProc) http.Handler {
 	})
 }
 
+// prodPoolConns bounds each worker's (and the test's own) PostgreSQL pool on the
+// topology: stacks run side by side, beside other tests, on one PostgreSQL whose
+// max_connections is 100, and the Temporal server takes 24 of them.
+const prodPoolConns = 2
+
+// poolOf is the database URL with its pool bounded to n connections.
+func poolOf(t *testing.T, dbURL string, n int) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("pool_max_conns", strconv.Itoa(n))
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 // newProdStack starts a stack on the topology, shaped like the dev-server stacks.
 func (p *prodTopology) newProdStack(t *testing.T, o stackOptions, hold time.Duration) *prodStack {
 	t.Helper()
@@ -386,7 +424,7 @@ func (p *prodTopology) newProdStack(t *testing.T, o stackOptions, hold time.Dura
 		"PARITYSYNC_KEY_PREFIX":   s.prefix,
 		"PARITYSYNC_TOKEN":        "prod-token",
 		"PARITYSYNC_METRICS_ADDR": "127.0.0.1:0",
-		"PARITYSYNC_DATABASE_URL": storetest.Schema(t, "prod"),
+		"PARITYSYNC_DATABASE_URL": poolOf(t, storetest.Schema(t, "prod"), prodPoolConns),
 	}
 	for slug, c := range o.Channels {
 		up := strings.ToUpper(slug)
@@ -395,10 +433,13 @@ func (p *prodTopology) newProdStack(t *testing.T, o stackOptions, hold time.Dura
 		s.env["PARITYSYNC_CHANNEL_"+up+"_MAX_LINES_PER_REQUEST"] = fmt.Sprint(c.MaxLines)
 	}
 	maps.Copy(s.env, o.Env)
+	if o.Window > 0 {
+		s.env["PARITYSYNC_CHANNELS_FILE"] = windowFile(t, o.Window, o.Channels)
+	}
 	for _, f := range o.Edit {
 		f(s.env)
 	}
-	chs, err := models.LoadChannels("", s.getenv)
+	chs, err := models.LoadChannels(s.env["PARITYSYNC_CHANNELS_FILE"], s.getenv)
 	require.NoError(t, err)
 	s.sim = sim.New(sim.Config{Channels: chs, StaticTokens: []string{"prod-token"}})
 	t.Cleanup(func() {
