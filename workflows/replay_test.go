@@ -25,6 +25,20 @@ func TestReplay(t *testing.T) {
 		{"channelsync_storm.json", ChannelSync},
 		// A child cancelled with its batch.
 		{"channelsync_cancel.json", ChannelSync},
+		// An operator's pause and resume, forwarded by the batch to its child, which
+		// also waits out the limiter's pause.
+		{"batchsync_pause.json", BatchSync},
+		{"channelsync_pause.json", ChannelSync},
+		// A 429 from the channel waited out for its Retry-After (Throttled).
+		{"channelsync_throttled.json", ChannelSync},
+		// A run that continued as new, its queue and held slots handed on.
+		{"channelsync_continued.json", ChannelSync},
+		// Requests dead-lettered after their attempts (Transient, then RecordDeadLetter).
+		{"channelsync_dead_letter.json", ChannelSync},
+		// A child that failed outright (terminated): its chunk parked by the batch.
+		{"batchsync_child_failed.json", BatchSync},
+		// PrepareBatch failing non-retryably (the payload is gone): the batch fails.
+		{"batchsync_payload_lost.json", BatchSync},
 		{"reconcile.json", Reconcile},
 		{"smoother.json", BurstSmoother},
 		// Recorded before the plan sized in-flight pushes per channel and before

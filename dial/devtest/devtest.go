@@ -167,6 +167,42 @@ func Start(tb testing.TB) *Env {
 	return e
 }
 
+// StartOwn starts a dev server of the test's own, with ServerFlags and extra (a
+// dynamic-config value the package's shared server must not have, such as a low
+// continue-as-new threshold), and gives the test its default namespace. The server
+// stops when the test ends. Like Start, it skips under -short.
+func StartOwn(tb testing.TB, extra ...string) *Env {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("end-to-end: needs a Temporal dev server")
+	}
+	path, err := CLI()
+	if err != nil {
+		testenv.Unavailable(tb, "Temporal CLI not found at "+path+" (TEMPORAL_CLI; make test builds it into .bin/)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+		ExistingPath:     path,
+		ClientOptions:    &client.Options{Logger: quiet{}},
+		LogLevel:         "error",
+		SearchAttributes: SearchAttributes(),
+		ExtraArgs:        append(append([]string(nil), ServerFlags...), extra...),
+	})
+	if err != nil {
+		tb.Fatalf("start a Temporal dev server of the test's own: %v", err)
+	}
+	tb.Cleanup(func() { _ = s.Stop() })
+	e := &Env{hostPort: s.FrontendHostPort(), namespace: "default"}
+	c, err := client.Dial(client.Options{HostPort: e.hostPort, Namespace: e.namespace, Logger: quiet{}})
+	if err != nil {
+		tb.Fatalf("Temporal client of the test's own dev server: %v", err)
+	}
+	e.client = c
+	tb.Cleanup(c.Close)
+	return e
+}
+
 // quiet drops the SDK's log lines: a failing test says what went wrong itself.
 type quiet struct{}
 
