@@ -394,22 +394,6 @@ func (s *prodStack) serve(w *workerProc) http.Handler {
 	})
 }
 
-// prodPoolConns bounds each worker's (and the test's own) PostgreSQL pool on the
-// topology: stacks run side by side, beside other tests, on one PostgreSQL whose
-// max_connections is 100, and the Temporal server takes 24 of them.
-const prodPoolConns = 2
-
-// poolOf is the database URL with its pool bounded to n connections.
-func poolOf(t *testing.T, dbURL string, n int) string {
-	t.Helper()
-	u, err := url.Parse(dbURL)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("pool_max_conns", strconv.Itoa(n))
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
 // newProdStack starts a stack on the topology, shaped like the dev-server stacks.
 func (p *prodTopology) newProdStack(t *testing.T, o stackOptions, hold time.Duration) *prodStack {
 	t.Helper()
@@ -424,7 +408,7 @@ func (p *prodTopology) newProdStack(t *testing.T, o stackOptions, hold time.Dura
 		"PARITYSYNC_KEY_PREFIX":   s.prefix,
 		"PARITYSYNC_TOKEN":        "prod-token",
 		"PARITYSYNC_METRICS_ADDR": "127.0.0.1:0",
-		"PARITYSYNC_DATABASE_URL": poolOf(t, storetest.Schema(t, "prod"), prodPoolConns),
+		"PARITYSYNC_DATABASE_URL": storetest.Schema(t, "prod"),
 	}
 	for slug, c := range o.Channels {
 		up := strings.ToUpper(slug)
