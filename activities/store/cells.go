@@ -38,11 +38,42 @@ func (s *Store) resolve(ctx context.Context, rows []cellRow) error {
 	for i := range rows {
 		rows[i].id = ids[rows[i].rr]
 	}
+	sortRows(rows)
+	return nil
+}
+
+// sortRows orders rows by key, the order every writer locks them in.
+func sortRows(rows []cellRow) {
 	slices.SortStableFunc(rows, func(a, b cellRow) int {
 		return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(a.family, b.family),
 			a.night.Time().Compare(b.night.Time()))
 	})
-	return nil
+}
+
+// errUncached says a transaction met a room rate with no id at hand.
+var errUncached = errors.New("room rate not numbered yet")
+
+// resolveKnown is resolve without a statement: from known, then the cache. It
+// returns false, leaving rows unsorted, when a room rate of rows has no id there,
+// after adding it to known with id 0 for the caller to number.
+func (s *Store) resolveKnown(rows []cellRow, known map[roomRate]int32) bool {
+	whole := true
+	s.mu.Lock()
+	for i, r := range rows {
+		id := known[r.rr]
+		if id == 0 {
+			id = s.roomRates[r.rr]
+		}
+		if id == 0 {
+			known[r.rr], whole = 0, false
+		}
+		rows[i].id = id
+	}
+	s.mu.Unlock()
+	if whole {
+		sortRows(rows)
+	}
+	return whole
 }
 
 // cellArrays are cell rows as the column arrays one unnest statement takes.
@@ -299,6 +330,7 @@ func (s *Store) RecordSending(ctx context.Context, chunkKey string, index int, k
 	}
 	var req models.ChannelRequest
 	var got map[int]models.ChannelRequest
+	ids := map[roomRate]int32{}
 	write := func(q dbtx) error {
 		if len(need) > 0 {
 			var err error
@@ -318,7 +350,14 @@ func (s *Store) RecordSending(ctx context.Context, chunkKey string, index int, k
 		if len(rows) == 0 {
 			return nil
 		}
-		if err := s.resolve(ctx, rows); err != nil {
+		if _, inTx := q.(pgx.Tx); inTx {
+			// Inside the transaction only the cache may answer: numbering a new room
+			// rate takes a second connection, and with every connection held by a
+			// transaction waiting for one, the pool would stall until the deadline.
+			if !s.resolveKnown(rows, ids) {
+				return errUncached
+			}
+		} else if err := s.resolve(ctx, rows); err != nil {
 			return err
 		}
 		return upsertSent(ctx, q, rows)
@@ -328,6 +367,13 @@ func (s *Store) RecordSending(ctx context.Context, chunkKey string, index int, k
 		err = write(s.pool)
 	} else {
 		err = s.inTx(ctx, func(tx pgx.Tx) error { return write(tx) })
+		if errors.Is(err, errUncached) {
+			// Number the room rates outside any transaction, then write again: once
+			// per room rate a worker has not seen yet.
+			if err = s.roomRateIDs(ctx, ids); err == nil {
+				err = s.inTx(ctx, func(tx pgx.Tx) error { return write(tx) })
+			}
+		}
 	}
 	if err != nil {
 		return fail(err)
