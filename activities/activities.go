@@ -433,13 +433,20 @@ func (a *Activities) park(ctx context.Context, in models.DeadLetterInput) (model
 		return models.DeadLetterResult{}, err
 	}
 	res := models.DeadLetterResult{Updates: len(req.Refs), EntryID: strconv.FormatInt(id, 10)}
+	if in.Reason == models.ReasonChildFailed {
+		// A failed child's chunk is parked whole, committed requests too: only the
+		// updates that had no outcome were dead-lettered.
+		if res.Updates, err = a.Store.DeadLettered(ctx, in.BatchID, req); err != nil {
+			return models.DeadLetterResult{}, err
+		}
+	}
 	if !parked {
 		activity.GetLogger(ctx).Debug("already dead-lettered", "channel", req.Channel, "batch", in.BatchID, "request", in.Index)
 		return res, nil
 	}
-	a.Metrics.park(req.Channel, in.Reason, len(req.Refs))
+	a.Metrics.park(req.Channel, in.Reason, res.Updates)
 	activity.GetLogger(ctx).Warn("dead-lettered", "channel", req.Channel, "batch", in.BatchID,
-		"reason", in.Reason, "status", in.Status, "updates", len(req.Refs), "entry", id)
+		"reason", in.Reason, "status", in.Status, "updates", res.Updates, "entry", id)
 	return res, nil
 }
 

@@ -131,6 +131,8 @@ func TestWorkflowPaths(t *testing.T) {
 		require.Equal(t, n, stored.Total, "every update has one outcome")
 		require.Positive(t, stored.Committed, "what the child pushed keeps its outcome")
 		require.Positive(t, stored.DeadLettered, "the rest of its chunk is parked")
+		require.Equal(t, stored.DeadLettered, bs.Totals().DeadLettered,
+			"the batch counts as dead-lettered only what had no outcome, as stored")
 		if recording() {
 			writeHistory(t, s.tc, models.BatchWorkflowID(id), "batchsync_child_failed.json")
 		}

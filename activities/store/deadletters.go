@@ -218,3 +218,27 @@ UPDATE dead_letters SET acked_at = $2, ack_note = nullif($3, '') WHERE id = ANY(
 	}
 	return int(tag.RowsAffected()), nil
 }
+
+// DeadLettered counts the updates of r whose outcome in batchID is dead-lettered:
+// what parking r dead-lettered, for a request some of whose updates had an outcome
+// already (a failed child's chunk, parked whole after some of it was committed).
+func (s *Store) DeadLettered(ctx context.Context, batchID string, r models.ChannelRequest) (int, error) {
+	batch, err := s.batchRef(ctx, batchID)
+	if err != nil {
+		return 0, fmt.Errorf("count dead letters of %s: %w", batchID, err)
+	}
+	ids := make([]string, 0, len(r.Refs))
+	for _, ref := range r.Refs {
+		if !slices.Contains(ids, ref.ID) {
+			ids = append(ids, ref.ID)
+		}
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, `
+SELECT count(*)::integer FROM outcomes
+WHERE batch = $1 AND mutation_id = ANY($2) AND family = $3::text::family AND outcome = $4::text::outcome`,
+		batch, ids, string(r.Family), string(models.OutcomeDeadLettered)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count dead letters of %s: %w", batchID, err)
+	}
+	return n, nil
+}
