@@ -71,7 +71,9 @@ type slotJSON struct {
 }
 
 // MarshalJSON writes the wait as a duration string.
-func (s Slot) MarshalJSON() ([]byte, error) { return json.Marshal(slotJSON{plainSlot(s), Duration(s.Wait)}) }
+func (s Slot) MarshalJSON() ([]byte, error) {
+	return json.Marshal(slotJSON{plainSlot(s), Duration(s.Wait)})
+}
 
 // UnmarshalJSON reads the wait as a string or nanoseconds.
 func (s *Slot) UnmarshalJSON(b []byte) error {
