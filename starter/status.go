@@ -297,9 +297,14 @@ func (c *cli) statusViewTable(v statusView) error {
 		if cv.Property != "" {
 			lag = "\t"
 		}
-		t.row("%s\t%s\t%s\t%s\t%s\t%s\t%.1f%%\t%d/%s\t%d\t%s\t%d\t%s\t%s", cv.Channel, cv.State, paused,
+		// A per-property channel has a window per property: its limit, no one count.
+		window := fmt.Sprintf("%d/%s", cv.InWindow, cv.windowLimit())
+		if cv.Scope == models.ScopeProperty {
+			window = cv.windowLimit()
+		}
+		t.row("%s\t%s\t%s\t%s\t%s\t%s\t%.1f%%\t%s\t%d\t%s\t%d\t%s\t%s", cv.Channel, cv.State, paused,
 			seconds(cv.BackoffSeconds).Round(time.Second), orDash(cv.Breaker), orDash(string(cv.Tier)), cv.UsedPercent,
-			cv.InWindow, cv.windowLimit(), cv.OpenDeadLetters, lag, cv.AckedUpdates,
+			window, cv.OpenDeadLetters, lag, cv.AckedUpdates,
 			seconds(cv.P50Seconds).Round(10*time.Millisecond), seconds(cv.P99Seconds).Round(10*time.Millisecond))
 	}
 	if err := t.flush(); err != nil {
