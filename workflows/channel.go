@@ -374,12 +374,18 @@ func (s *channelSync) waitDeferred(ctx workflow.Context, d models.Deferral) {
 		s.sleepToSlot(ctx, min(wait, s.retry.MaxWait))
 	default:
 		wait = min(wait, s.retry.MaxWait)
-		summary := fmt.Sprintf("%s backing off: ask again in %s", s.in.Chunk.Channel, readable(wait))
-		if d.Reason != "" {
-			summary = fmt.Sprintf("%s on %s: ask again in %s", d.Reason, s.in.Chunk.Channel, readable(wait))
-		}
-		sleep(ctx, wait, summary)
+		sleep(ctx, wait, deferralSummary(s.in.Chunk.Channel, d, wait))
 	}
+}
+
+// deferralSummary is the UI summary of the timer that waits out deferral d of a
+// push to channel: a back-off the limiter holds after a 429 elsewhere, or the
+// named reason ("circuit breaker open").
+func deferralSummary(channel string, d models.Deferral, wait time.Duration) string {
+	if d.Reason != "" {
+		return fmt.Sprintf("%s on %s: ask again in %s", d.Reason, channel, readable(wait))
+	}
+	return fmt.Sprintf("%s backing off: ask again in %s", channel, readable(wait))
 }
 
 // pushSummary is the UI summary of a push of request i: what it carries once an
