@@ -309,13 +309,12 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 				return nil, true
 			}
 			wait := f.Wait
-			summary := fmt.Sprintf("Retry-After %s from %s", readable(min(wait, s.retry.MaxWait)), channel)
 			if !f.ServerWait {
 				// A 429 or 503 without a usable Retry-After: back off as for a 5xx.
 				wait = Backoff(s.retry, key, deferrals)
-				summary = fmt.Sprintf("back-off %s after %s from %s", readable(min(wait, s.retry.MaxWait)), statusText(f.Status), channel)
 			}
-			sleep(ctx, min(wait, s.retry.MaxWait), summary)
+			wait = min(wait, s.retry.MaxWait)
+			sleep(ctx, wait, throttleSummary(channel, f, wait))
 		case activities.ErrTransient:
 			transient++
 			if transient >= s.retry.Attempts {
@@ -323,8 +322,7 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 				return nil, true
 			}
 			wait := Backoff(s.retry, key, transient)
-			sleep(ctx, wait, fmt.Sprintf("retry %d/%d in %s after %s from %s", transient+1, s.retry.Attempts,
-				readable(wait), statusText(f.Status), channel))
+			sleep(ctx, wait, transientSummary(channel, f, wait, transient+1, s.retry.Attempts))
 		case activities.ErrAuthExpired:
 			if in.RefreshCredential {
 				s.deadLetter(ctx, i, nil, models.ReasonAuth, f.Status, "credential refused after refresh")
@@ -376,6 +374,21 @@ func (s *channelSync) waitDeferred(ctx workflow.Context, d models.Deferral) {
 		wait = min(wait, s.retry.MaxWait)
 		sleep(ctx, wait, deferralSummary(s.in.Chunk.Channel, d, wait))
 	}
+}
+
+// throttleSummary is the UI summary of the wait after channel answered 429 or 503:
+// its Retry-After, or our back-off when it gave none.
+func throttleSummary(channel string, f activities.Failure, wait time.Duration) string {
+	if f.ServerWait {
+		return fmt.Sprintf("Retry-After %s from %s", readable(wait), channel)
+	}
+	return fmt.Sprintf("back-off %s after %s from %s", readable(wait), statusText(f.Status), channel)
+}
+
+// transientSummary is the UI summary of the wait before attempt of attempts after a
+// 5xx or no answer.
+func transientSummary(channel string, f activities.Failure, wait time.Duration, attempt, attempts int) string {
+	return fmt.Sprintf("retry %d/%d in %s after %s from %s", attempt, attempts, readable(wait), statusText(f.Status), channel)
 }
 
 // deferralSummary is the UI summary of the timer that waits out deferral d of a

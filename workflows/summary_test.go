@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -23,5 +24,17 @@ func TestDeferralSummariesSayWhyTheyWait(t *testing.T) {
 	}
 	if got := statusText(0) + " " + statusText(503); got != "no answer 503" {
 		t.Errorf("status texts %q", got)
+	}
+}
+
+func TestThrottleAndRetrySummariesNameTheAnswer(t *testing.T) {
+	if got := throttleSummary("expedia", activities.Failure{ServerWait: true, Status: 429}, 20*time.Second); got != "Retry-After 20s from expedia" {
+		t.Errorf("%q", got)
+	}
+	if got := throttleSummary("expedia", activities.Failure{Status: 503}, 1300*time.Millisecond); got != "back-off 1.3s after 503 from expedia" {
+		t.Errorf("%q", got)
+	}
+	if got := transientSummary("expedia", activities.Failure{Status: 503}, 1300*time.Millisecond, 2, 5); got != "retry 2/5 in 1.3s after 503 from expedia" {
+		t.Errorf("%q", got)
 	}
 }
