@@ -162,6 +162,7 @@ func (c *cli) status(ctx context.Context, property string) error {
 	// PostgreSQL: progress, dead letters, parity lag.
 	if st, err := d.store(ctx); err != nil {
 		errs = append(errs, err)
+		v.Batches = append(v.Batches, running...) // running, progress unknown
 	} else {
 		for _, b := range running {
 			p, err := st.BatchProgress(ctx, b.BatchID)
