@@ -335,6 +335,19 @@ func decimalPtr(s string) *decimal.Decimal {
 func ptr[T any](v T) *T { return &v }
 
 // failureOf asserts err is the typed, non-retryable error errType and returns its detail.
+// deferralOf is the deferral of a push the limiter did not let go: a result, not
+// a failed activity.
+func deferralOf(t *testing.T, res models.PushResult, err error) models.Deferral {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("a deferred push is a result, not an error: %v", err)
+	}
+	if res.Deferred == nil {
+		t.Fatalf("result %+v, want deferred", res)
+	}
+	return *res.Deferred
+}
+
 func failureOf(t *testing.T, err error, errType string) Failure {
 	t.Helper()
 	var appErr *temporal.ApplicationError
@@ -684,10 +697,13 @@ func TestPushRequestHeldSlotMakesNoCall(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err := e.push(models.PushInput{BatchID: "b-deny", ChunkKey: chunk.Key, Reservation: "b-deny/0"})
-	f := failureOf(t, err, ErrRateLimited)
-	if f.Wait <= DefaultShortWait || !f.Held || f.Paused != "" {
-		t.Errorf("failure %+v, want a held slot beyond the short wait and no pause", f)
+	res, err := e.push(models.PushInput{BatchID: "b-deny", ChunkKey: chunk.Key, Reservation: "b-deny/0"})
+	f := deferralOf(t, res, err)
+	if time.Duration(f.Wait) <= DefaultShortWait || !f.Held || f.Paused != "" {
+		t.Errorf("deferral %+v, want a held slot beyond the short wait and no pause", f)
+	}
+	if res.About != "push rates "+testProperty+" "+e.today.AddDays(3).String()+", 1 line" {
+		t.Errorf("about %q", res.About)
 	}
 	if n := e.simRequests(); n != 0 {
 		t.Errorf("simulator saw %d requests before the slot", n)
@@ -749,10 +765,10 @@ func TestPushRequestPausedChannelMakesNoCall(t *testing.T) {
 	if err := e.lim.Pause(context.Background(), testChannel, "maintenance window"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.push(models.PushInput{BatchID: "b-pause", ChunkKey: chunk.Key})
-	f := failureOf(t, err, ErrRateLimited)
+	res, err := e.push(models.PushInput{BatchID: "b-pause", ChunkKey: chunk.Key})
+	f := deferralOf(t, res, err)
 	if f.Wait <= 0 || f.Paused != "maintenance window" {
-		t.Errorf("failure %+v, want a wait and the pause reason", f)
+		t.Errorf("deferral %+v, want a wait and the pause reason", f)
 	}
 	if n := e.simRequests(); n != 0 {
 		t.Errorf("simulator saw %d requests on a paused channel", n)

@@ -84,7 +84,7 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 				return models.PushResult{}, err
 			}
 			settled := a.settle(ctx, limiter.Settlement{Request: lr, Next: nextReq})
-			return models.PushResult{Superseded: n, Next: a.heldSlot(in, nextReq, settled)}, nil
+			return models.PushResult{Superseded: n, Next: a.heldSlot(in, next, nextReq, settled), About: req.Summary()}, nil
 		case limiter.Quota:
 			a.Metrics.deny(req.Channel, string(d.Tier))
 			msg := fmt.Sprintf("daily quota %d/%d", d.DailyUsed, d.DailyLimit)
@@ -94,13 +94,16 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 			return models.PushResult{}, FailureError(ErrQuotaExhausted, Failure{Wait: d.Wait, Tier: string(d.Tier),
 				Message: msg})
 		default:
+			// Waiting for budget is normal operation: a result the workflow waits
+			// out with one timer, not a failed activity in the history.
 			a.Metrics.deny(req.Channel, string(d.Tier))
-			f := Failure{Wait: d.Wait, Tier: string(d.Tier), Paused: d.PausedReason, Held: d.State == limiter.Wait}
+			w := &models.Deferral{Wait: models.Duration(d.Wait), Tier: string(d.Tier), Paused: d.PausedReason,
+				Held: d.State == limiter.Wait}
 			if d.State == limiter.Breaker {
-				// Named in the failure so the wait reads as the breaker's in the history.
-				f.Message = "circuit breaker open"
+				// Named so the wait reads as the breaker's in the history.
+				w.Reason = "circuit breaker open"
 			}
-			return models.PushResult{}, FailureError(ErrRateLimited, f)
+			return models.PushResult{Deferred: w, About: req.Summary()}, nil
 		}
 		send, _ := req.WithoutNights(d.Dropped)
 		var late bool
@@ -159,7 +162,7 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 		if err != nil {
 			return models.PushResult{}, err
 		}
-		res.Next = a.heldSlot(in, nextReq, settled)
+		res.Next, res.About = a.heldSlot(in, next, nextReq, settled), req.Summary()
 		return res, nil
 	case channels.ClassThrottled:
 		f.Wait, f.ServerWait = resp.RetryAfter, resp.ServerWait
@@ -347,11 +350,15 @@ func (a *Activities) settle(ctx context.Context, s limiter.Settlement) limiter.S
 }
 
 // heldSlot is the lane's next slot as Settle held it, nil when none was.
-func (a *Activities) heldSlot(in models.PushInput, next *limiter.Request, s limiter.Settled) *models.Slot {
+func (a *Activities) heldSlot(in models.PushInput, nextReq *models.ChannelRequest, next *limiter.Request, s limiter.Settled) *models.Slot {
 	if next == nil || s.Next.State != limiter.Wait {
 		return nil
 	}
-	return &models.Slot{Index: in.Next, Wait: s.Next.Wait}
+	slot := &models.Slot{Index: in.Next, Wait: s.Next.Wait}
+	if nextReq != nil {
+		slot.About = nextReq.Summary()
+	}
+	return slot
 }
 
 // release ends the lease a Send took; a lost release only delays the nights' next
@@ -390,7 +397,7 @@ func (a *Activities) ReserveSlots(ctx context.Context, in models.ReserveSlotsInp
 			continue
 		}
 		a.held.put(in.Reservations[k], time.Now().Add(d.Wait))
-		out = append(out, models.Slot{Index: i, Wait: d.Wait})
+		out = append(out, models.Slot{Index: i, Wait: d.Wait, About: req.Summary()})
 	}
 	return out, nil
 }

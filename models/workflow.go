@@ -275,6 +275,9 @@ func ReservationID(workflowID string, i int) string { return fmt.Sprintf("%s/%d"
 type Slot struct {
 	Index int           `json:"index"`
 	Wait  time.Duration `json:"wait"`
+	// About describes the slot's request (ChannelRequest.Summary), so the push that
+	// takes the slot carries it as its summary in the Temporal UI.
+	About string `json:"about,omitempty"`
 }
 
 // PushResult is what a delivered request came to.
@@ -287,6 +290,12 @@ type PushResult struct {
 	// Next is the slot reserved for PushInput.Next; nil when none was asked or the
 	// limiter could not hold one (the lane then asks when it sends).
 	Next *Slot `json:"next,omitempty"`
+	// Deferred is set when nothing was sent: the limiter said wait. The workflow
+	// waits (one durable timer) and pushes again.
+	Deferred *Deferral `json:"deferred,omitempty"`
+	// About describes the request (ChannelRequest.Summary), for the summaries of
+	// its next attempts.
+	About string `json:"about,omitempty"`
 }
 
 // FailedLine is a line a channel refused in a partial success.

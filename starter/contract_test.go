@@ -217,3 +217,23 @@ func TestBatchStatusCountsAlikeInTableAndJSON(t *testing.T) {
 	// Without a worker's answer the store's outcomes are the counts.
 	require.Equal(t, stored, statusCounts(stored, nil))
 }
+
+// TestStatusWithNothingReachableExits69AfterPrintingWhatItKnows holds status to the
+// contract: data on stdout (valid JSON even when no source answers), the failures
+// on stderr without a password, and 69, never a 0–3 result, when a source is down.
+func TestStatusWithNothingReachableExits69AfterPrintingWhatItKnows(t *testing.T) {
+	env := map[string]string{
+		"REDIS_URL":               "redis://:hunter2@127.0.0.1:1/0?dial_timeout=300ms",
+		"TEMPORAL_ADDRESS":        "127.0.0.1:1",
+		"PARITYSYNC_DATABASE_URL": "postgres://ps:hunter2@127.0.0.1:1/paritysync?connect_timeout=1",
+	}
+	code, out, errOut := runCLI(t, env, "status", "-o", "json")
+	require.Equal(t, exitUnavailable, code, errOut)
+	var v statusView
+	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+	require.Len(t, v.Channels, len(models.DefaultChannels()), "every configured channel, state unknown")
+	require.Empty(t, v.Workers)
+	require.Contains(t, errOut, "redis at redis://:xxxxx@127.0.0.1:1/0")
+	require.Contains(t, errOut, "postgres at postgres://ps:xxxxx@127.0.0.1:1/paritysync")
+	require.NotContains(t, errOut, "hunter2")
+}

@@ -30,14 +30,16 @@ const (
 )
 
 const exitHelp = `Exit status:
-  0   done; quota: every channel below 70 %
-  1   quota: warn (≥ 70 % of the daily quota)
-  2   quota: page (≥ 85 %)
-  3   quota: throttle or stop (≥ 95 %); batch: some mutations rejected or dead-lettered
+  0   done; quota: every channel below 70 %; status: all well
+  1   quota: warn (≥ 70 % of the daily quota); status: warn (paused, back-off,
+      dead letters, parity lag over 10 min)
+  2   quota: page (≥ 85 %); status: page (no worker polling, breaker open)
+  3   quota: throttle or stop (≥ 95 %); status: critical; batch: some mutations
+      rejected or dead-lettered
   64  usage error
   65  input file unreadable (names the file, line and field)
   66  not found: no such batch, or no outcome for the mutation named
-  69  Redis or Temporal unreachable
+  69  Redis, Temporal or PostgreSQL unreachable
   70  other error
   75  admission refused: the channel's smoother is full, submit again later
   78  configuration error

@@ -131,7 +131,7 @@ to stderr.` + "\n\n" + exitHelp,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
 	root.AddCommand(c.batchCmd(), c.channelCmd(), c.dlqCmd(), c.quotaCmd(), c.reconcileCmd(),
-		c.sampleCmd(), c.retryAfterCmd(), c.smoothCmd(), c.simulateCmd())
+		c.sampleCmd(), c.retryAfterCmd(), c.smoothCmd(), c.simulateCmd(), c.statusCmd())
 	return root
 }
 

@@ -43,6 +43,7 @@ func newApp(getenv Getenv, extra ...fx.Option) *fx.App {
 		// PostgreSQL, the system of record: opened and migrated at start.
 		store.Module,
 		fx.Invoke(func(worker.Worker, *http.Server) {}, registerLimiterGauges),
+		fx.Invoke(registerLagGauges),
 	}
 	return fx.New(append(opts, extra...)...)
 }

@@ -821,7 +821,7 @@ func metricLabels(t *testing.T) map[string][]string {
 	defined := regexp.MustCompile(`"(paritysync_[a-z0-9_]+)"`)
 	labelList := regexp.MustCompile(`\[\]string\{([^}]*)\}|, nil, nil\)`)
 	out := map[string][]string{}
-	for _, file := range []string{"metrics.go", "../activities/metrics.go", "../intake/observe.go"} {
+	for _, file := range []string{"metrics.go", "lag.go", "../activities/metrics.go", "../intake/observe.go"} {
 		raw, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)

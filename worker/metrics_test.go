@@ -144,6 +144,7 @@ func TestDashboardAndAlertMetricsExistInAScrape(t *testing.T) {
 			Limit: c.RatePerMinute, InWindow: 3, Ahead: 1}
 	}
 	m.Registry.MustRegister(newLimiterGauges(status, chs))
+	m.Registry.MustRegister(newLagGauges(fakeLag{}, chs))
 	// What the SDK records under these names (go.temporal.io/sdk/internal/common/metrics);
 	// the end-to-end test repeats this check with a real worker after a batch.
 	sdk := m.SDKMetrics.WithTags(map[string]string{"activity_type": "PushRequest", "task_queue": "paritysync"})

@@ -79,7 +79,7 @@ func (b *batchSync) run(ctx workflow.Context) (models.BatchStatus, error) {
 		// what it stored is then closed as cancelled, so no update is left without
 		// an outcome whenever the cancel came.
 		dctx, _ := workflow.NewDisconnectedContext(ctx)
-		actx := withActivity(dctx, 10*time.Minute, models.PriorityDefault)
+		actx := withSummary(withActivity(dctx, 10*time.Minute, models.PriorityDefault), b.prepareSummary())
 		err := workflow.ExecuteActivity(actx, acts.PrepareBatch, b.in).Get(dctx, &b.plan)
 		if ctx.Err() != nil {
 			return b.cancel(ctx)
@@ -150,7 +150,8 @@ func (b *batchSync) run(ctx workflow.Context) (models.BatchStatus, error) {
 		sel.Select(ctx) // apply signals that arrived with the last result
 	}
 	// Every update has its outcome in the store: the payload and requests can go.
-	rctx := withActivity(ctx, time.Minute, models.PriorityDefault)
+	rctx := withSummary(withActivity(ctx, time.Minute, models.PriorityDefault),
+		"release the stored payload of batch "+b.in.BatchID+": every update has its outcome")
 	if err := workflow.ExecuteActivity(rctx, acts.ReleaseBatch, b.in.BatchID).Get(ctx, nil); err != nil {
 		// Prune drops them after their retention anyway.
 		log.Warn("release batch", "error", err)
@@ -251,6 +252,11 @@ func (b *batchSync) start(ctx workflow.Context, sel workflow.Selector, c models.
 		Priority:            temporal.Priority{PriorityKey: c.Priority},
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			attrChannel.ValueSet(c.Channel), attrBatchID.ValueSet(b.in.BatchID), attrPriority.ValueSet(int64(c.Priority))),
+		StaticSummary: fmt.Sprintf("%s, priority %d, chunk %d: %d requests, %d updates", c.Channel, c.Priority, c.N,
+			c.Requests, c.Updates),
+		StaticDetails: fmt.Sprintf("Pushes chunk %d of batch %s to %s at priority %d (%d requests carrying %d updates), "+
+			"at most %d at a time, each through the shared rate budget.", c.N, b.in.BatchID, c.Channel, c.Priority,
+			c.Requests, c.Updates, max(lanes, 1)),
 	})
 	window := b.in.Window // a child sized by count keeps its input as it always had
 	if b.budget(c.Channel) > 0 {
@@ -287,7 +293,8 @@ func (b *batchSync) cancel(ctx workflow.Context) (models.BatchStatus, error) {
 	}
 	b.running = nil
 	var counts []models.ChannelCounts
-	actx := withActivity(dctx, time.Minute, models.PriorityUrgent)
+	actx := withSummary(withActivity(dctx, time.Minute, models.PriorityUrgent),
+		"close batch "+b.in.BatchID+": cancelled for every update still waiting")
 	if err := workflow.ExecuteActivity(actx, acts.CancelBatch, models.CancelInput{BatchID: b.in.BatchID,
 		Reason: "batch cancelled by operator"}).Get(dctx, &counts); err != nil {
 		log.Error("close a cancelled batch's outcomes", "error", err)
@@ -306,7 +313,8 @@ func (b *batchSync) cancel(ctx workflow.Context) (models.BatchStatus, error) {
 // parkChunk dead-letters every request of chunk c.
 func (b *batchSync) parkChunk(ctx workflow.Context, c models.Chunk, cause error) models.ChannelCounts {
 	counts := models.ChannelCounts{Channel: c.Channel}
-	actx := withActivity(ctx, 30*time.Second, c.Priority)
+	actx := withSummary(withActivity(ctx, 30*time.Second, c.Priority),
+		fmt.Sprintf("dead-letter chunk %d of %s: its child failed", c.N, c.Channel))
 	var res models.DeadLetterResult
 	err := workflow.ExecuteActivity(actx, acts.RecordDeadLetter, models.DeadLetterInput{
 		BatchID: b.in.BatchID, ChunkKey: c.Key, Index: models.WholeChunk,
@@ -372,4 +380,13 @@ func (b *batchSync) forward(ctx workflow.Context, name string, sig models.PauseS
 		// A child may finish before the signal lands; that is fine.
 		_ = workflow.SignalExternalWorkflow(ctx, r.id, "", name, sig).Get(ctx, nil)
 	}
+}
+
+// prepareSummary is PrepareBatch's summary in the UI.
+func (b *batchSync) prepareSummary() string {
+	if b.in.PayloadKey != "" {
+		return "prepare batch " + b.in.BatchID + " (stored): validate, record desired state, coalesce, chunk"
+	}
+	return fmt.Sprintf("prepare batch %s: validate %d mutations, record desired state, coalesce, chunk",
+		b.in.BatchID, len(b.in.Mutations))
 }

@@ -212,7 +212,8 @@ func (s *channelSync) reserveFirst(ctx, actx workflow.Context, lanes int) map[in
 		}
 	}
 	var slots []models.Slot
-	if err := workflow.ExecuteActivity(actx, acts.ReserveSlots, in).Get(ctx, &slots); err != nil {
+	rctx := withSummary(actx, fmt.Sprintf("reserve the first slots of %d lanes to %s", lanes, s.in.Chunk.Channel))
+	if err := workflow.ExecuteActivity(rctx, acts.ReserveSlots, in).Get(ctx, &slots); err != nil {
 		// Not fatal: each lane then asks for itself with its first push.
 		workflow.GetLogger(ctx).Warn("reserve first slots", "error", err)
 		return nil
@@ -237,9 +238,16 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 	if hasNext {
 		in.Next, in.NextReservation = next, models.ReservationID(wfID, next)
 	}
-	if slot != nil && slot.Wait > s.shortWait() {
-		s.sleepToSlot(ctx, slot.Wait)
+	// about describes request i once an activity read it (a held slot's, or a
+	// previous attempt's answer): the summary of its pushes in the UI.
+	about := ""
+	if slot != nil {
+		about = slot.About
+		if slot.Wait > s.shortWait() {
+			s.sleepToSlot(ctx, slot.Wait)
+		}
 	}
+	channel := s.in.Chunk.Channel
 	transient, deferrals, quotaWaits := 0, 0, 0
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 && historyFull(ctx) {
@@ -250,7 +258,17 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 			_ = workflow.Await(ctx, func() bool { return s.paused == "" })
 		}
 		var res models.PushResult
-		err := workflow.ExecuteActivity(actx, acts.PushRequest, in).Get(ctx, &res)
+		err := workflow.ExecuteActivity(withSummary(actx, s.pushSummary(about, i)), acts.PushRequest, in).Get(ctx, &res)
+		if err == nil && res.About != "" {
+			about = res.About
+		}
+		if err == nil && res.Deferred != nil {
+			// Waiting for budget is normal operation and never counts toward the
+			// request's dead-letter budget.
+			s.counts.Deferred++
+			s.waitDeferred(ctx, *res.Deferred)
+			continue
+		}
 		if err == nil {
 			s.counts.Requests++
 			s.counts.Committed += res.Committed
@@ -278,18 +296,11 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 		_ = appErr.Details(&f)
 		switch appErr.Type() {
 		case activities.ErrRateLimited:
-			// Waiting for budget is normal operation and never counts toward the
-			// request's dead-letter budget.
+			// As a deferred result (histories recorded before it was one, and the
+			// rare waits that still fail: a lost gate, a call late for its slot).
 			s.counts.Deferred++
-			if f.Paused != "" {
-				s.waitPause(ctx, f.Wait)
-				continue
-			}
-			if f.Held {
-				s.sleepToSlot(ctx, min(f.Wait, s.retry.MaxWait))
-				continue
-			}
-			_ = workflow.Sleep(ctx, min(f.Wait, s.retry.MaxWait))
+			s.waitDeferred(ctx, models.Deferral{Wait: models.Duration(f.Wait), Held: f.Held, Paused: f.Paused,
+				Tier: f.Tier, Reason: f.Message})
 		case activities.ErrThrottled:
 			s.counts.Deferred++
 			deferrals++
@@ -302,14 +313,16 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 				// A 429 or 503 without a usable Retry-After: back off as for a 5xx.
 				wait = Backoff(s.retry, key, deferrals)
 			}
-			_ = workflow.Sleep(ctx, min(wait, s.retry.MaxWait))
+			wait = min(wait, s.retry.MaxWait)
+			sleep(ctx, wait, throttleSummary(channel, f, wait))
 		case activities.ErrTransient:
 			transient++
 			if transient >= s.retry.Attempts {
 				s.deadLetter(ctx, i, nil, models.ReasonRetryExhausted, f.Status, f.Message)
 				return nil, true
 			}
-			_ = workflow.Sleep(ctx, Backoff(s.retry, key, transient))
+			wait := Backoff(s.retry, key, transient)
+			sleep(ctx, wait, transientSummary(channel, f, wait, transient+1, s.retry.Attempts))
 		case activities.ErrAuthExpired:
 			if in.RefreshCredential {
 				s.deadLetter(ctx, i, nil, models.ReasonAuth, f.Status, "credential refused after refresh")
@@ -330,7 +343,8 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 				s.deadLetter(ctx, i, nil, models.ReasonQuotaExhausted, f.Status, f.Message)
 				return nil, true
 			}
-			_ = workflow.Sleep(ctx, max(f.Wait, time.Minute))
+			wait := max(f.Wait, time.Minute)
+			sleep(ctx, wait, fmt.Sprintf("quota of %s spent: wait %s for the reset", channel, readable(wait)))
 		default:
 			s.deadLetter(ctx, i, nil, models.ReasonRejected, f.Status, f.Message)
 			return nil, true
@@ -342,7 +356,58 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 // early: the push then starts before the slot and waits the rest in process, so the
 // lateness of timers and task dispatch does not make the request late for its slot.
 func (s *channelSync) sleepToSlot(ctx workflow.Context, wait time.Duration) {
-	_ = workflow.Sleep(ctx, max(time.Millisecond, wait-s.shortWait()/2))
+	at := workflow.Now(ctx).Add(wait).UTC()
+	sleep(ctx, max(time.Millisecond, wait-s.shortWait()/2), "wait for slot "+at.Format("15:04:05")+" UTC")
+}
+
+// waitDeferred waits out a push the limiter did not let go: a pause until a
+// resume (or the poll), a held slot until it is due, a back-off or an open breaker
+// for its wait.
+func (s *channelSync) waitDeferred(ctx workflow.Context, d models.Deferral) {
+	wait := time.Duration(d.Wait)
+	switch {
+	case d.Paused != "":
+		s.waitPause(ctx, wait, d.Paused)
+	case d.Held:
+		s.sleepToSlot(ctx, min(wait, s.retry.MaxWait))
+	default:
+		wait = min(wait, s.retry.MaxWait)
+		sleep(ctx, wait, deferralSummary(s.in.Chunk.Channel, d, wait))
+	}
+}
+
+// throttleSummary is the UI summary of the wait after channel answered 429 or 503:
+// its Retry-After, or our back-off when it gave none.
+func throttleSummary(channel string, f activities.Failure, wait time.Duration) string {
+	if f.ServerWait {
+		return fmt.Sprintf("Retry-After %s from %s", readable(wait), channel)
+	}
+	return fmt.Sprintf("back-off %s after %s from %s", readable(wait), statusText(f.Status), channel)
+}
+
+// transientSummary is the UI summary of the wait before attempt of attempts after a
+// 5xx or no answer.
+func transientSummary(channel string, f activities.Failure, wait time.Duration, attempt, attempts int) string {
+	return fmt.Sprintf("retry %d/%d in %s after %s from %s", attempt, attempts, readable(wait), statusText(f.Status), channel)
+}
+
+// deferralSummary is the UI summary of the timer that waits out deferral d of a
+// push to channel: a back-off the limiter holds after a 429 elsewhere, or the
+// named reason ("circuit breaker open").
+func deferralSummary(channel string, d models.Deferral, wait time.Duration) string {
+	if d.Reason != "" {
+		return fmt.Sprintf("%s on %s: ask again in %s", d.Reason, channel, readable(wait))
+	}
+	return fmt.Sprintf("%s backing off: ask again in %s", channel, readable(wait))
+}
+
+// pushSummary is the UI summary of a push of request i: what it carries once an
+// activity read it, else where it is stored.
+func (s *channelSync) pushSummary(about string, i int) string {
+	if about != "" {
+		return about
+	}
+	return fmt.Sprintf("push request %d of %d to %s", i+1, s.in.Chunk.Requests, s.in.Chunk.Channel)
 }
 
 // MaxQuotaWaits is how many quota resets a request waits for before it is parked.
@@ -355,20 +420,22 @@ func (s *channelSync) shortWait() time.Duration { return activities.DefaultShort
 // waitPause waits out a limiter pause that no signal announced: until a resume signal
 // or poll, whichever comes first. One lane polls; the others wait for it, so a pause
 // of hours costs a few events, not one per lane every few seconds.
-func (s *channelSync) waitPause(ctx workflow.Context, poll time.Duration) {
+func (s *channelSync) waitPause(ctx workflow.Context, poll time.Duration, reason string) {
 	if s.polling {
 		_ = workflow.Await(ctx, func() bool { return !s.polling })
 		return
 	}
 	s.polling = true
 	seen := s.resumes
-	_, _ = workflow.AwaitWithTimeout(ctx, poll, func() bool { return s.resumes > seen })
+	_, _ = workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: poll,
+		TimerOptions: workflow.TimerOptions{Summary: "paused: " + reason}}, func() bool { return s.resumes > seen })
 	s.polling = false
 }
 
 // deadLetter parks request i (or some of its lines) and counts the parked updates.
 func (s *channelSync) deadLetter(ctx workflow.Context, i int, lines []int, reason string, status int, msg string) {
-	dctx := withActivity(ctx, 30*time.Second, s.in.Chunk.Priority)
+	dctx := withSummary(withActivity(ctx, 30*time.Second, s.in.Chunk.Priority),
+		fmt.Sprintf("dead-letter request %d of %s: %s", i+1, s.in.Chunk.Channel, reason))
 	var res models.DeadLetterResult
 	err := workflow.ExecuteActivity(dctx, acts.RecordDeadLetter, models.DeadLetterInput{
 		BatchID: s.in.BatchID, ChunkKey: s.in.Chunk.Key, Index: i, Lines: lines,

@@ -4,6 +4,7 @@
 package workflows
 
 import (
+	"fmt"
 	"hash/fnv"
 	"time"
 
@@ -100,4 +101,39 @@ func Backoff(p models.RetryPolicy, key string, attempt int) time.Duration {
 	h.Write([]byte{byte(attempt), byte(attempt >> 8)})
 	// Never zero: a zero timer would retry a failing channel in a tight loop.
 	return time.Duration(h.Sum64()%uint64(ceiling)) + time.Millisecond
+}
+
+// withSummary sets the summary the Temporal UI shows for the activities started
+// with the returned context.
+func withSummary(ctx workflow.Context, summary string) workflow.Context {
+	o := workflow.GetActivityOptions(ctx)
+	o.Summary = summary
+	return workflow.WithActivityOptions(ctx, o)
+}
+
+// sleep is workflow.Sleep with a summary the UI shows for the timer, saying why it
+// waits ("Retry-After 20s from expedia").
+func sleep(ctx workflow.Context, d time.Duration, summary string) {
+	if d <= 0 {
+		return
+	}
+	_ = workflow.NewTimerWithOptions(ctx, d, workflow.TimerOptions{Summary: summary}).Get(ctx, nil)
+}
+
+// readable is a wait as the UI summaries print it: to the millisecond under a
+// minute, to the second above.
+func readable(d time.Duration) string {
+	if d < time.Minute {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// statusText names the answer a wait follows: "429", or "no answer" (a timeout,
+// a lost connection) when there was no status.
+func statusText(status int) string {
+	if status == 0 {
+		return "no answer"
+	}
+	return fmt.Sprint(status)
 }

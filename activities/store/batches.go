@@ -231,7 +231,10 @@ DELETE FROM batch_requests WHERE batch = (SELECT id FROM batches WHERE batch_id 
 DELETE FROM batch_parts WHERE batch = (SELECT id FROM batches WHERE batch_id = $1)`, batchID); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `UPDATE batches SET payload = NULL WHERE batch_id = $1 AND payload IS NOT NULL`, batchID)
+		// released_at takes the batch out of the parity lag's open batches, inline
+		// batches (no payload) too.
+		_, err := tx.Exec(ctx, `UPDATE batches SET payload = NULL, released_at = coalesce(released_at, $2)
+WHERE batch_id = $1 AND (payload IS NOT NULL OR released_at IS NULL)`, batchID, s.now())
 		return err
 	})
 	if err != nil {

@@ -402,9 +402,9 @@ type Ack struct {
 // version is superseded and leaves the acknowledged state alone; every other ref is
 // committed. Calling it again for the same request (a retried activity) records
 // nothing new and returns the same counts, read back from the stored outcomes. The
-// counts include ack.Superseded. With the room rates, batch and channel cached
-// (every push after a worker's first), it is one transaction of at most four
-// statements, each by key.
+// counts include ack.Superseded. The updates it commits count into the parity lag
+// (recordLag). With the room rates, batch and channel cached (every push after a
+// worker's first), it is one transaction of at most six statements, each by key.
 func (s *Store) RecordAcknowledged(ctx context.Context, ack Ack) (committed, superseded int, err error) {
 	r := ack.Request
 	rows := requestRows(r, ack.FailedLines)
@@ -496,6 +496,11 @@ RETURNING room_rate, night`, append(a.args(), conf)...)
 		inserted, err := insertOutcomes(ctx, tx, batch, outs)
 		if err != nil {
 			return err
+		}
+		if n := inserted[models.OutcomeCommitted]; n > 0 {
+			if err := recordLag(ctx, tx, s.now(), batch, ch, r.PropertyID, n); err != nil {
+				return err
+			}
 		}
 		counts, err := storedCounts(ctx, tx, batch, outs, inserted)
 		committed, superseded = counts[models.OutcomeCommitted], counts[models.OutcomeSuperseded]

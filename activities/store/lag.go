@@ -1,0 +1,155 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ParityLag is how far a channel (or one property on it) is behind the desired
+// state, as the system of record holds it.
+type ParityLag struct {
+	Channel string `json:"channel"`
+	// Property is set when the lag was asked for one property.
+	Property string `json:"property_id,omitempty"`
+	// Oldest is the age of the oldest desired change not acknowledged yet: how long
+	// ago the oldest open batch with updates of the channel still without an outcome
+	// was accepted; 0 when nothing is owed. Per channel only (Property empty).
+	Oldest time.Duration `json:"-"`
+	// Pending counts those updates still without an outcome.
+	Pending int `json:"pending_updates"`
+	// Acked counts the updates the channel acknowledged in the window; P50 and P99
+	// are the quantiles of their time from the batch's acceptance to the channel's
+	// acknowledgement (0 when Acked is 0), at most 19 % above the true value.
+	Acked int           `json:"acked_updates"`
+	P50   time.Duration `json:"-"`
+	P99   time.Duration `json:"-"`
+}
+
+// lagBucket is the ack_lag bucket of latency d: up to 2^(b/4) ms.
+func lagBucket(d time.Duration) int16 {
+	ms := float64(d) / float64(time.Millisecond)
+	if ms <= 1 {
+		return 0
+	}
+	return int16(math.Min(math.Ceil(4*math.Log2(ms)), math.MaxInt16))
+}
+
+// lagOfBucket is the upper bound of bucket b.
+func lagOfBucket(b int16) time.Duration {
+	return time.Duration(math.Pow(2, float64(b)/4) * float64(time.Millisecond)).Round(time.Millisecond)
+}
+
+// recordLag adds n updates of property on channel ch, acknowledged now, to the
+// ack_lag rows of the channel and of the property: their latency is the time since
+// their batch was accepted. Two rows by key, the channel's first, so concurrent
+// pushes lock them in one order. RecordAcknowledged calls it in its transaction
+// with the updates it committed for the first time, so a retry adds nothing.
+func recordLag(ctx context.Context, tx pgx.Tx, now time.Time, batch int64, ch int16, property string, n int) error {
+	var created time.Time
+	if err := tx.QueryRow(ctx, `SELECT created_at FROM batches WHERE id = $1`, batch).Scan(&created); err != nil {
+		return fmt.Errorf("parity lag: %w", err)
+	}
+	minute := now.UTC().Truncate(time.Minute)
+	b := lagBucket(now.Sub(created))
+	if _, err := tx.Exec(ctx, `
+INSERT INTO ack_lag AS l (property, channel, minute, bucket, n)
+VALUES ('', $1, $3, $4, $5), ($2, $1, $3, $4, $5)
+ON CONFLICT (property, channel, minute, bucket) DO UPDATE SET n = l.n + excluded.n`,
+		ch, property, minute, b, n); err != nil {
+		return fmt.Errorf("parity lag: %w", err)
+	}
+	return nil
+}
+
+// lagKeep is how long ack_lag rows are kept: the longest window read, twice.
+const lagKeep = 2 * time.Hour
+
+// ParityLag reads the parity lag of every channel that has some (updates owed, or
+// acknowledged within window), sorted by channel; with property set, of that
+// property on every channel it was acknowledged on (Oldest and Pending are then
+// 0: the store keeps what is owed per batch and channel, not per property). It
+// also drops ack_lag rows older than two hours. Its statements read the open
+// batches (batches_open) with their expected and recorded counts, and the ack_lag
+// rows of the window: O(open batches × channels + minutes × buckets), whatever
+// the history kept.
+func (s *Store) ParityLag(ctx context.Context, window time.Duration, property string) ([]ParityLag, error) {
+	now := s.now()
+	by := map[string]*ParityLag{}
+	get := func(slug string) *ParityLag {
+		l := by[slug]
+		if l == nil {
+			l = &ParityLag{Channel: slug, Property: property}
+			by[slug] = l
+		}
+		return l
+	}
+	if property == "" {
+		rows, _ := s.pool.Query(ctx, `
+SELECT ch.slug, min(b.created_at), sum(e.updates - d.n)::integer
+FROM batches b
+JOIN batch_expected e ON e.batch = b.id
+JOIN channels ch ON ch.id = e.channel
+CROSS JOIN LATERAL (SELECT coalesce(sum(c.n), 0) AS n FROM outcome_counts c
+	WHERE c.batch = b.id AND c.channel = e.channel) d
+WHERE b.released_at IS NULL AND b.planned_updates IS NOT NULL AND e.updates > d.n
+GROUP BY 1`)
+		var slug string
+		var oldest time.Time
+		var pending int
+		if _, err := pgx.ForEachRow(rows, []any{&slug, &oldest, &pending}, func() error {
+			l := get(slug)
+			l.Oldest, l.Pending = max(now.Sub(oldest), 0), pending
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("parity lag: %w", err)
+		}
+	}
+	rows, _ := s.pool.Query(ctx, `
+SELECT ch.slug, l.bucket, sum(l.n)::integer
+FROM ack_lag l JOIN channels ch ON ch.id = l.channel
+WHERE l.property = $1 AND l.minute >= $2
+GROUP BY 1, 2`, property, now.Add(-window).UTC().Truncate(time.Minute))
+	hist := map[string][][2]int{}
+	var slug string
+	var bucket int16
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&slug, &bucket, &n}, func() error {
+		hist[slug] = append(hist[slug], [2]int{int(bucket), n})
+		get(slug).Acked += n
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("parity lag: %w", err)
+	}
+	for slug, h := range hist {
+		l := by[slug]
+		l.P50, l.P99 = lagQuantile(h, l.Acked, 0.5), lagQuantile(h, l.Acked, 0.99)
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM ack_lag WHERE minute < $1`, now.Add(-lagKeep)); err != nil {
+		return nil, fmt.Errorf("parity lag: prune: %w", err)
+	}
+	out := make([]ParityLag, 0, len(by))
+	for _, l := range by {
+		out = append(out, *l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Channel < out[j].Channel })
+	return out, nil
+}
+
+// lagQuantile is the q quantile of histogram h (bucket, count) of total counts:
+// the upper bound of the bucket that holds it.
+func lagQuantile(h [][2]int, total int, q float64) time.Duration {
+	sort.Slice(h, func(i, j int) bool { return h[i][0] < h[j][0] })
+	rank := int(math.Ceil(q * float64(total)))
+	seen := 0
+	for _, b := range h {
+		if seen += b[1]; seen >= rank {
+			return lagOfBucket(int16(b[0]))
+		}
+	}
+	return 0
+}
