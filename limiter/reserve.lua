@@ -296,6 +296,13 @@ if op == 'reserve' then
       redis.call('ZREM', sched, id)
       redis.call('ZADD', sched, e.s, id .. '@' .. e.s)
       e = nil
+    elseif e.s <= paused_until then
+      -- A slot that came due during a back-off was never used: it is given back,
+      -- and its holder queues behind the back-off's end with every other waiter,
+      -- at the restarted pace, rather than leave with them within the margin.
+      index_rem(id, e)
+      redis.call('ZREM', sched, id)
+      e = nil
     end
   end
 
@@ -547,7 +554,8 @@ if op == 'adapt' then
       -- Nothing left that we did not use ourselves: wait for the reset, channel-wide.
       local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
       if now + reset > cur then
-        redis.call('SET', KEYS[2], string.format('%.3f', now + reset), 'PX', reset)
+        -- Kept a window longer, as a back-off's end: the waiters leave at the pace.
+        redis.call('SET', KEYS[2], string.format('%.3f', now + reset), 'PX', reset + window)
       end
     elseif remaining < expected - 1 then
       foreign = math.max(foreign, expected - remaining)
