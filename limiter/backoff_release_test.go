@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -137,5 +138,59 @@ func TestWaitersReleasedByABackoffLeaveAtTheChannelsPace(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A per-property back-off is visible to operators and to admission: Status counts
+// the scopes backed off and lists those that end last, BackoffsOf tells each given
+// scope what is left of the back-off holding it (its own, or the channel's), and
+// both forget a back-off once it ended.
+func TestScopeBackoffsAreListedAndAsked(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testRedis(t)
+	ch := testChannel("seen429", 60, 6, 1000)
+	ch.Scope = models.ScopeProperty
+	ch.Protocol = models.ProtocolChannex // rates and restrictions share one endpoint's window
+	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
+	if err := l.BackoffScope(ctx, "seen429", "prop_00000001", models.FamilyRates, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.BackoffScope(ctx, "seen429", "prop_00000002", models.FamilyAvailability, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.Status(ctx, "seen429")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.BackedOff != 2 || len(st.Backoffs) != 2 || st.PausedFor != 0 {
+		t.Fatalf("status %+v, want two scopes backed off and no channel back-off", st)
+	}
+	if b := st.Backoffs[0]; b.Property != "prop_00000002" || b.Window != models.ChannexEndpoint(models.FamilyAvailability) ||
+		b.For < 4900*time.Millisecond {
+		t.Fatalf("the back-off that ends last: %+v, want prop_00000002's availability for 5 s", b)
+	}
+	scopes := []Scope{{"prop_00000001", models.FamilyRates}, {"prop_00000001", models.FamilyRestrictions},
+		{"prop_00000001", models.FamilyAvailability}, {"prop_00000002", models.FamilyAvailability}}
+	left, err := l.BackoffsOf(ctx, "seen429", scopes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Restrictions share the rates' endpoint, so the 429 on rates holds them too.
+	if left[0] <= 0 || left[0] > 300*time.Millisecond || left[1] != left[0] || left[2] != 0 || left[3] < 4900*time.Millisecond {
+		t.Fatalf("backoffs of %v: %v", scopes, left)
+	}
+	if _, err := l.BackoffsOf(ctx, "seen429", []Scope{{"", models.FamilyRates}}); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("a scope without a property on a per-property channel: %v", err)
+	}
+	time.Sleep(320 * time.Millisecond)
+	if st, err = l.Status(ctx, "seen429"); err != nil || st.BackedOff != 1 || len(st.Backoffs) != 1 {
+		t.Fatalf("after the first ended: %+v, %v; want one scope backed off", st, err)
+	}
+	// A channel-wide back-off holds every scope.
+	if err := l.Backoff(ctx, "seen429", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if left, err = l.BackoffsOf(ctx, "seen429", scopes); err != nil || left[2] < 1900*time.Millisecond || left[3] < 4*time.Second {
+		t.Fatalf("with the channel backed off: %v, %v", left, err)
 	}
 }

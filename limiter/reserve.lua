@@ -15,16 +15,20 @@
 -- release  KEYS: lease                                ARGV: op, id
 -- outcome  KEYS: breaker                              ARGV: op, ok (1|0), failures, cooldown ms
 --          -> {state, changed (1|0)}
--- backoff  KEYS: paused_until (channel or scope), or quota_stop of a family
---                                                     ARGV: op, wait ms, window + margin ms
+-- backoff  KEYS: paused_until (channel or scope), or quota_stop of a family; for a scope
+--                also the channel's back-off index  ARGV: op, wait ms, window + margin ms,
+--                                                           the scope (with the index)
 -- adapt    KEYS: adaptive, paused_until, sched        ARGV: op, rate/min, limit, remaining, reset ms,
 --                                                           window ms
 -- pause    KEYS: pause                                ARGV: op, reason, ttl ms
 -- resume   KEYS: pause, paused_until                  ARGV: op
--- status   KEYS: pause, paused_until, daily, adaptive, sched, tat, breaker, then quota_stop of
---                each family
---          ARGV: op, daily quota, rate/min, margin ms, window ms
---          -> {..., then per family the ms its quota stop has left}
+-- status   KEYS: pause, paused_until, daily, adaptive, sched, tat, breaker, back-off index,
+--                then quota_stop of each family
+--          ARGV: op, daily quota, rate/min, margin ms, window ms, scopes to list
+--          -> {..., scopes backed off, then per family the ms its quota stop has left,
+--              then (scope, ms left) of the scopes' back-offs that end last}
+-- backoffs_of KEYS: paused_until, back-off index     ARGV: op, then scopes
+--          -> per scope the ms left of the back-off that holds it
 -- gate_load   KEYS: gate                             ARGV: op, gate ttl ms, then field, version pairs
 -- gate_mark   KEYS: gate_epoch, tat...               ARGV: op, epoch, epoch ttl ms, rate/min, burst, margin ms,
 --                                                       window ms
@@ -532,6 +536,15 @@ if op == 'backoff' then
     -- The end is kept a window longer: reserve restarts the pace from it without a
     -- burst, so whoever waited leaves one interval apart, not together.
     redis.call('SET', KEYS[1], string.format('%.3f', now + wait), 'PX', wait + tonumber(ARGV[3]))
+    if KEYS[2] then
+      -- A scope's back-off is also listed in the channel's index of them (scope by
+      -- end), for Status and backoffs_of; ended ones leave it here, each once.
+      redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%.3f', now))
+      redis.call('ZADD', KEYS[2], string.format('%.3f', now + wait), ARGV[4])
+      if redis.call('PTTL', KEYS[2]) < wait + tonumber(ARGV[3]) then
+        redis.call('PEXPIRE', KEYS[2], wait + tonumber(ARGV[3]))
+      end
+    end
     return wait
   end
   return math.ceil(cur - now)
@@ -605,10 +618,31 @@ if op == 'status' then
     open_for = math.max(0, math.ceil(tonumber(brk[2]) - now))
     if open_for == 0 then bst = 'half' end
   end
+  local live = '(' .. string.format('%.3f', now)
   local out = {reason, paused_for, used, math.ceil(midnight - now), foreign, foreign_for, r, in_window, ahead, next_in,
-    bst, open_for, tonumber(brk[3] or '0')}
-  for i = 8, #KEYS do
+    bst, open_for, tonumber(brk[3] or '0'), redis.call('ZCOUNT', KEYS[8], live, '+inf')}
+  for i = 9, #KEYS do
     out[#out + 1] = math.max(0, math.ceil(tonumber(redis.call('GET', KEYS[i]) or '0') - now))
+  end
+  -- The scopes' back-offs that end last, at most ARGV[6] of them: O(log n + listed).
+  local listed = redis.call('ZREVRANGEBYSCORE', KEYS[8], '+inf', live, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[6]))
+  for i = 1, #listed, 2 do
+    out[#out + 1] = listed[i]
+    out[#out + 1] = math.ceil(tonumber(listed[i + 1]) - now)
+  end
+  return out
+end
+
+-- What is left of the back-off holding each of the given scopes: the channel's or
+-- the scope's own, whichever ends later. One ZMSCORE: O(k log n) for k scopes.
+if op == 'backoffs_of' then
+  local channel_until = tonumber(redis.call('GET', KEYS[1]) or '0')
+  local ends = {}
+  if #ARGV > 1 then ends = redis.call('ZMSCORE', KEYS[2], unpack(ARGV, 2)) end
+  local out = {}
+  for i = 2, #ARGV do
+    local e = math.max(channel_until, tonumber(ends[i - 1] or '0') or 0)
+    out[#out + 1] = math.max(0, math.ceil(e - now))
   end
   return out
 end
