@@ -397,7 +397,9 @@ func parseDecision(res []any) (Decision, error) {
 // Release ends the lease a Send took on r's nights: call it once the channel's answer
 // is known (it applied the request or refused it), so the next request touching them
 // may go. A request whose answer never came must not be released: the channel may
-// still apply it, and its lease (Options.Lease) outlasts that.
+// still apply it, and its lease (Options.Lease) outlasts that. The answer to a
+// re-send settles the re-send only: an earlier attempt of r that went unanswered
+// keeps the nights until its own lease ends.
 func (l *Limiter) Release(ctx context.Context, r Request) error {
 	ck, err := l.channel(r.Channel)
 	if err != nil {

@@ -480,7 +480,21 @@ if op == 'reserve' then
       redis.call('HSET', KEYS[8], unpack(sets, i, math.min(#sets, i + 1999)))
     end
     redis.call('PEXPIRE', KEYS[8], gate_ttl)
-    redis.call('HSET', KEYS[9], id, cjson.encode({e = now + lease_ms, l = kept}))
+    local lease = {e = now + lease_ms, l = kept}
+    -- A re-send while this id's earlier attempt is still leased (its answer never
+    -- came: the channel may still apply it) keeps that attempt's nights and end
+    -- (u), so settling the re-send does not free them early (release).
+    local prev = redis.call('HGET', KEYS[9], id)
+    if prev then prev = cjson.decode(prev) end
+    if prev and prev.e > now then
+      lease.u = math.max(prev.e, prev.u or 0)
+      local seen = {}
+      for _, x in ipairs(kept) do seen[x[1] .. '|' .. x[2] .. '|' .. x[3]] = true end
+      for _, x in ipairs(prev.l) do
+        if not seen[x[1] .. '|' .. x[2] .. '|' .. x[3]] then kept[#kept + 1] = x end
+      end
+    end
+    redis.call('HSET', KEYS[9], id, cjson.encode(lease))
     redis.call('PEXPIRE', KEYS[9], lease_ms + w)
   end
 
@@ -501,6 +515,17 @@ if op == 'reserve' then
 end
 
 if op == 'release' then
+  -- An earlier attempt of the request that went unanswered keeps the nights until
+  -- its own lease ends (u, see the lease above); otherwise they are free now.
+  local raw = redis.call('HGET', KEYS[1], ARGV[2])
+  if raw then
+    local lv = cjson.decode(raw)
+    if lv.u and lv.u > now then
+      lv.e, lv.u = lv.u, nil
+      redis.call('HSET', KEYS[1], ARGV[2], cjson.encode(lv))
+      return 0
+    end
+  end
   return redis.call('HDEL', KEYS[1], ARGV[2])
 end
 
