@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -178,6 +179,16 @@ func TestScopeBackoffsAreListedAndAsked(t *testing.T) {
 	// Restrictions share the rates' endpoint, so the 429 on rates holds them too.
 	if left[0] <= 0 || left[0] > 300*time.Millisecond || left[1] != left[0] || left[2] != 0 || left[3] < 4900*time.Millisecond {
 		t.Fatalf("backoffs of %v: %v", scopes, left)
+	}
+	// A post's worth of scopes, more than one script step takes, each asked once.
+	var many []Scope
+	for p := range 2500 {
+		many = append(many, Scope{fmt.Sprintf("prop_%08d", p), models.FamilyAvailability},
+			Scope{fmt.Sprintf("prop_%08d", p), models.FamilyAvailability})
+	}
+	if left, err := l.BackoffsOf(ctx, "seen429", many); err != nil || len(left) != len(many) ||
+		left[4] < 4900*time.Millisecond || left[5] != left[4] || left[2] != 0 || left[len(left)-1] != 0 {
+		t.Fatalf("backoffs of 5000 scopes: %d answers, %v", len(left), err)
 	}
 	if _, err := l.BackoffsOf(ctx, "seen429", []Scope{{"", models.FamilyRates}}); !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("a scope without a property on a per-property channel: %v", err)

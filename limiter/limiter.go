@@ -492,24 +492,33 @@ func (l *Limiter) BackoffsOf(ctx context.Context, channel string, scopes []Scope
 	if len(scopes) == 0 {
 		return nil, nil
 	}
-	args := make([]any, 0, 1+len(scopes))
-	args = append(args, "backoffs_of")
-	for _, sc := range scopes {
+	// Each distinct window is asked once: a post's changes share few.
+	args := []any{"backoffs_of"}
+	at := make(map[string]int, len(scopes))
+	of := make([]int, len(scopes))
+	for i, sc := range scopes {
 		if ck.cfg.Scope == models.ScopeProperty && sc.Property == "" {
 			return nil, fmt.Errorf("backoffs %s: no property on a per-property channel: %w", channel, ErrInvalidRequest)
 		}
-		args = append(args, ck.scope(sc.Property, sc.Family))
+		key := ck.scope(sc.Property, sc.Family)
+		n, ok := at[key]
+		if !ok {
+			n = len(at)
+			at[key] = n
+			args = append(args, key)
+		}
+		of[i] = n
 	}
 	res, err := script.Run(ctx, l.rdb, []string{ck.pausedUntil, ck.backoffs}, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("backoffs %s: %w", channel, err)
 	}
-	if len(res) != len(scopes) {
+	if len(res) != len(at) {
 		return nil, fmt.Errorf("backoffs %s: script reply has %d fields", channel, len(res))
 	}
-	out := make([]time.Duration, len(res))
-	for i, v := range res {
-		out[i] = msField(v)
+	out := make([]time.Duration, len(scopes))
+	for i := range scopes {
+		out[i] = msField(res[of[i]])
 	}
 	return out, nil
 }

@@ -662,12 +662,14 @@ end
 -- the scope's own, whichever ends later. One ZMSCORE: O(k log n) for k scopes.
 if op == 'backoffs_of' then
   local channel_until = tonumber(redis.call('GET', KEYS[1]) or '0')
-  local ends = {}
-  if #ARGV > 1 then ends = redis.call('ZMSCORE', KEYS[2], unpack(ARGV, 2)) end
   local out = {}
-  for i = 2, #ARGV do
-    local e = math.max(channel_until, tonumber(ends[i - 1] or '0') or 0)
-    out[#out + 1] = math.max(0, math.ceil(e - now))
+  -- In steps of 1000 scopes: unpack is bounded by Lua's stack.
+  for i = 2, #ARGV, 1000 do
+    local ends = redis.call('ZMSCORE', KEYS[2], unpack(ARGV, i, math.min(#ARGV, i + 999)))
+    for j = 1, #ends do
+      local e = math.max(channel_until, tonumber(ends[j] or '0') or 0)
+      out[#out + 1] = math.max(0, math.ceil(e - now))
+    end
   end
   return out
 end
