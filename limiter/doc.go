@@ -96,5 +96,6 @@
 // burst, scope, window) with the one the first worker recorded and names every
 // field that differs. A different key prefix puts a worker's keys elsewhere, which
 // Redis alone cannot see: the prefix must be the same on every worker of a task
-// queue.
+// queue, and the worker refuses to start on a task queue polled under another one
+// (worker/prefix.go).
 package limiter
