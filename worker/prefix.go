@@ -30,7 +30,7 @@ func workerIdentity(prefix string) string {
 
 // prefixOf is the key prefix an identity names; false for an identity without one.
 func prefixOf(identity string) (string, bool) {
-	i := strings.LastIndex(identity, prefixMark)
+	i := strings.Index(identity, prefixMark)
 	if i < 0 {
 		return "", false
 	}
