@@ -143,7 +143,7 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 				if b.property != "" {
 					what = fmt.Sprintf("%s's %s of %s", ch, b.window, b.property)
 				}
-				refuse(i, b.wait, "channel", ruleBackoff, fmt.Sprintf("%s backed off for %s after a 429",
+				refuse(i, b.wait, "channel", ruleBackoff, fmt.Sprintf("%s backed off for %s: the channel asked to be called later",
 					what, b.wait.Round(time.Millisecond)))
 				continue
 			}
