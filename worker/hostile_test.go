@@ -325,7 +325,10 @@ func hostileGarbage(t *testing.T, table *hostileTable) {
 // date; a 429 storm starts while a batch is under way.
 func hostileClock(t *testing.T, table *hostileTable) {
 	const offset = -5 * time.Second
-	limits := map[string]stackChannel{"expedia": {PerMinute: 24, Burst: 1, MaxLines: 1}}
+	// A burst of 4: without the pace restarting at the back-off's end, the
+	// requests that waited for it would leave together.
+	limits := map[string]stackChannel{"expedia": {PerMinute: 24, Burst: 4, MaxLines: 1}}
+	interval := (testWindow + 500*time.Millisecond) / 24
 	s, x := hostileStack(t, limits, nil, func(c *sim.Config) {
 		c.ClockOffset, c.RetryAfter = offset, sim.RetryAfterDate
 	})
@@ -350,11 +353,17 @@ func hostileClock(t *testing.T, table *hostileTable) {
 	}
 	var anns []announce
 	var early, inFlight, throttled, pushes int
+	var after []time.Time // pushes after the last throttled answer
 	for _, e := range x.all() {
-		if !strings.HasSuffix(e.path, "/ari") || e.req == nil || len(e.req) == 0 {
+		if !strings.HasSuffix(e.path, "/ari") || len(e.req) == 0 {
 			continue
 		}
 		pushes++
+		if throttled > 0 && e.status != http.StatusTooManyRequests {
+			after = append(after, e.start)
+		} else {
+			after = nil
+		}
 		var latest, knownLatest time.Time
 		for _, a := range anns {
 			if a.until.After(latest) {
@@ -378,13 +387,24 @@ func hostileClock(t *testing.T, table *hostileTable) {
 		}
 	}
 	simEarly := s.sim.Stats()["expedia"].EarlyArrivals
+	sort.Slice(after, func(i, j int) bool { return after[i].Before(after[j]) })
+	first := after[:min(4, len(after))]
+	var gaps []time.Duration
+	for i := 1; i < len(first); i++ {
+		gaps = append(gaps, first[i].Sub(first[i-1]).Round(time.Millisecond))
+	}
 	table.add(t, "clock 5 s behind, date Retry-After",
 		fmt.Sprintf("%d early calls beyond %d in flight (channel counts %d early); %d pushes, %d throttled",
 			early-inFlight, inFlight, simEarly, pushes, throttled), "0 beyond the in-flight ones")
+	table.add(t, "waiters after the back-off",
+		fmt.Sprintf("the first %d calls after it %v apart (interval %s, burst 4)", len(first), gaps,
+			interval.Round(time.Millisecond)), "at the pace, not together")
 	require.Positive(t, throttled, "the storm throttled the batch")
 	require.Equal(t, res.Totals().Committed, len(ms), "every change committed after the storm")
 	require.Zero(t, early-inFlight, "calls before the announced time that the worker knew of")
 	require.LessOrEqual(t, simEarly, inFlight, "the channel's own count of early calls")
+	require.Len(t, first, 4, "calls after the storm")
+	require.GreaterOrEqual(t, first[3].Sub(first[0]), interval, "the waiters left together: %v", gaps)
 }
 
 // hostileLateApply: the channel applies the first push of a cell 15 s after
