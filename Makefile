@@ -8,7 +8,7 @@ TEMPORAL_SERVER_VERSION := v1.29.1
 WORKFLOWCHECK_VERSION := v0.6.0
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build demo up down test test-unit test-prod record-histories vet fmt-check workflowcheck xmllint promtool bench bench-e2e bench-intake clean
+.PHONY: all build demo up down test test-unit test-prod test-hostile record-histories vet fmt-check workflowcheck xmllint promtool bench bench-e2e bench-intake clean
 
 all: build
 
@@ -94,6 +94,11 @@ test-unit: xmllint
 # Re-records the histories the replay test (workflows/replay_test.go) replays, from
 # the worker's end-to-end runs on a dev server, then replays them; run it after a
 # deliberate change to a workflow and commit workflows/testdata.
+# The hostile-channel scenarios in one run (garbage 200s, a skewed clock with dated
+# Retry-After, late applies, workers that disagree), with a figure for each.
+test-hostile: $(BIN)/temporal xmllint
+	scripts/with-db.sh hostile env PARITYSYNC_TEST_REQUIRE=1 TEMPORAL_CLI=$(BIN)/temporal go test -race -count=1 -timeout 15m -run '^TestHostileChannel$$' -v ./worker
+
 record-histories: $(BIN)/temporal
 	scripts/with-db.sh record env PARITYSYNC_TEST_REQUIRE=1 PARITYSYNC_RECORD_HISTORY=1 TEMPORAL_CLI=$(BIN)/temporal \
 		go test -count=1 -parallel 8 -run '^(TestEndToEnd|TestBatchLifecycle|TestWorkflowPaths|TestChannelSyncContinuesAsNew)$$' ./worker

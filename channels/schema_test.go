@@ -8,22 +8,20 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/channels/opentraveltest"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
 )
 
 // The OpenTravel schemas in testdata/opentravel are OpenTravel's published XSDs (see
-// its README); xmllint (Debian's libxml2-utils, which make test installs) checks
-// bodies against them.
+// its README); opentraveltest.Validate checks bodies against them with xmllint.
 
 // otaExchange is one OpenTravel request and the simulator's answer to it.
 type otaExchange struct {
@@ -57,48 +55,6 @@ func (o *otaRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.got = append(o.got, otaExchange{message: msg, status: rec.Code, req: body, resp: rec.Body.Bytes()})
-}
-
-// xmllint validates docs against one schema of testdata/opentravel and reports each
-// document that fails with xmllint's words.
-func xmllint(t *testing.T, release, schema string, docs map[string][]byte) {
-	t.Helper()
-	bin, err := exec.LookPath("xmllint")
-	if err != nil {
-		t.Fatalf("xmllint not found (%v): install Debian's libxml2-utils (make test installs it)", err)
-	}
-	if len(docs) == 0 {
-		t.Fatalf("%s/%s: nothing to validate", release, schema)
-	}
-	dir := t.TempDir()
-	names := make([]string, 0, len(docs))
-	for name, doc := range docs {
-		path := filepath.Join(dir, name+".xml")
-		if err := os.WriteFile(path, doc, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, path)
-	}
-	sort.Strings(names)
-	xsd, err := filepath.Abs(filepath.Join("testdata", "opentravel", release, schema+".xsd"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(bin, append([]string{"--noout", "--nonet", "--schema", xsd}, names...)...).CombinedOutput()
-	if err != nil {
-		var failures []string
-		for _, line := range strings.Split(string(out), "\n") {
-			if !strings.HasSuffix(line, " validates") && line != "" {
-				failures = append(failures, line)
-			}
-		}
-		t.Errorf("%s %s: %d documents, xmllint: %v\n%s", release, schema, len(docs), err, strings.Join(failures, "\n"))
-		for name, doc := range docs {
-			if bytes.Contains(out, []byte(name+".xml fails")) {
-				t.Logf("%s: %s", name, doc)
-			}
-		}
-	}
 }
 
 // TestOpenTravelBodiesValidateAgainstTheSchemas pushes every family through the
@@ -227,10 +183,10 @@ func TestOpenTravelBodiesValidateAgainstTheSchemas(t *testing.T) {
 	}
 	for _, msg := range []string{models.OTARateAmountNotif, models.OTAAvailNotif, models.OTAInvCountNotif} {
 		for _, release := range []string{"ota2017b", "ota2003b"} {
-			xmllint(t, release, msg+"RQ", requestsBy[msg+"RQ"])
+			opentraveltest.Validate(t, release, msg+"RQ", requestsBy[msg+"RQ"])
 		}
-		xmllint(t, "ota2017b", msg+"RS", answersBy[msg+"RS"])
-		xmllint(t, "ota2003b", msg+"RS", answers2003[msg+"RS"])
+		opentraveltest.Validate(t, "ota2017b", msg+"RS", answersBy[msg+"RS"])
+		opentraveltest.Validate(t, "ota2003b", msg+"RS", answers2003[msg+"RS"])
 	}
 	// The golden request bodies, too.
 	for f, file := range map[string]string{models.OTARateAmountNotif: "opentravel_rates.xml",
@@ -240,7 +196,7 @@ func TestOpenTravelBodiesValidateAgainstTheSchemas(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, release := range []string{"ota2017b", "ota2003b"} {
-			xmllint(t, release, f+"RQ", map[string][]byte{strings.TrimSuffix(file, ".xml"): doc})
+			opentraveltest.Validate(t, release, f+"RQ", map[string][]byte{strings.TrimSuffix(file, ".xml"): doc})
 		}
 	}
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -163,4 +165,79 @@ func TestStoppedFamilyHoldsOnlyItsOwnChanges(t *testing.T) {
 	require.True(t, held, "a change carrying a stopped family")
 	_, held = stoppedFamily(limiter.Status{}, avail)
 	require.False(t, held, "nothing stopped")
+}
+
+// TestPropertyBackoffRefusesItsChanges backs off one property's availability on a
+// channel that limits per property, as a push's 429 does: a change of it is
+// refused (429 channel-backoff, Retry-After the back-off's end, naming property
+// and window; nothing reaches a smoother: the server has no Temporal client), and
+// GET /v1/quota lists the back-off. The same property's rates, and another
+// property's availability, are not held; a channel-wide back-off holds them all.
+func TestPropertyBackoffRefusesItsChanges(t *testing.T) {
+	c := loadContract(t)
+	rdb, prefix := testRedis(t)
+	keys, err := newKeyring(writeKeys(t), nil)
+	require.NoError(t, err)
+	chs, err := models.LoadChannels("", func(k string) string {
+		if k == "PARITYSYNC_CHANNEL_EXPEDIA_SCOPE" {
+			return "property"
+		}
+		return ""
+	})
+	require.NoError(t, err)
+	set := models.DefaultSettings()
+	set.KeyPrefix = prefix
+	srv, err := NewServer(Config{Settings: set, Channels: chs, MaxBatchBody: 8 << 20},
+		nil, rdb, nil, keys, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	ctx := context.Background()
+	const backoff = 30 * time.Second
+	require.NoError(t, srv.lim.BackoffScope(ctx, "expedia", "prop_0000abcd", models.FamilyAvailability, backoff))
+
+	resp := c.do(t, srv.Handler(), request(http.MethodPost, "/v1/changes", "["+mutationRow("b1", "expedia", 1)+"]"), true)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	p := decodeProblem(t, resp)
+	require.Equal(t, problemBase+probBackoff, p.Type)
+	require.InDelta(t, backoff.Seconds(), p.RetryAfter, 2, "retry after the property's back-off")
+	require.Len(t, p.Changes, 1)
+	ch := p.Changes[0]
+	require.Equal(t, changeRefused, ch.Status, "%+v", ch)
+	require.Equal(t, ruleBackoff, ch.Problems[0].Rule)
+	require.Contains(t, ch.Problems[0].Detail, "expedia's availability of prop_0000abcd backed off for ")
+
+	q := decodeJSON[struct {
+		Channels []struct {
+			BackedOff int `json:"backed_off_properties"`
+			Backoffs  []struct {
+				Property string `json:"property_id"`
+				Window   string `json:"window"`
+			} `json:"property_backoffs"`
+		} `json:"channels"`
+	}](t, c.do(t, srv.Handler(), request(http.MethodGet, "/v1/quota?channel=expedia", ""), true))
+	require.Len(t, q.Channels, 1)
+	require.Equal(t, 1, q.Channels[0].BackedOff)
+	require.Len(t, q.Channels[0].Backoffs, 1)
+	require.Equal(t, "prop_0000abcd", q.Channels[0].Backoffs[0].Property)
+	require.Equal(t, "availability", q.Channels[0].Backoffs[0].Window)
+
+	inv, amount := 3, decimal.RequireFromString("100.00")
+	ms := []models.Mutation{
+		{PropertyID: "prop_0000abcd", Inventory: &inv},
+		{PropertyID: "prop_0000abcd", Amount: &amount, Currency: "EUR"},
+		{PropertyID: "prop_0000beef", Inventory: &inv},
+	}
+	held, err := srv.backedOff(ctx, "expedia", 0, ms, []int{0, 1, 2})
+	require.NoError(t, err)
+	require.Greater(t, held[0].wait, backoff-2*time.Second)
+	require.Equal(t, "prop_0000abcd", held[0].property)
+	require.Zero(t, held[1].wait, "the property's rates are not backed off")
+	require.Zero(t, held[2].wait, "another property's availability is not backed off")
+
+	require.NoError(t, srv.lim.Backoff(ctx, "expedia", time.Minute))
+	held, err = srv.backedOff(ctx, "expedia", time.Minute, ms, []int{0, 1, 2})
+	require.NoError(t, err)
+	for i, h := range held {
+		require.Greater(t, h.wait, 50*time.Second, "change %d under the channel's back-off", i)
+		require.Empty(t, h.property, "change %d is held by the channel's back-off, not a property's", i)
+	}
 }

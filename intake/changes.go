@@ -111,8 +111,13 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 			s.internal(w, r, err)
 			return
 		}
+		held, err := s.backedOff(r.Context(), ch, st.PausedFor, decoded.Mutations, byChannel[ch])
+		if err != nil {
+			s.internal(w, r, err)
+			return
+		}
 		h := &handOff{ch: ch}
-		for _, i := range byChannel[ch] {
+		for k, i := range byChannel[ch] {
 			m := decoded.Mutations[i]
 			m.ApplyDefaults(nil)
 			// The quota tiers of the limiter: at the stop nothing goes until the reset;
@@ -128,6 +133,18 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 				refuse(i, stop.For, "channel", ruleQuota,
 					fmt.Sprintf("%s stopped %s until %s: it answered quota_exhausted", ch, stop.Family,
 						time.Now().UTC().Add(stop.For).Round(time.Second).Format(time.RFC3339)))
+				continue
+			}
+			// A back-off after a 429 holds the change's property (on a channel that
+			// limits per property) or the whole channel: nothing of it goes before
+			// the back-off ends, so it is refused until then, as the limiter would.
+			if b := held[k]; b.wait > 0 {
+				what := ch
+				if b.property != "" {
+					what = fmt.Sprintf("%s's %s of %s", ch, b.window, b.property)
+				}
+				refuse(i, b.wait, "channel", ruleBackoff, fmt.Sprintf("%s backed off for %s: the channel asked to be called later",
+					what, b.wait.Round(time.Millisecond)))
 				continue
 			}
 			m.ID = smootherID(tenant, m.ID)
@@ -194,8 +211,16 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 	if ans.Refused > 0 {
 		kind := probSmootherFull
 		for _, res := range results {
-			if res.Status == changeRefused && res.Problems[0].Rule == ruleQuota {
+			if res.Status != changeRefused {
+				continue
+			}
+			switch res.Problems[0].Rule {
+			case ruleQuota:
 				kind = probQuota
+			case ruleBackoff:
+				if kind != probQuota {
+					kind = probBackoff
+				}
 			}
 		}
 		writeProblem(w, r, http.StatusTooManyRequests, kind,
@@ -222,7 +247,47 @@ const (
 	ruleSmootherFull = "must wait until the channel's smoother has room"
 	ruleSmootherBusy = "must wait until the channel's smoother answers"
 	ruleQuota        = "must wait until the channel's daily quota resets"
+	ruleBackoff      = "must wait until the channel's back-off ends"
 )
+
+// heldBy is the back-off holding one change: the longest of those holding its
+// families, with the property window it is on (none for the channel's own).
+type heldBy struct {
+	wait             time.Duration
+	property, window string
+}
+
+// backedOff asks the limiter, in one round trip, what back-off holds each of the
+// changes idx of ms on channel ch (the channel's, whose end is channelFor away, or
+// on a per-property channel its property's window of each family), one answer per
+// index.
+func (s *Server) backedOff(ctx context.Context, ch string, channelFor time.Duration, ms []models.Mutation, idx []int) ([]heldBy, error) {
+	cfg := s.channels[ch]
+	var scopes []limiter.Scope
+	for _, i := range idx {
+		for _, f := range ms[i].Families() {
+			scopes = append(scopes, limiter.Scope{Property: ms[i].PropertyID, Family: f})
+		}
+	}
+	left, err := s.lim.BackoffsOf(ctx, ch, scopes)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]heldBy, len(idx))
+	n := 0
+	for k, i := range idx {
+		for _, f := range ms[i].Families() {
+			if w := left[n]; w > out[k].wait {
+				out[k] = heldBy{wait: w}
+				if cfg.Scope == models.ScopeProperty && w > channelFor {
+					out[k].property, out[k].window = ms[i].PropertyID, cfg.WindowOf(f)
+				}
+			}
+			n++
+		}
+	}
+	return out, nil
+}
 
 // getChange answers an accepted change's outcomes, per endpoint family; an empty
 // list while it is on its way.

@@ -43,6 +43,7 @@ const (
 	probConflict     = "idempotency-key-reused"
 	probSmootherFull = "smoother-full"
 	probQuota        = "quota-exhausted"
+	probBackoff      = "channel-backoff"
 	probBadRequest   = "bad-request"
 	probMediaType    = "unsupported-media-type"
 	probSlowBody     = "body-too-slow"
@@ -60,6 +61,7 @@ var problemTitles = map[string]string{
 	probConflict:     "The Idempotency-Key was used with another body",
 	probSmootherFull: "The channel's smoother is full",
 	probQuota:        "The channel's daily quota cannot absorb the change",
+	probBackoff:      "The channel asked to be called later",
 	probBadRequest:   "The request is malformed",
 	probMediaType:    "The body is not JSON or JSON lines",
 	probSlowBody:     "The body did not arrive in time",

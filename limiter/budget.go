@@ -23,8 +23,8 @@ var ErrBudgetMismatch = errors.New("channel budget differs from the one in force
 //	                             decision and every check that agrees
 //
 // Workers with different key prefixes use different keys, so Redis alone cannot
-// tell them apart: the prefix is part of each worker's configuration, printed at
-// start, and must be the same for every worker of one task queue.
+// tell them apart: the prefix must be the same for every worker of one task queue,
+// and the worker checks that on its task queue (worker/prefix.go).
 
 // budgetFields are the identity's fields in the order they are written.
 var budgetFields = []string{"rate_per_minute", "burst", "scope", "window"}

@@ -11,7 +11,8 @@
 //     channel-wide (Backoff), or only one property's window on a channel that
 //     limits per property (BackoffScope). When a back-off ends, the pace restarts
 //     from its end without a burst, so the requests that waited leave one interval
-//     apart, not together;
+//     apart, not together — a slot held before the back-off and come due during it
+//     is given back, and its holder queues behind the end with the others;
 //  2. the daily quota: a request that would take usage past 100 % waits for the next
 //     UTC midnight, and so does priority ≥ 4 work that would reach 95 % (where the
 //     window's limit also halves); so does a family the channel stopped with
@@ -56,6 +57,10 @@
 //	<prefix>{<channel>}:pause                 operator pause reason; TTL Options.PauseTTL (7 days)
 //	<prefix>{<channel>}:paused_until          back-off end, Unix ms; expires a window after it
 //	<prefix>{<channel>}:paused_until:<scope>  the same for one scope (BackoffScope)
+//	<prefix>{<channel>}:backoffs              sorted set of the scopes backed off, by end (Unix
+//	                                          ms), for Status and BackoffsOf; an ended one
+//	                                          leaves at the next BackoffScope; TTL a window
+//	                                          after the last end
 //	<prefix>{<channel>}:daily                 quota used today; expires at the next UTC midnight
 //	<prefix>{<channel>}:quota_stop:<family>   end of the family's stop (StopFamily), Unix ms;
 //	                                          expires a window after it
@@ -91,5 +96,6 @@
 // burst, scope, window) with the one the first worker recorded and names every
 // field that differs. A different key prefix puts a worker's keys elsewhere, which
 // Redis alone cannot see: the prefix must be the same on every worker of a task
-// queue.
+// queue, and the worker refuses to start on a task queue polled under another one
+// (worker/prefix.go).
 package limiter

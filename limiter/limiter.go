@@ -154,6 +154,29 @@ type Status struct {
 	// Stopped are the families the channel stopped with quota_exhausted
 	// (StopFamily), in models.Families order.
 	Stopped []FamilyStop
+	// BackedOff is how many of a per-property channel's windows (a property's
+	// family, or the endpoint it shares) a 429 backed off (BackoffScope) and are
+	// still held; Backoffs lists those that end last, at most StatusBackoffs.
+	BackedOff int
+	Backoffs  []ScopeBackoff
+}
+
+// StatusBackoffs is how many of a channel's per-property back-offs Status lists.
+const StatusBackoffs = 20
+
+// ScopeBackoff is one property's window backed off on a per-property channel, and
+// what is left of it.
+type ScopeBackoff struct {
+	Property string
+	// Window is the family, or the endpoint the family shares (ChannelConfig.WindowOf).
+	Window string
+	For    time.Duration
+}
+
+// Scope names a request's window for BackoffsOf: a property's family.
+type Scope struct {
+	Property string
+	Family   models.Family
 }
 
 // FamilyStop is one family stopped on a channel, and what is left of the stop.
@@ -212,6 +235,7 @@ type channelKeys struct {
 	daily       string
 	res         string
 	breaker     string
+	backoffs    string
 }
 
 // New returns a Limiter over rdb for channels. Any client with scripting satisfies
@@ -243,7 +267,7 @@ func New(rdb redis.Scripter, channels []models.ChannelConfig, opts Options) *Lim
 		base := opts.Prefix + "{" + c.Slug + "}:"
 		l.channels[c.Slug] = channelKeys{
 			cfg: c, base: base, pause: base + "pause", pausedUntil: base + "paused_until",
-			daily: base + "daily", res: base + "res", breaker: base + "breaker",
+			daily: base + "daily", res: base + "res", breaker: base + "breaker", backoffs: base + "backoffs",
 		}
 	}
 	return l
@@ -373,7 +397,9 @@ func parseDecision(res []any) (Decision, error) {
 // Release ends the lease a Send took on r's nights: call it once the channel's answer
 // is known (it applied the request or refused it), so the next request touching them
 // may go. A request whose answer never came must not be released: the channel may
-// still apply it, and its lease (Options.Lease) outlasts that.
+// still apply it, and its lease (Options.Lease) outlasts that. The answer to a
+// re-send settles the re-send only: an earlier attempt of r that went unanswered
+// keeps the nights until its own lease ends.
 func (l *Limiter) Release(ctx context.Context, r Request) error {
 	ck, err := l.channel(r.Channel)
 	if err != nil {
@@ -444,10 +470,57 @@ func (l *Limiter) BackoffScope(ctx context.Context, channel, property string, f 
 		return fmt.Errorf("backoff %s: no property on a per-property channel: %w", channel, ErrInvalidRequest)
 	}
 	scope := ck.scope(property, f)
-	if err := l.backoff(ctx, ck, ck.base+"paused_until:"+scope, wait); err != nil {
+	if wait <= 0 {
+		return nil
+	}
+	if err := script.Run(ctx, l.rdb, []string{ck.base + "paused_until:" + scope, ck.backoffs}, "backoff", ceilMS(wait),
+		(ck.cfg.WindowLength() + l.opts.Margin).Milliseconds(), scope).Err(); err != nil {
 		return fmt.Errorf("backoff %s/%s: %w", channel, scope, err)
 	}
 	return nil
+}
+
+// BackoffsOf tells, for each of scopes on channel, what is left of the back-off
+// that holds its requests: the channel's (Backoff, or rate-limit headers reporting
+// nothing left) or, on a channel that limits per property, its property's window's
+// (BackoffScope), whichever ends later; zero when none does. One round trip.
+func (l *Limiter) BackoffsOf(ctx context.Context, channel string, scopes []Scope) ([]time.Duration, error) {
+	ck, err := l.channel(channel)
+	if err != nil {
+		return nil, fmt.Errorf("backoffs %s: %w", channel, err)
+	}
+	if len(scopes) == 0 {
+		return nil, nil
+	}
+	// Each distinct window is asked once: a post's changes share few.
+	args := []any{"backoffs_of"}
+	at := make(map[string]int, len(scopes))
+	of := make([]int, len(scopes))
+	for i, sc := range scopes {
+		if ck.cfg.Scope == models.ScopeProperty && sc.Property == "" {
+			return nil, fmt.Errorf("backoffs %s: no property on a per-property channel: %w", channel, ErrInvalidRequest)
+		}
+		key := ck.scope(sc.Property, sc.Family)
+		n, ok := at[key]
+		if !ok {
+			n = len(at)
+			at[key] = n
+			args = append(args, key)
+		}
+		of[i] = n
+	}
+	res, err := script.Run(ctx, l.rdb, []string{ck.pausedUntil, ck.backoffs}, args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("backoffs %s: %w", channel, err)
+	}
+	if len(res) != len(at) {
+		return nil, fmt.Errorf("backoffs %s: script reply has %d fields", channel, len(res))
+	}
+	out := make([]time.Duration, len(scopes))
+	for i := range scopes {
+		out[i] = msField(res[of[i]])
+	}
+	return out, nil
 }
 
 // StopFamily stops family f of channel for wait from now (by the Redis clock), as
@@ -531,16 +604,17 @@ func (l *Limiter) Status(ctx context.Context, channel string) (Status, error) {
 	}
 	scope := ck.scope("", "")
 	keys := []string{ck.pause, ck.pausedUntil, ck.daily, ck.base + "adaptive:" + scope,
-		ck.base + "sched:" + scope, ck.base + "tat:" + scope, ck.breaker}
+		ck.base + "sched:" + scope, ck.base + "tat:" + scope, ck.breaker, ck.backoffs}
 	for _, f := range models.Families {
 		keys = append(keys, ck.quotaStop(f))
 	}
 	res, err := script.Run(ctx, l.rdb, keys, "status", ck.cfg.DailyQuota, ck.cfg.RatePerMinute,
-		l.opts.Margin.Milliseconds(), ck.cfg.WindowLength().Milliseconds()).Slice()
+		l.opts.Margin.Milliseconds(), ck.cfg.WindowLength().Milliseconds(), StatusBackoffs).Slice()
 	if err != nil {
 		return Status{}, fmt.Errorf("status %s: %w", channel, err)
 	}
-	if len(res) != 13+len(models.Families) {
+	fixed := 14 + len(models.Families)
+	if len(res) < fixed || (len(res)-fixed)%2 != 0 {
 		return Status{}, fmt.Errorf("status %s: script reply has %d fields", channel, len(res))
 	}
 	st := Status{Channel: channel, DailyLimit: ck.cfg.DailyQuota}
@@ -561,10 +635,20 @@ func (l *Limiter) Status(ctx context.Context, channel string) (Status, error) {
 	}
 	st.BreakerOpenFor = msField(res[11])
 	st.Failures = intField(res[12])
+	st.BackedOff = intField(res[13])
 	for i, f := range models.Families {
-		if left := msField(res[13+i]); left > 0 {
+		if left := msField(res[14+i]); left > 0 {
 			st.Stopped = append(st.Stopped, FamilyStop{Family: f, For: left})
 		}
+	}
+	for i := fixed; i+1 < len(res); i += 2 {
+		sc, _ := res[i].(string)
+		// A scope is <property>:<window>; a window name holds no ':'.
+		cut := strings.LastIndexByte(sc, ':')
+		if cut < 0 {
+			continue
+		}
+		st.Backoffs = append(st.Backoffs, ScopeBackoff{Property: sc[:cut], Window: sc[cut+1:], For: msField(res[i+1])})
 	}
 	return st, nil
 }

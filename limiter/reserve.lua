@@ -15,16 +15,20 @@
 -- release  KEYS: lease                                ARGV: op, id
 -- outcome  KEYS: breaker                              ARGV: op, ok (1|0), failures, cooldown ms
 --          -> {state, changed (1|0)}
--- backoff  KEYS: paused_until (channel or scope), or quota_stop of a family
---                                                     ARGV: op, wait ms, window + margin ms
+-- backoff  KEYS: paused_until (channel or scope), or quota_stop of a family; for a scope
+--                also the channel's back-off index  ARGV: op, wait ms, window + margin ms,
+--                                                           the scope (with the index)
 -- adapt    KEYS: adaptive, paused_until, sched        ARGV: op, rate/min, limit, remaining, reset ms,
 --                                                           window ms
 -- pause    KEYS: pause                                ARGV: op, reason, ttl ms
 -- resume   KEYS: pause, paused_until                  ARGV: op
--- status   KEYS: pause, paused_until, daily, adaptive, sched, tat, breaker, then quota_stop of
---                each family
---          ARGV: op, daily quota, rate/min, margin ms, window ms
---          -> {..., then per family the ms its quota stop has left}
+-- status   KEYS: pause, paused_until, daily, adaptive, sched, tat, breaker, back-off index,
+--                then quota_stop of each family
+--          ARGV: op, daily quota, rate/min, margin ms, window ms, scopes to list
+--          -> {..., scopes backed off, then per family the ms its quota stop has left,
+--              then (scope, ms left) of the scopes' back-offs that end last}
+-- backoffs_of KEYS: paused_until, back-off index     ARGV: op, then scopes
+--          -> per scope the ms left of the back-off that holds it
 -- gate_load   KEYS: gate                             ARGV: op, gate ttl ms, then field, version pairs
 -- gate_mark   KEYS: gate_epoch, tat...               ARGV: op, epoch, epoch ttl ms, rate/min, burst, margin ms,
 --                                                       window ms
@@ -296,6 +300,13 @@ if op == 'reserve' then
       redis.call('ZREM', sched, id)
       redis.call('ZADD', sched, e.s, id .. '@' .. e.s)
       e = nil
+    elseif e.s <= paused_until then
+      -- A slot that came due during a back-off was never used: it is given back,
+      -- and its holder queues behind the back-off's end with every other waiter,
+      -- at the restarted pace, rather than leave with them within the margin.
+      index_rem(id, e)
+      redis.call('ZREM', sched, id)
+      e = nil
     end
   end
 
@@ -469,7 +480,21 @@ if op == 'reserve' then
       redis.call('HSET', KEYS[8], unpack(sets, i, math.min(#sets, i + 1999)))
     end
     redis.call('PEXPIRE', KEYS[8], gate_ttl)
-    redis.call('HSET', KEYS[9], id, cjson.encode({e = now + lease_ms, l = kept}))
+    local lease = {e = now + lease_ms, l = kept}
+    -- A re-send while this id's earlier attempt is still leased (its answer never
+    -- came: the channel may still apply it) keeps that attempt's nights and end
+    -- (u), so settling the re-send does not free them early (release).
+    local prev = redis.call('HGET', KEYS[9], id)
+    if prev then prev = cjson.decode(prev) end
+    if prev and prev.e > now then
+      lease.u = math.max(prev.e, prev.u or 0)
+      local seen = {}
+      for _, x in ipairs(kept) do seen[x[1] .. '|' .. x[2] .. '|' .. x[3]] = true end
+      for _, x in ipairs(prev.l) do
+        if not seen[x[1] .. '|' .. x[2] .. '|' .. x[3]] then kept[#kept + 1] = x end
+      end
+    end
+    redis.call('HSET', KEYS[9], id, cjson.encode(lease))
     redis.call('PEXPIRE', KEYS[9], lease_ms + w)
   end
 
@@ -490,6 +515,17 @@ if op == 'reserve' then
 end
 
 if op == 'release' then
+  -- An earlier attempt of the request that went unanswered keeps the nights until
+  -- its own lease ends (u, see the lease above); otherwise they are free now.
+  local raw = redis.call('HGET', KEYS[1], ARGV[2])
+  if raw then
+    local lv = cjson.decode(raw)
+    if lv.u and lv.u > now then
+      lv.e, lv.u = lv.u, nil
+      redis.call('HSET', KEYS[1], ARGV[2], cjson.encode(lv))
+      return 0
+    end
+  end
   return redis.call('HDEL', KEYS[1], ARGV[2])
 end
 
@@ -525,6 +561,15 @@ if op == 'backoff' then
     -- The end is kept a window longer: reserve restarts the pace from it without a
     -- burst, so whoever waited leaves one interval apart, not together.
     redis.call('SET', KEYS[1], string.format('%.3f', now + wait), 'PX', wait + tonumber(ARGV[3]))
+    if KEYS[2] then
+      -- A scope's back-off is also listed in the channel's index of them (scope by
+      -- end), for Status and backoffs_of; ended ones leave it here, each once.
+      redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%.3f', now))
+      redis.call('ZADD', KEYS[2], string.format('%.3f', now + wait), ARGV[4])
+      if redis.call('PTTL', KEYS[2]) < wait + tonumber(ARGV[3]) then
+        redis.call('PEXPIRE', KEYS[2], wait + tonumber(ARGV[3]))
+      end
+    end
     return wait
   end
   return math.ceil(cur - now)
@@ -547,7 +592,8 @@ if op == 'adapt' then
       -- Nothing left that we did not use ourselves: wait for the reset, channel-wide.
       local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
       if now + reset > cur then
-        redis.call('SET', KEYS[2], string.format('%.3f', now + reset), 'PX', reset)
+        -- Kept a window longer, as a back-off's end: the waiters leave at the pace.
+        redis.call('SET', KEYS[2], string.format('%.3f', now + reset), 'PX', reset + window)
       end
     elseif remaining < expected - 1 then
       foreign = math.max(foreign, expected - remaining)
@@ -597,10 +643,33 @@ if op == 'status' then
     open_for = math.max(0, math.ceil(tonumber(brk[2]) - now))
     if open_for == 0 then bst = 'half' end
   end
+  local live = '(' .. string.format('%.3f', now)
   local out = {reason, paused_for, used, math.ceil(midnight - now), foreign, foreign_for, r, in_window, ahead, next_in,
-    bst, open_for, tonumber(brk[3] or '0')}
-  for i = 8, #KEYS do
+    bst, open_for, tonumber(brk[3] or '0'), redis.call('ZCOUNT', KEYS[8], live, '+inf')}
+  for i = 9, #KEYS do
     out[#out + 1] = math.max(0, math.ceil(tonumber(redis.call('GET', KEYS[i]) or '0') - now))
+  end
+  -- The scopes' back-offs that end last, at most ARGV[6] of them: O(log n + listed).
+  local listed = redis.call('ZREVRANGEBYSCORE', KEYS[8], '+inf', live, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[6]))
+  for i = 1, #listed, 2 do
+    out[#out + 1] = listed[i]
+    out[#out + 1] = math.ceil(tonumber(listed[i + 1]) - now)
+  end
+  return out
+end
+
+-- What is left of the back-off holding each of the given scopes: the channel's or
+-- the scope's own, whichever ends later. One ZMSCORE: O(k log n) for k scopes.
+if op == 'backoffs_of' then
+  local channel_until = tonumber(redis.call('GET', KEYS[1]) or '0')
+  local out = {}
+  -- In steps of 1000 scopes: unpack is bounded by Lua's stack.
+  for i = 2, #ARGV, 1000 do
+    local ends = redis.call('ZMSCORE', KEYS[2], unpack(ARGV, i, math.min(#ARGV, i + 999)))
+    for j = 1, #ends do
+      local e = math.max(channel_until, tonumber(ends[j] or '0') or 0)
+      out[#out + 1] = math.max(0, math.ceil(e - now))
+    end
   end
   return out
 end

@@ -187,7 +187,9 @@ func (c *cli) quotaCmd() *cobra.Command {
 		Short: "Daily quota, tier, pause and buckets per channel; the exit status is the tier",
 		Long: `Print each channel's limiter state: daily quota used, its tier, the time to the
 reset, an operator pause or a back-off after a 429, and the buckets; then a
-"stopped:" line for each family a channel stopped with quota_exhausted.
+"stopped:" line for each family a channel stopped with quota_exhausted, and on a
+channel that limits per property a "backed off:" line with how many properties a
+429 holds back and the ones that wait longest.
 
 The exit status is the worst tier among the channels shown (or the one named with
 --channel), for cron jobs and alerting:
@@ -296,6 +298,12 @@ func (c *cli) quota(ctx context.Context, channel string) error {
 					return err
 				}
 			}
+			if r.BackedOff > 0 {
+				if _, err := fmt.Fprintf(c.stdout, "backed off: %s %d properties after a 429 (its other properties go on): %s\n",
+					r.Channel, r.BackedOff, propertyBackoffs(r.PropertyBackoffs, r.BackedOff)); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	if worst != exitOK {
@@ -305,3 +313,16 @@ func (c *cli) quota(ctx context.Context, channel string) error {
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// propertyBackoffs lists the property back-offs quota prints: property/window and
+// what is left, and how many more there are.
+func propertyBackoffs(bs []ops.PropertyBackoff, n int) string {
+	parts := make([]string, 0, len(bs)+1)
+	for _, b := range bs {
+		parts = append(parts, fmt.Sprintf("%s/%s %s", b.Property, b.Window, seconds(b.ForSeconds).Round(time.Millisecond)))
+	}
+	if more := n - len(bs); more > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more", more))
+	}
+	return strings.Join(parts, ", ")
+}

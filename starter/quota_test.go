@@ -164,3 +164,41 @@ func TestQuotaShowsAStoppedFamilyAndExitsAsAStop(t *testing.T) {
 	code, _, errOut = runCLI(t, env, "quota", "--channel", "agoda")
 	require.Equal(t, exitOK, code, errOut)
 }
+
+// A 429 on a per-property channel backs off only that property's window: quota
+// shows it as a "backed off:" line and in the JSON (count and list), the channel's
+// own back-off column stays 0, and the exit status stays the tier's (a back-off
+// is not a quota stop).
+func TestQuotaShowsPropertyBackoffs(t *testing.T) {
+	ctx := context.Background()
+	rdb, err := dial.Redis(ctx, redistest.Reachable(t))
+	require.NoError(t, err)
+	env, prefix := quotaEnv(t, testRedisURL())
+	cleanPrefix(t, rdb, prefix)
+	env["PARITYSYNC_CHANNEL_EXPEDIA_SCOPE"] = "property"
+	chs, err := models.LoadChannels("", func(k string) string { return env[k] })
+	require.NoError(t, err)
+	lim := limiter.New(rdb, chs, limiter.Options{Prefix: prefix})
+	require.NoError(t, lim.BackoffScope(ctx, "expedia", "prop_00000007", models.FamilyAvailability, time.Minute))
+
+	code, out, errOut := runCLI(t, env, "quota", "--channel", "expedia")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "backed off: expedia 1 properties after a 429 (its other properties go on): prop_00000007/availability ")
+
+	code, out, errOut = runCLI(t, env, "quota", "--channel", "expedia", "-o", "json")
+	require.Equal(t, exitOK, code, errOut)
+	var res struct {
+		Channels []quotaRow `json:"channels"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Len(t, res.Channels, 1)
+	r := res.Channels[0]
+	require.Zero(t, r.BackoffSeconds, "the channel itself is not backed off")
+	require.Equal(t, 1, r.BackedOff)
+	require.Len(t, r.PropertyBackoffs, 1)
+	b := r.PropertyBackoffs[0]
+	require.Equal(t, "prop_00000007", b.Property)
+	require.Equal(t, string(models.FamilyAvailability), b.Window)
+	require.InDelta(t, time.Minute.Seconds(), b.ForSeconds, 5)
+	require.WithinDuration(t, time.Now().Add(time.Minute), b.Until, 5*time.Second)
+}

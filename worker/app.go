@@ -83,6 +83,9 @@ func newTemporal(lc fx.Lifecycle, s models.Settings, sdkMetrics client.MetricsHa
 	c, err := dial.Temporal(context.Background(), s, client.Options{
 		Logger:         tlog.NewStructuredLogger(slog.Default()),
 		MetricsHandler: sdkMetrics,
+		// The identity names the key prefix, so a worker with another one on the
+		// same task queue sees it (checkTaskQueuePrefix).
+		Identity: workerIdentity(s.KeyPrefix),
 	})
 	if err != nil {
 		return nil, startupError{err}
@@ -183,7 +186,12 @@ func newWorker(lc fx.Lifecycle, c client.Client, s models.Settings, acts *activi
 	w.RegisterWorkflow(workflows.BurstSmoother)
 	w.RegisterActivity(acts)
 	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
+		OnStart: func(ctx context.Context) error {
+			// Before polling: a worker of this task queue with another key prefix
+			// would keep a second budget for every channel.
+			if err := checkTaskQueuePrefix(ctx, c, s.TaskQueue, s.KeyPrefix, time.Now()); err != nil {
+				return startupError{err}
+			}
 			if err := w.Start(); err != nil {
 				return fmt.Errorf("start worker: %w", err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -119,6 +120,10 @@ type stackOptions struct {
 	Window time.Duration
 	// Edit changes the worker environment last.
 	Edit []func(map[string]string)
+	// Sim changes the simulator's configuration (faults, clock) before it starts;
+	// Serve, when set, wraps its handler (to see every exchange).
+	Sim   func(*sim.Config)
+	Serve func(http.Handler) http.Handler
 }
 
 func startStackWith(t *testing.T, srv *devtest.Env, o stackOptions) *e2eStack {
@@ -162,8 +167,16 @@ func startStackWith(t *testing.T, srv *devtest.Env, o stackOptions) *e2eStack {
 	require.NoError(t, err)
 	// The simulator enforces exactly the limits (and windows) the worker is
 	// configured with.
-	s.sim = sim.New(sim.Config{Channels: chs, StaticTokens: []string{"e2e-token"}})
-	httpSrv := httptest.NewServer(s.sim)
+	simCfg := sim.Config{Channels: chs, StaticTokens: []string{"e2e-token"}}
+	if o.Sim != nil {
+		o.Sim(&simCfg)
+	}
+	s.sim = sim.New(simCfg)
+	var h http.Handler = s.sim
+	if o.Serve != nil {
+		h = o.Serve(h)
+	}
+	httpSrv := httptest.NewServer(h)
 	s.env["PARITYSYNC_CHANNEL_URL"] = httpSrv.URL
 
 	for range max(1, o.Workers) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -92,7 +93,7 @@ type limiterGauges struct {
 	channels []string
 	timeout  time.Duration
 
-	up, used, limit, tier, backoff, paused, window, ahead, breaker *prometheus.Desc
+	up, used, limit, tier, backoff, paused, window, ahead, breaker, stopped, backedOff *prometheus.Desc
 }
 
 // tierValue orders the quota tiers for the tier gauge and for alerts on it.
@@ -116,6 +117,12 @@ func newLimiterGauges(lim limiterStatus, chs []models.ChannelConfig) *limiterGau
 			"1 while the channel's circuit breaker is open or half-open (a probe tests the channel).", []string{"channel"}, nil),
 		ahead: prometheus.NewDesc("paritysync_slots_reserved_ahead",
 			"Future slots held for waiting requests on the channel-wide schedule.", []string{"channel"}, nil),
+		stopped: prometheus.NewDesc("paritysync_family_stopped",
+			"1 while the channel stops the endpoint family after a quota_exhausted answer (until its quota resets).",
+			[]string{"channel", "family"}, nil),
+		backedOff: prometheus.NewDesc("paritysync_backoff_properties",
+			"Properties' windows a 429 backed off on a channel that limits per property (the channel's other properties go on).",
+			[]string{"channel"}, nil),
 	}
 	g.channels = slugs(chs)
 	return g
@@ -123,7 +130,8 @@ func newLimiterGauges(lim limiterStatus, chs []models.ChannelConfig) *limiterGau
 
 // Describe implements prometheus.Collector.
 func (g *limiterGauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{g.up, g.used, g.limit, g.tier, g.backoff, g.paused, g.window, g.ahead, g.breaker} {
+	for _, d := range []*prometheus.Desc{g.up, g.used, g.limit, g.tier, g.backoff, g.paused, g.window, g.ahead, g.breaker,
+		g.stopped, g.backedOff} {
 		ch <- d
 	}
 }
@@ -159,6 +167,14 @@ func (g *limiterGauges) Collect(ch chan<- prometheus.Metric) {
 			open = 1
 		}
 		gauge(g.breaker, open, slug)
+		for _, f := range models.Families {
+			stopped := 0.0
+			if slices.ContainsFunc(st.Stopped, func(s limiter.FamilyStop) bool { return s.Family == f }) {
+				stopped = 1
+			}
+			gauge(g.stopped, stopped, slug, string(f))
+		}
+		gauge(g.backedOff, float64(st.BackedOff), slug)
 	}
 	ch <- prometheus.MustNewConstMetric(g.up, prometheus.GaugeValue, up)
 }

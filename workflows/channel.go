@@ -333,10 +333,12 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 			s.deadLetter(ctx, i, nil, models.ReasonPayloadLost, 0, f.Message)
 			return nil, true
 		case activities.ErrQuotaExhausted:
-			// The day's quota is spent: the limiter holds every worker off the
-			// channel until it resets, and this request waits for the reset with one
-			// durable timer and goes again. A quota still spent after MaxQuotaWaits
-			// resets is parked.
+			// The day's quota is spent — the channel's (the limiter holds every
+			// worker off the channel until it resets) or only this request's family
+			// (the channel answered quota_exhausted: the limiter stops that family
+			// until the reset, its other families go on). The request waits for the
+			// reset with one durable timer and goes again. A quota still spent after
+			// MaxQuotaWaits resets is parked.
 			s.counts.Deferred++
 			quotaWaits++
 			if quotaWaits > MaxQuotaWaits {

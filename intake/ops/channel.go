@@ -149,6 +149,20 @@ type QuotaRow struct {
 	// Stopped are the families the channel stopped with quota_exhausted: nothing
 	// of them goes until the stop ends, whatever the channel's tier.
 	Stopped []FamilyStop `json:"stopped,omitempty"`
+	// BackedOff is how many properties' windows a 429 backed off on a channel that
+	// limits per property; PropertyBackoffs lists those that end last (at most
+	// limiter.StatusBackoffs). The channel's other properties go on.
+	BackedOff        int               `json:"backed_off_properties,omitempty"`
+	PropertyBackoffs []PropertyBackoff `json:"property_backoffs,omitempty"`
+}
+
+// PropertyBackoff is one property's window backed off, until Until (UTC).
+type PropertyBackoff struct {
+	Property string `json:"property_id"`
+	// Window is the endpoint family, or the endpoint it shares with others.
+	Window     string    `json:"window"`
+	ForSeconds float64   `json:"for_seconds"`
+	Until      time.Time `json:"until"`
 }
 
 // FamilyStop is one family a channel stopped, until Until (UTC).
@@ -173,6 +187,11 @@ func Quota(ctx context.Context, lim *limiter.Limiter, channels []string) ([]Quot
 		for _, f := range s.Stopped {
 			r.Stopped = append(r.Stopped, FamilyStop{Family: f.Family, ForSeconds: f.For.Seconds(),
 				Until: time.Now().UTC().Add(f.For).Round(time.Second)})
+		}
+		r.BackedOff = s.BackedOff
+		for _, b := range s.Backoffs {
+			r.PropertyBackoffs = append(r.PropertyBackoffs, PropertyBackoff{Property: b.Property, Window: b.Window,
+				ForSeconds: b.For.Seconds(), Until: time.Now().UTC().Add(b.For).Round(time.Millisecond)})
 		}
 		if s.DailyLimit > 0 {
 			r.UsedPercent = math.Round(float64(s.DailyUsed)*1000/float64(s.DailyLimit)) / 10
