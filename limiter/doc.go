@@ -75,7 +75,10 @@
 //	<prefix>{<channel>}:turn:<scope>          scores. Emptied as slots come due; TTL a day
 //	<prefix>{<channel>}:budget                rate, burst, scope and window in force (CheckConfig);
 //	                                          TTL 10 min, renewed by every decision
-//	<prefix>{<channel>}:gate:<property>:<family>   newest version sent per room|plan|night;
+//	<prefix>{<channel>}:gate:<property>:<family>   newest version sent, per room|plan the
+//	                                          ranges of nights sent at one version (31 B
+//	                                          each, reserve.lua says how); nights before the
+//	                                          property's today leave it (Options.Zones);
 //	                                          TTL Options.GateTTL (30 days) after the last send
 //	<prefix>{<channel>}:lease:<property>:<family>  in-flight requests' nights; each lease ends
 //	                                          with Release or after Options.Lease (30 s)

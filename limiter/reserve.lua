@@ -9,9 +9,10 @@
 --                budget, quota_stop of the request's family
 --          ARGV: op, id, priority, cost, daily quota, rate/min, burst, margin ms, poll ms,
 --                lease ms, max age ms, group, weight, gate ttl ms, line count, hold,
---                window ms, then per line: cell key, first day, last day, version
+--                window ms, cutoff day, then per line: room|plan, first day, last day,
+--                version
 --          -> {state, wait ms, slots left in window, daily used, daily quota, tier,
---              reason, dropped (line, day) pairs...}
+--              reason, dropped (line, first day, last day) triples...}
 -- release  KEYS: lease                                ARGV: op, id
 -- outcome  KEYS: breaker                              ARGV: op, ok (1|0), failures, cooldown ms
 --          -> {state, changed (1|0)}
@@ -25,7 +26,9 @@
 --                each family
 --          ARGV: op, daily quota, rate/min, margin ms, window ms
 --          -> {..., then per family the ms its quota stop has left}
--- gate_load   KEYS: gate                             ARGV: op, gate ttl ms, then field, version pairs
+-- gate_load   KEYS: gate                             ARGV: op, gate ttl ms, cutoff day, then per range:
+--                                                       room|plan, first day, last day, version
+--             -> the nights raised
 -- gate_mark   KEYS: gate_epoch, tat...               ARGV: op, epoch, epoch ttl ms, rate/min, burst, margin ms,
 --                                                       window ms
 --             -> the epoch in force
@@ -110,11 +113,154 @@ local BUDGET_TTL = 600000
 -- TURN separates the priorities in the turn score: priority * TURN + held / weight.
 local TURN = 1e9
 
--- newer compares two versions, positive integers in decimal: Lua numbers are doubles
--- and would confuse versions above 2^53 (a nanosecond clock, say).
-local function newer(a, b)
-  if #a ~= #b then return #a > #b end
-  return a > b
+-- The ordering gate: one hash per (channel, property, family), a field per room|plan
+-- holding the nights sent there as ranges, one version each: records of GREC bytes,
+-- sorted and disjoint, each the range's first and last night (days since 1970, six
+-- digits) and its version (19 digits, zero-padded, so that versions above 2^53 — a
+-- nanosecond clock — compare exactly, as strings). Neighbouring ranges of one
+-- version are merged on write, so a year sent at one version a week is 52 records.
+-- Nights before the cutoff (the property's today, from Go) leave the gate: a field
+-- loses them whenever it is written, and every field of the hash once a day (the
+-- field 'cutoff' holds the day that was last done). The cost of a line is one
+-- binary search and one rewrite of its room|plan's records, whatever its nights.
+local GREC = 31
+local function vpad(v) return string.rep('0', 19 - #v) .. v end
+local function rec(a, z, v) return string.format('%06d%06d', a, z) .. v end
+local function rec_a(s, i) return tonumber(string.sub(s, (i - 1) * GREC + 1, (i - 1) * GREC + 6)) end
+local function rec_z(s, i) return tonumber(string.sub(s, (i - 1) * GREC + 7, (i - 1) * GREC + 12)) end
+local function rec_v(s, i) return string.sub(s, (i - 1) * GREC + 13, i * GREC) end
+
+-- first_ending is the first record of s whose last night is d or later (one past
+-- the last record when none is): a binary search.
+local function first_ending(s, d)
+  local lo, hi = 1, #s / GREC + 1
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if rec_z(s, mid) < d then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
+
+-- gate_prune is s without its nights before cutoff.
+local function gate_prune(s, cutoff)
+  if s == '' or rec_a(s, 1) >= cutoff then return s end
+  local i = first_ending(s, cutoff)
+  if i > #s / GREC then return '' end
+  local rest = string.sub(s, (i - 1) * GREC + 1)
+  if rec_a(rest, 1) < cutoff then
+    rest = rec(cutoff, rec_z(rest, 1), rec_v(rest, 1)) .. string.sub(rest, GREC + 1)
+  end
+  return rest
+end
+
+-- gate_raise writes version v (padded) over nights a..z of s wherever s holds no
+-- newer version. It returns the new records, the ranges left out because a newer
+-- version holds them (a flat list of first, last nights), the nights written, and
+-- of those the nights whose version it raised (not already v).
+local function gate_raise(s, a, z, v)
+  local n = #s / GREC
+  local i = first_ending(s, a)
+  local j = i
+  while j <= n and rec_a(s, j) <= z do j = j + 1 end
+  -- Records i .. j-1 overlap a..z; the rewrite spans one neighbour either side too,
+  -- so that a range of v next to them merges with it.
+  local out, dropped, kept, same = {}, {}, 0, 0
+  local function push(ra, rz, rv)
+    local last = out[#out]
+    if last and last[3] == rv and last[2] + 1 == ra then
+      last[2] = rz
+    else
+      out[#out + 1] = {ra, rz, rv}
+    end
+  end
+  local lo, hi = i, j - 1
+  if i > 1 then
+    lo = i - 1
+    push(rec_a(s, lo), rec_z(s, lo), rec_v(s, lo))
+  end
+  local cursor, tail = a, nil
+  for k = i, j - 1 do
+    local ra, rz, rv = rec_a(s, k), rec_z(s, k), rec_v(s, k)
+    if rv > v then
+      if ra > cursor then
+        push(cursor, ra - 1, v)
+        kept = kept + ra - cursor
+      end
+      push(ra, rz, rv)
+      dropped[#dropped + 1] = math.max(a, ra)
+      dropped[#dropped + 1] = math.min(z, rz)
+      cursor = rz + 1
+    else
+      if ra < a then push(ra, a - 1, rv) end
+      if rv == v then same = same + math.min(z, rz) - math.max(a, ra) + 1 end
+      if rz > z then tail = {z + 1, rz, rv} end
+    end
+  end
+  if cursor <= z then
+    push(cursor, z, v)
+    kept = kept + z - cursor + 1
+  end
+  if kept == 0 then return s, dropped, 0, 0 end
+  if tail then push(tail[1], tail[2], tail[3]) end
+  if j <= n then
+    hi = j
+    push(rec_a(s, j), rec_z(s, j), rec_v(s, j))
+  end
+  local mid = {}
+  for k, r in ipairs(out) do mid[k] = rec(r[1], r[2], r[3]) end
+  return string.sub(s, 1, (lo - 1) * GREC) .. table.concat(mid) .. string.sub(s, hi * GREC + 1),
+    dropped, kept, kept - same
+end
+
+-- gate_fields reads and writes the room|plan fields of one gate hash, each read once
+-- and pruned to the cutoff, each written once at the end (flush).
+local function gate_fields(key, cutoff)
+  local cur, orig = {}, {}
+  local g = {}
+  function g.get(f)
+    if cur[f] == nil then
+      orig[f] = redis.call('HGET', key, f) or ''
+      cur[f] = gate_prune(orig[f], cutoff)
+    end
+    return cur[f]
+  end
+  function g.set(f, s) cur[f] = s end
+  -- sweep prunes every other field of the hash once a day.
+  function g.sweep()
+    local m = redis.call('HGET', key, 'cutoff')
+    if m and tonumber(m) >= cutoff then return end
+    local all = redis.call('HGETALL', key)
+    if #all == 0 then return end
+    for i = 1, #all, 2 do
+      local f = all[i]
+      if f ~= 'cutoff' and cur[f] == nil then
+        orig[f] = all[i + 1]
+        cur[f] = gate_prune(orig[f], cutoff)
+      end
+    end
+    cur['cutoff'], orig['cutoff'] = tostring(cutoff), m or ''
+  end
+  -- flush writes what changed and reports whether it wrote any range.
+  function g.flush(ttl)
+    local sets, dels = {}, {}
+    for f, s in pairs(cur) do
+      if s ~= orig[f] then
+        if s == '' then
+          dels[#dels + 1] = f
+        else
+          sets[#sets + 1] = f
+          sets[#sets + 1] = s
+        end
+      end
+    end
+    if #dels > 0 then redis.call('HDEL', key, unpack(dels)) end
+    if #sets > 0 then
+      redis.call('HSET', key, unpack(sets))
+      redis.call('PEXPIRE', key, ttl)
+    end
+    return #sets > 0
+  end
+  return g
 end
 
 if op == 'reserve' then
@@ -135,6 +281,8 @@ if op == 'reserve' then
   -- hold reserves without sending: a due slot is answered as a wait of 0 and kept.
   local hold = ARGV[16] == '1'
   local window = tonumber(ARGV[17])
+  -- cutoff is the property's today (days since 1970): earlier nights leave the gate.
+  local cutoff = tonumber(ARGV[18])
   local sched, res = KEYS[5], KEYS[7]
   -- The held index (see "The held index" above): future held slots by time, the
   -- movable ones by priority and by priority and group, their first asks, each
@@ -384,7 +532,7 @@ if op == 'reserve' then
   local lines = {}
   local bykey = {}
   for i = 0, nlines - 1 do
-    local b = 18 + i * 4
+    local b = 19 + i * 4
     local l = {k = ARGV[b], a = tonumber(ARGV[b + 1]), z = tonumber(ARGV[b + 2]), v = ARGV[b + 3]}
     lines[#lines + 1] = l
     bykey[l.k] = bykey[l.k] or {}
@@ -430,32 +578,29 @@ if op == 'reserve' then
   end
 
   -- Nights already sent with a newer version are dropped; the rest are recorded.
-  -- A line with no nights (malformed) is left for the channel to refuse.
-  local dropped, kept, sets, live = {}, {}, {}, 0
+  -- A line with no nights (malformed) is left for the channel to refuse; nights
+  -- before the cutoff are no longer in the gate, so they go unchecked (and leased).
+  local gate = gate_fields(KEYS[8], cutoff)
+  local dropped, kept, live = {}, {}, 0
   for li, l in ipairs(lines) do
-    local before = #sets
-    if l.z < l.a then live = live + 1 end
-    local from = l.a
-    while from <= l.z do
-      local to = math.min(l.z, from + 999)
-      local fields = {}
-      for d = from, to do fields[#fields + 1] = l.k .. '|' .. d end
-      local vals = redis.call('HMGET', KEYS[8], unpack(fields))
-      for j = 1, #fields do
-        local v = vals[j]
-        if v and newer(v, l.v) then
-          dropped[#dropped + 1] = li - 1
-          dropped[#dropped + 1] = from + j - 1
-        else
-          sets[#sets + 1] = fields[j]
-          sets[#sets + 1] = l.v
-        end
-      end
-      from = to + 1
-    end
-    if #sets > before then
+    local a = math.max(l.a, cutoff)
+    if l.z < l.a then
+      live = live + 1
+    elseif l.z < a then
       kept[#kept + 1] = {l.k, l.a, l.z}
       live = live + 1
+    else
+      local s, drop, n = gate_raise(gate.get(l.k), a, l.z, vpad(l.v))
+      gate.set(l.k, s)
+      for d = 1, #drop, 2 do
+        dropped[#dropped + 1] = li - 1
+        dropped[#dropped + 1] = drop[d]
+        dropped[#dropped + 1] = drop[d + 1]
+      end
+      if n > 0 then
+        kept[#kept + 1] = {l.k, l.a, l.z}
+        live = live + 1
+      end
     end
   end
   if nlines > 0 and live == 0 then
@@ -464,11 +609,9 @@ if op == 'reserve' then
     for _, x in ipairs(dropped) do out[#out + 1] = x end
     return out
   end
-  if #sets > 0 then
-    for i = 1, #sets, 2000 do
-      redis.call('HSET', KEYS[8], unpack(sets, i, math.min(#sets, i + 1999)))
-    end
-    redis.call('PEXPIRE', KEYS[8], gate_ttl)
+  if #kept > 0 then
+    gate.sweep()
+    gate.flush(gate_ttl)
     redis.call('HSET', KEYS[9], id, cjson.encode({e = now + lease_ms, l = kept}))
     redis.call('PEXPIRE', KEYS[9], lease_ms + w)
   end
@@ -610,14 +753,18 @@ end
 -- empty (the window before the loss is unknown) and says the gate is whole again.
 if op == 'gate_load' then
   local ttl = tonumber(ARGV[2])
+  local cutoff = tonumber(ARGV[3])
+  local gate = gate_fields(KEYS[1], cutoff)
   local raised = 0
-  for i = 3, #ARGV, 2 do
-    local cur = redis.call('HGET', KEYS[1], ARGV[i])
-    if not cur or newer(ARGV[i + 1], cur) then
-      redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-      raised = raised + 1
+  for i = 4, #ARGV, 4 do
+    local a, z = math.max(tonumber(ARGV[i + 1]), cutoff), tonumber(ARGV[i + 2])
+    if a <= z then
+      local s, _, _, n = gate_raise(gate.get(ARGV[i]), a, z, vpad(ARGV[i + 3]))
+      gate.set(ARGV[i], s)
+      raised = raised + n
     end
   end
+  gate.flush(ttl)
   if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
   return raised
 end
