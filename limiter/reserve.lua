@@ -346,14 +346,20 @@ if op == 'reserve' then
     redis.call('ZADD', mg, 0, h.p .. SEP .. h.g .. SEP .. k .. SEP .. hid)
     h.s, h.k = t, k
   end
-  -- keep_alive renews the schedule's keys, and with held the index's, to a day. Every
-  -- key is renewed by the call that writes it: a key emptied and written again must
-  -- not live on without a TTL.
-  local function keep_alive(held)
-    redis.call('PEXPIRE', sched, day)
-    redis.call('PEXPIRE', res, day)
+  -- keep_alive renews the schedule's keys, and with held the index's, until slot
+  -- upto has left the window (and a second more): after that the script forgets
+  -- every slot and reservation they hold, so an idle channel's schedule leaves Redis
+  -- a window after its last slot. Every key is renewed by the call that writes it: a
+  -- key emptied and written again must not live on without a TTL. A new tail is the
+  -- scope's furthest slot and sets its keys' TTL; a due slot (tail false) may have
+  -- later ones behind it and only lengthens it. The reservations (res) are the
+  -- channel's, of every scope: they are only ever lengthened.
+  local function keep_alive(upto, held, tail)
+    local ttl = math.ceil(upto - now + w) + 1000
+    if tail or redis.call('PTTL', sched) < ttl then redis.call('PEXPIRE', sched, ttl) end
+    if redis.call('PTTL', res) < ttl then redis.call('PEXPIRE', res, ttl) end
     if held then
-      for i = 11, 16 do redis.call('PEXPIRE', KEYS[i], day) end
+      for i = 11, 16 do redis.call('PEXPIRE', KEYS[i], ttl) end
     end
   end
   local function entry(hid)
@@ -523,7 +529,7 @@ if op == 'reserve' then
       pace = nil
       if slot > now then index_add(id, e) end
       redis.call('HSET', res, id, cjson.encode(e))
-      keep_alive(true)
+      keep_alive(tail, true, true)
       return {'wait', math.max(0, math.ceil(slot - now)), left, used, quota, cur, ''}
     end
   end
@@ -624,7 +630,7 @@ if op == 'reserve' then
   index_rem(id, e)
   e.st, e.t0, e.t1 = 'sent', nil, nil
   redis.call('HSET', res, id, cjson.encode(e))
-  keep_alive(false)
+  keep_alive(slot, false, false)
   redis.call('INCRBY', KEYS[3], cost)
   redis.call('PEXPIREAT', KEYS[3], midnight)
   local out = {'send', 0, math.max(0, left - 1), after, quota, tier(after, quota), ''}
