@@ -289,8 +289,9 @@ if op == 'reserve' then
   -- group's count of future held slots, and each group's turn score per priority.
   local hq, mv, mg, age, pend, turn = KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
   local w = window + margin
-  -- Decisions keep the channel's budget identity (CheckConfig) alive.
-  redis.call('PEXPIRE', KEYS[18], BUDGET_TTL)
+  -- Decisions keep the channel's budget identity (CheckConfig) alive, renewing it
+  -- once its TTL fell half a minute short.
+  if redis.call('PTTL', KEYS[18]) < BUDGET_TTL - 30000 then redis.call('PEXPIRE', KEYS[18], BUDGET_TTL) end
 
   -- pending holds, per group g, its future held slots (field g) and, per priority p,
   -- its movable ones (field p|g): what the turn scores are made of.
@@ -346,20 +347,22 @@ if op == 'reserve' then
     redis.call('ZADD', mg, 0, h.p .. SEP .. h.g .. SEP .. k .. SEP .. hid)
     h.s, h.k = t, k
   end
-  -- keep_alive renews the schedule's keys, and with held the index's, until slot
-  -- upto has left the window (and a second more): after that the script forgets
-  -- every slot and reservation they hold, so an idle channel's schedule leaves Redis
-  -- a window after its last slot. Every key is renewed by the call that writes it: a
-  -- key emptied and written again must not live on without a TTL. A new tail is the
-  -- scope's furthest slot and sets its keys' TTL; a due slot (tail false) may have
-  -- later ones behind it and only lengthens it. The reservations (res) are the
-  -- channel's, of every scope: they are only ever lengthened.
-  local function keep_alive(upto, held, tail)
+  -- keep_alive renews the schedule's keys, and with held the index's, so that they
+  -- outlive slot upto by a window and a second: after that the script forgets every
+  -- slot and reservation they hold, so an idle channel's schedule leaves Redis soon
+  -- after its last slot. A TTL is only ever lengthened (other slots of the scope,
+  -- and for res of the whole channel, may need it longer), and then by a window
+  -- more, so that most calls only read it. Every key is renewed by the call that
+  -- writes it: a key emptied and written again must not live on without a TTL.
+  local function keep_alive(upto, held)
     local ttl = math.ceil(upto - now + w) + 1000
-    if tail or redis.call('PTTL', sched) < ttl then redis.call('PEXPIRE', sched, ttl) end
-    if redis.call('PTTL', res) < ttl then redis.call('PEXPIRE', res, ttl) end
+    local function renew(k)
+      if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl + math.ceil(w)) end
+    end
+    renew(sched)
+    renew(res)
     if held then
-      for i = 11, 16 do redis.call('PEXPIRE', KEYS[i], ttl) end
+      for i = 11, 16 do renew(KEYS[i]) end
     end
   end
   local function entry(hid)
@@ -529,7 +532,7 @@ if op == 'reserve' then
       pace = nil
       if slot > now then index_add(id, e) end
       redis.call('HSET', res, id, cjson.encode(e))
-      keep_alive(tail, true, true)
+      keep_alive(tail, true)
       return {'wait', math.max(0, math.ceil(slot - now)), left, used, quota, cur, ''}
     end
   end
@@ -630,7 +633,7 @@ if op == 'reserve' then
   index_rem(id, e)
   e.st, e.t0, e.t1 = 'sent', nil, nil
   redis.call('HSET', res, id, cjson.encode(e))
-  keep_alive(slot, false, false)
+  keep_alive(slot, false)
   redis.call('INCRBY', KEYS[3], cost)
   redis.call('PEXPIREAT', KEYS[3], midnight)
   local out = {'send', 0, math.max(0, left - 1), after, quota, tier(after, quota), ''}
