@@ -169,10 +169,22 @@ func TestGateDecidesAsAMapOfNights(t *testing.T) {
 			v    int64
 		}
 		var spans []span
-		for range 1 + rnd.IntN(3) {
-			a := rnd.IntN(nights)
-			z := min(nights-1, a+rnd.IntN(12))
-			spans = append(spans, span{rooms[rnd.IntN(len(rooms))], a, z, int64(1 + rnd.IntN(30))})
+		if op%3 == 1 {
+			// Disjoint lines of one room, in any order: one pass over its ranges.
+			room, at := rooms[rnd.IntN(len(rooms))], rnd.IntN(4)
+			for at < nights {
+				z := min(nights-1, at+rnd.IntN(5))
+				spans = append(spans, span{room, at, z, int64(1 + rnd.IntN(30))})
+				at = z + 1 + rnd.IntN(3)
+			}
+			rnd.Shuffle(len(spans), func(i, j int) { spans[i], spans[j] = spans[j], spans[i] })
+			spans = spans[:1+rnd.IntN(len(spans))]
+		} else {
+			for range 1 + rnd.IntN(3) {
+				a := rnd.IntN(nights)
+				z := min(nights-1, a+rnd.IntN(12))
+				spans = append(spans, span{rooms[rnd.IntN(len(rooms))], a, z, int64(1 + rnd.IntN(30))})
+			}
 		}
 		if op%5 == 4 {
 			// A rebuild's load of the same spans: raises only.
@@ -327,5 +339,43 @@ func TestGateForgetsNightsBeforeThePropertysToday(t *testing.T) {
 			{Room: "QUE", Plan: "BAR", Night: mustDate("2030-03-05"), Version: 3}})
 	if err != nil || n != 1 {
 		t.Fatalf("load of 03-04 and 03-05: raised %d, %v; want 1", n, err)
+	}
+}
+
+// TestGateOfNightFieldsIsRebuilt: a gate marked whole while it held one field per
+// night (before it held ranges) counts as lost, so its owner rebuilds it from the
+// system of record, and the old fields leave it.
+func TestGateOfNightFieldsIsRebuilt(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("old", 1_000_000, 500_000, 1<<40)}, Options{Prefix: prefix})
+	ctx := context.Background()
+	key := prefix + "{old}:gate:prop_00000001:rates"
+	rdb.Set(ctx, prefix+"{old}:gate_epoch", "epoch-of-nights", time.Hour)
+	rdb.HSet(ctx, key, "DBL|BAR|"+strconv.FormatInt(dayNumber(mustDate("2030-05-01")), 10), "7")
+	if e, err := l.GateEpoch(ctx, "old"); err != nil || e != "" {
+		t.Fatalf("epoch of a gate of nights: %q, %v; want none", e, err)
+	}
+	if n, err := l.LoadGate(ctx, "old", "prop_00000001", models.FamilyRates,
+		[]GateNight{{Room: "DBL", Plan: "BAR", Night: mustDate("2030-05-01"), Version: 7}}); err != nil || n != 1 {
+		t.Fatalf("load: %d, %v", n, err)
+	}
+	if e, err := l.MarkGateRebuilt(ctx, "old", "epoch-2", nil); err != nil || e != "epoch-2" {
+		t.Fatalf("mark: %q, %v; want the new epoch", e, err)
+	}
+	if e, err := l.GateEpoch(ctx, "old"); err != nil || e != "epoch-2" {
+		t.Fatalf("epoch after the rebuild: %q, %v", e, err)
+	}
+	r := req("old", 3)
+	r.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-02", 6)}
+	if d := decide(t, l, r); d.State != Send || len(d.Dropped) != 1 {
+		t.Fatalf("v6 over the rebuilt v7: %+v, want send dropping 05-01", d)
+	}
+	fields, err := rdb.HKeys(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(fields)
+	if !slices.Equal(fields, []string{"DBL|BAR", "cutoff"}) {
+		t.Fatalf("gate fields %q, want the ranges and the sweep's day only", fields)
 	}
 }

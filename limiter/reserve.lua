@@ -121,19 +121,25 @@ local TURN = 1e9
 -- version are merged on write, so a year sent at one version a week is 52 records.
 -- Nights before the cutoff (the property's today, from Go) leave the gate: a field
 -- loses them whenever it is written, and every field of the hash once a day (the
--- field 'cutoff' holds the day that was last done). The cost of a line is one
--- binary search and one rewrite of its room|plan's records, whatever its nights.
+-- field 'cutoff' holds the day that was last done). A request's lines of one
+-- room|plan cost a binary search each and one pass over the records they skip
+-- (copied a run at a time), whatever their nights.
 local GREC = 31
+-- EPOCH_TAG starts the gate's epoch since the gate holds ranges: an epoch without it
+-- was marked over a gate of one field per night, which this script does not read,
+-- so it counts as none and the gate is rebuilt from the system of record (the
+-- sweep below then drops the old fields).
+local EPOCH_TAG = 'ranges:'
 local function vpad(v) return string.rep('0', 19 - #v) .. v end
 local function rec(a, z, v) return string.format('%06d%06d', a, z) .. v end
 local function rec_a(s, i) return tonumber(string.sub(s, (i - 1) * GREC + 1, (i - 1) * GREC + 6)) end
 local function rec_z(s, i) return tonumber(string.sub(s, (i - 1) * GREC + 7, (i - 1) * GREC + 12)) end
 local function rec_v(s, i) return string.sub(s, (i - 1) * GREC + 13, i * GREC) end
 
--- first_ending is the first record of s whose last night is d or later (one past
--- the last record when none is): a binary search.
-local function first_ending(s, d)
-  local lo, hi = 1, #s / GREC + 1
+-- first_ending is the first record of s from record lo on whose last night is d or
+-- later (one past the last record when none is): a binary search.
+local function first_ending(s, d, lo)
+  local hi = #s / GREC + 1
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
     if rec_z(s, mid) < d then lo = mid + 1 else hi = mid end
@@ -144,7 +150,7 @@ end
 -- gate_prune is s without its nights before cutoff.
 local function gate_prune(s, cutoff)
   if s == '' or rec_a(s, 1) >= cutoff then return s end
-  local i = first_ending(s, cutoff)
+  local i = first_ending(s, cutoff, 1)
   if i > #s / GREC then return '' end
   local rest = string.sub(s, (i - 1) * GREC + 1)
   if rec_a(rest, 1) < cutoff then
@@ -153,63 +159,103 @@ local function gate_prune(s, cutoff)
   return rest
 end
 
--- gate_raise writes version v (padded) over nights a..z of s wherever s holds no
--- newer version. It returns the new records, the ranges left out because a newer
--- version holds them (a flat list of first, last nights), the nights written, and
--- of those the nights whose version it raised (not already v).
-local function gate_raise(s, a, z, v)
+-- gate_merge writes lines ls — each {a, z, v}, v padded, sorted by first night and
+-- disjoint — over the records of s in one pass: a night takes its line's version
+-- unless s holds a newer one there. It returns the new records and sets on each
+-- line drop (the ranges a newer version holds, as a flat list of first, last
+-- nights), kept (the nights written) and raised (of those, the nights that were not
+-- at v already). Records no line touches are copied as they are, a run at a time,
+-- and neighbours of one version merge: the result is sorted, disjoint and merged
+-- as s is.
+local function gate_merge(s, ls)
   local n = #s / GREC
-  local i = first_ending(s, a)
-  local j = i
-  while j <= n and rec_a(s, j) <= z do j = j + 1 end
-  -- Records i .. j-1 overlap a..z; the rewrite spans one neighbour either side too,
-  -- so that a range of v next to them merges with it.
-  local out, dropped, kept, same = {}, {}, 0, 0
-  local function push(ra, rz, rv)
-    local last = out[#out]
-    if last and last[3] == rv and last[2] + 1 == ra then
-      last[2] = rz
-    else
-      out[#out + 1] = {ra, rz, rv}
+  local pieces, last = {}, nil
+  local function seal()
+    if last then
+      pieces[#pieces + 1] = rec(last[1], last[2], last[3])
+      last = nil
     end
   end
-  local lo, hi = i, j - 1
-  if i > 1 then
-    lo = i - 1
-    push(rec_a(s, lo), rec_z(s, lo), rec_v(s, lo))
+  local function emit(a, z, v)
+    if last and last[3] == v and last[2] + 1 == a then
+      last[2] = z
+    else
+      seal()
+      last = {a, z, v}
+    end
   end
-  local cursor, tail = a, nil
-  for k = i, j - 1 do
-    local ra, rz, rv = rec_a(s, k), rec_z(s, k), rec_v(s, k)
-    if rv > v then
-      if ra > cursor then
-        push(cursor, ra - 1, v)
-        kept = kept + ra - cursor
+  -- copy emits records i..j of s; those between the first and the last cannot merge
+  -- with anything (s is merged) and go as one piece.
+  local function copy(i, j)
+    if i > j then return end
+    emit(rec_a(s, i), rec_z(s, i), rec_v(s, i))
+    if j > i then
+      seal()
+      if j > i + 1 then pieces[#pieces + 1] = string.sub(s, i * GREC + 1, (j - 1) * GREC) end
+      last = {rec_a(s, j), rec_z(s, j), rec_v(s, j)}
+    end
+  end
+  -- i is the next record of s not yet consumed; part what is left of a consumed
+  -- record past the last line.
+  local i, part = 1, nil
+  for _, l in ipairs(ls) do
+    local a, z, v = l.a, l.z, l.v
+    l.drop, l.kept = {}, 0
+    if part and part[2] < a then
+      emit(part[1], part[2], part[3])
+      part = nil
+    end
+    if not part then
+      local j = first_ending(s, a, i)
+      copy(i, j - 1)
+      i = j
+    end
+    local cursor, same = a, 0
+    while true do
+      local ra, rz, rv
+      if part then
+        ra, rz, rv = part[1], part[2], part[3]
+      elseif i <= n then
+        ra, rz, rv = rec_a(s, i), rec_z(s, i), rec_v(s, i)
+      else
+        break
       end
-      push(ra, rz, rv)
-      dropped[#dropped + 1] = math.max(a, ra)
-      dropped[#dropped + 1] = math.min(z, rz)
-      cursor = rz + 1
-    else
-      if ra < a then push(ra, a - 1, rv) end
-      if rv == v then same = same + math.min(z, rz) - math.max(a, ra) + 1 end
-      if rz > z then tail = {z + 1, rz, rv} end
+      if ra > z then break end
+      if part then part = nil else i = i + 1 end
+      if ra < a then
+        emit(ra, a - 1, rv)
+        ra = a
+      end
+      if ra > cursor then
+        emit(cursor, ra - 1, v)
+        l.kept = l.kept + ra - cursor
+      end
+      local e = math.min(rz, z)
+      if rv > v then
+        emit(ra, e, rv)
+        l.drop[#l.drop + 1] = ra
+        l.drop[#l.drop + 1] = e
+      else
+        emit(ra, e, v)
+        l.kept = l.kept + e - ra + 1
+        if rv == v then same = same + e - ra + 1 end
+      end
+      cursor = e + 1
+      if rz > z then
+        part = {z + 1, rz, rv}
+        break
+      end
     end
+    if cursor <= z then
+      emit(cursor, z, v)
+      l.kept = l.kept + z - cursor + 1
+    end
+    l.raised = l.kept - same
   end
-  if cursor <= z then
-    push(cursor, z, v)
-    kept = kept + z - cursor + 1
-  end
-  if kept == 0 then return s, dropped, 0, 0 end
-  if tail then push(tail[1], tail[2], tail[3]) end
-  if j <= n then
-    hi = j
-    push(rec_a(s, j), rec_z(s, j), rec_v(s, j))
-  end
-  local mid = {}
-  for k, r in ipairs(out) do mid[k] = rec(r[1], r[2], r[3]) end
-  return string.sub(s, 1, (lo - 1) * GREC) .. table.concat(mid) .. string.sub(s, hi * GREC + 1),
-    dropped, kept, kept - same
+  if part then emit(part[1], part[2], part[3]) end
+  copy(i, n)
+  seal()
+  return table.concat(pieces)
 end
 
 -- gate_fields reads and writes the room|plan fields of one gate hash, each read once
@@ -220,11 +266,44 @@ local function gate_fields(key, cutoff)
   function g.get(f)
     if cur[f] == nil then
       orig[f] = redis.call('HGET', key, f) or ''
-      cur[f] = gate_prune(orig[f], cutoff)
+      if #orig[f] % GREC ~= 0 then
+        cur[f] = ''
+      else
+        cur[f] = gate_prune(orig[f], cutoff)
+      end
     end
     return cur[f]
   end
-  function g.set(f, s) cur[f] = s end
+  -- write writes lines ls (each {k = room|plan, a, z, v}, v padded, a at or after
+  -- the cutoff), in their order, and sets drop, kept and raised on each (gate_merge).
+  -- The lines of one room|plan are merged in one pass when they are disjoint, as a
+  -- request's lines are; lines that overlap go one pass each, in order, so that a
+  -- later line never lowers what an earlier one wrote.
+  function g.write(ls)
+    local by, order = {}, {}
+    for _, l in ipairs(ls) do
+      if not by[l.k] then
+        by[l.k] = {}
+        order[#order + 1] = l.k
+      end
+      table.insert(by[l.k], l)
+    end
+    for _, f in ipairs(order) do
+      local group = by[f]
+      local sorted = {}
+      for k, l in ipairs(group) do sorted[k] = l end
+      table.sort(sorted, function(x, y) return x.a < y.a end)
+      local disjoint = true
+      for k = 2, #sorted do
+        if sorted[k].a <= sorted[k - 1].z then disjoint = false end
+      end
+      if disjoint then
+        cur[f] = gate_merge(g.get(f), sorted)
+      else
+        for _, l in ipairs(group) do cur[f] = gate_merge(g.get(f), {l}) end
+      end
+    end
+  end
   -- sweep prunes every other field of the hash once a day.
   function g.sweep()
     local m = redis.call('HGET', key, 'cutoff')
@@ -235,7 +314,13 @@ local function gate_fields(key, cutoff)
       local f = all[i]
       if f ~= 'cutoff' and cur[f] == nil then
         orig[f] = all[i + 1]
-        cur[f] = gate_prune(orig[f], cutoff)
+        if #orig[f] % GREC ~= 0 then
+          -- A night's field of the gate before it held ranges: its versions were
+          -- loaded again by the rebuild the epoch's tag asked for (gate_epoch).
+          cur[f] = ''
+        else
+          cur[f] = gate_prune(orig[f], cutoff)
+        end
       end
     end
     cur['cutoff'], orig['cutoff'] = tostring(cutoff), m or ''
@@ -590,23 +675,29 @@ if op == 'reserve' then
   -- A line with no nights (malformed) is left for the channel to refuse; nights
   -- before the cutoff are no longer in the gate, so they go unchecked (and leased).
   local gate = gate_fields(KEYS[8], cutoff)
-  local dropped, kept, live = {}, {}, 0
+  local dropped, kept, live, writes = {}, {}, 0, {}
+  for _, l in ipairs(lines) do
+    l.c = math.max(l.a, cutoff)
+    if l.z >= l.c then
+      writes[#writes + 1] = {k = l.k, a = l.c, z = l.z, v = vpad(l.v)}
+      l.w = writes[#writes]
+    end
+  end
+  gate.write(writes)
   for li, l in ipairs(lines) do
-    local a = math.max(l.a, cutoff)
     if l.z < l.a then
       live = live + 1
-    elseif l.z < a then
+    elseif not l.w then
       kept[#kept + 1] = {l.k, l.a, l.z}
       live = live + 1
     else
-      local s, drop, n = gate_raise(gate.get(l.k), a, l.z, vpad(l.v))
-      gate.set(l.k, s)
+      local drop = l.w.drop
       for d = 1, #drop, 2 do
         dropped[#dropped + 1] = li - 1
         dropped[#dropped + 1] = drop[d]
         dropped[#dropped + 1] = drop[d + 1]
       end
-      if n > 0 then
+      if l.w.kept > 0 then
         kept[#kept + 1] = {l.k, l.a, l.z}
         live = live + 1
       end
@@ -764,15 +855,14 @@ if op == 'gate_load' then
   local ttl = tonumber(ARGV[2])
   local cutoff = tonumber(ARGV[3])
   local gate = gate_fields(KEYS[1], cutoff)
-  local raised = 0
+  local writes = {}
   for i = 4, #ARGV, 4 do
     local a, z = math.max(tonumber(ARGV[i + 1]), cutoff), tonumber(ARGV[i + 2])
-    if a <= z then
-      local s, _, _, n = gate_raise(gate.get(ARGV[i]), a, z, vpad(ARGV[i + 3]))
-      gate.set(ARGV[i], s)
-      raised = raised + n
-    end
+    if a <= z then writes[#writes + 1] = {k = ARGV[i], a = a, z = z, v = vpad(ARGV[i + 3])} end
   end
+  gate.write(writes)
+  local raised = 0
+  for _, w in ipairs(writes) do raised = raised + w.raised end
   gate.flush(ttl)
   if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
   return raised
@@ -780,7 +870,7 @@ end
 
 if op == 'gate_mark' then
   local cur = redis.call('GET', KEYS[1])
-  if cur then return cur end
+  if cur and string.sub(cur, 1, #EPOCH_TAG) == EPOCH_TAG then return string.sub(cur, #EPOCH_TAG + 1) end
   local ttl = tonumber(ARGV[3])
   local rate = tonumber(ARGV[4])
   local burst = tonumber(ARGV[5])
@@ -795,7 +885,7 @@ if op == 'gate_mark' then
       redis.call('SET', KEYS[i], string.format('%.3f', tat), 'PX', math.ceil(tat - now + w))
     end
   end
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ttl)
+  redis.call('SET', KEYS[1], EPOCH_TAG .. ARGV[2], 'PX', ttl)
   return ARGV[2]
 end
 
@@ -812,7 +902,9 @@ if op == 'budget' then
 end
 
 if op == 'gate_epoch' then
-  return redis.call('GET', KEYS[1]) or ''
+  local cur = redis.call('GET', KEYS[1]) or ''
+  if string.sub(cur, 1, #EPOCH_TAG) ~= EPOCH_TAG then return '' end
+  return string.sub(cur, #EPOCH_TAG + 1)
 end
 
 return redis.error_reply('paritysync limiter: unknown op ' .. tostring(op))
