@@ -338,11 +338,10 @@ local function gate_fields(key, cutoff)
         end
       end
     end
-    if #dels > 0 then redis.call('HDEL', key, unpack(dels)) end
-    if #sets > 0 then
-      redis.call('HSET', key, unpack(sets))
-      redis.call('PEXPIRE', key, ttl)
-    end
+    -- In parts, as unpack bounds how many values one call can take.
+    for i = 1, #dels, 1000 do redis.call('HDEL', key, unpack(dels, i, math.min(#dels, i + 999))) end
+    for i = 1, #sets, 2000 do redis.call('HSET', key, unpack(sets, i, math.min(#sets, i + 1999))) end
+    if #sets > 0 then redis.call('PEXPIRE', key, ttl) end
     return #sets > 0
   end
   return g
