@@ -82,7 +82,7 @@ workflowcheck: $(BIN)/workflowcheck
 xmllint:
 	@command -v xmllint >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libxml2-utils; }
 
-OPT_IN_TESTS := ^(TestBenchPushEngine|TestSoak)$$
+OPT_IN_TESTS := ^(TestBenchPushEngine|TestSoak|TestRedisMemoryAfterALargeBatch)$$
 test: $(BIN)/temporal promtool xmllint fmt-check vet workflowcheck
 	scripts/with-db.sh test env PARITYSYNC_TEST_REQUIRE=1 TEMPORAL_CLI=$(BIN)/temporal go test -race -count=1 -parallel 8 -timeout 30m -skip '$(OPT_IN_TESTS)' ./...
 

@@ -133,7 +133,7 @@ func NewServer(cfg Config, tc client.Client, rdb redis.UniversalClient, st *stor
 	v.Zones = cfg.Settings.Zones
 	reg := prometheus.NewRegistry()
 	s := &Server{cfg: cfg, tc: tc, rdb: rdb, st: st, keys: keys, validator: v,
-		lim:      limiter.New(rdb, cfg.Channels, limiter.Options{Prefix: cfg.Settings.KeyPrefix}),
+		lim:      limiter.New(rdb, cfg.Channels, limiter.Options{Prefix: cfg.Settings.KeyPrefix, Zones: cfg.Settings.Zones}),
 		channels: models.ChannelMap(cfg.Channels), log: log, now: time.Now,
 		metrics: newServerMetrics(reg), registry: reg, submitters: map[string]*submitter{}}
 	s.subCtx, s.subStop = context.WithCancel(context.Background())

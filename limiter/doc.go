@@ -67,20 +67,26 @@
 //	<prefix>{<channel>}:adaptive:<scope>      requests per window others use, from headers;
 //	                                          TTL the server's reset time, at least 2 s
 //	<prefix>{<channel>}:sched:<scope>         sorted set of slots (Unix ms): the last window's
-//	                                          and every held future one; TTL a day
+//	                                          and every held future one; TTL one to two
+//	                                          windows (and a second) after its last slot
 //	<prefix>{<channel>}:tat:<scope>           the pace's next theoretical slot; TTL past it
 //	<prefix>{<channel>}:res                   reservations by id (slot, state, priority,
 //	                                          group, weight, first ask); pruned with their
-//	                                          slots, TTL a day
+//	                                          slots, TTL one to two windows (and a second)
+//	                                          after the channel's last slot
 //	<prefix>{<channel>}:held:<scope>          the held index (reserve.lua says how): future
 //	<prefix>{<channel>}:movable:<scope>       held slots by time; the movable ones by
 //	<prefix>{<channel>}:movable_group:<scope> priority, and by priority and group; their
 //	<prefix>{<channel>}:first_ask:<scope>     first asks; per group its held and movable
 //	<prefix>{<channel>}:pending:<scope>       counts; per priority the groups' turn
-//	<prefix>{<channel>}:turn:<scope>          scores. Emptied as slots come due; TTL a day
+//	<prefix>{<channel>}:turn:<scope>          scores. Emptied as slots come due; TTL one
+//	                                          to two windows (and a second) after the last slot
 //	<prefix>{<channel>}:budget                rate, burst, scope and window in force (CheckConfig);
 //	                                          TTL 10 min, renewed by every decision
-//	<prefix>{<channel>}:gate:<property>:<family>   newest version sent per room|plan|night;
+//	<prefix>{<channel>}:gate:<property>:<family>   newest version sent, per room|plan the
+//	                                          ranges of nights sent at one version (31 B
+//	                                          each, reserve.lua says how); nights before the
+//	                                          property's today leave it (Options.Zones);
 //	                                          TTL Options.GateTTL (30 days) after the last send
 //	<prefix>{<channel>}:lease:<property>:<family>  in-flight requests' nights; each lease ends
 //	                                          with Release or after Options.Lease (30 s)

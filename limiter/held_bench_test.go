@@ -152,6 +152,72 @@ func BenchmarkReserveHeld(b *testing.B) {
 	})
 }
 
+// BenchmarkReserveLines measures the Redis server time of the ordering gate's
+// decision for requests of many lines: 100 room-rates × 365 nights sent each time
+// at a newer version, and 100 one-night lines on one room-rate whose year holds a
+// version of its own per night (the gate at its most fragmented).
+func BenchmarkReserveLines(b *testing.B) {
+	rdb, prefix := testRedis(b)
+	ch := testChannel("lines", 1_000_000, 500_000, 1<<40)
+	ch.MaxLinesPerRequest = 100
+	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
+	ctx := context.Background()
+	version := int64(1000)
+	run := func(b *testing.B, lines func(v int64) []models.ARILine, want func(d Decision) bool) {
+		var calls, usec int64
+		for i := 0; i < b.N; i++ {
+			r := req("lines", 3)
+			version++
+			r.Lines = lines(version)
+			c0, u0 := scriptStats(b, rdb)
+			if d := mustReserve(b, l, r); !want(d) {
+				b.Fatalf("version %d: %v with %d dropped", version, d.State, len(d.Dropped))
+			}
+			c1, u1 := scriptStats(b, rdb)
+			calls += c1 - c0
+			usec += u1 - u0
+			if err := l.Release(ctx, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		if calls > 0 {
+			b.ReportMetric(float64(usec)/float64(calls), "redis-us/decision")
+		}
+	}
+	b.Run("lines=100x365", func(b *testing.B) {
+		run(b, func(v int64) []models.ARILine {
+			ls := make([]models.ARILine, 100)
+			for k := range ls {
+				ls[k] = line(fmt.Sprintf("R%03d", k), "2030-01-01", "2030-12-31", v)
+			}
+			return ls
+		}, func(d Decision) bool { return d.State == Send && len(d.Dropped) == 0 })
+	})
+	b.Run("lines=100x1-fragmented", func(b *testing.B) {
+		b.StopTimer()
+		year := mustDate("2030-01-01")
+		var ns []GateNight
+		for d := range 365 {
+			ns = append(ns, GateNight{Room: "FRG", Plan: "BAR", Night: year.AddDays(d), Version: int64(1 + 2*d)})
+		}
+		if _, err := l.LoadGate(ctx, "lines", "prop_00000001", models.FamilyRates, ns); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		// Every other night of a 200-night stretch, at a newer version each time:
+		// the nights between keep theirs, so the gate stays a record a night.
+		run(b, func(v int64) []models.ARILine {
+			ls := make([]models.ARILine, 100)
+			for k := range ls {
+				d := year.AddDays(100 + 2*k).String()
+				ls[k] = line("FRG", d, d, v)
+			}
+			return ls
+		}, func(d Decision) bool { return d.State == Send && len(d.Dropped) == 0 })
+	})
+}
+
 // clearKeys deletes every key under prefix.
 func clearKeys(tb testing.TB, rdb *redis.Client, prefix string) {
 	tb.Helper()

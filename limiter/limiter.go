@@ -215,6 +215,9 @@ type Options struct {
 	// GateTTL is how long the ordering gate remembers the versions sent per night
 	// after the last request to that property and family; 30 days by default.
 	GateTTL time.Duration
+	// Zones gives each property's today: the gate forgets the nights before it. The
+	// zero value puts every property in UTC.
+	Zones models.PropertyZones
 }
 
 // Limiter is the distributed rate governor shared by every worker.
@@ -223,6 +226,8 @@ type Limiter struct {
 	channels map[string]channelKeys
 	prefix   string
 	opts     Options
+	// now is the clock that dates the gate's cutoff (time.Now; tests move it).
+	now func() time.Time
 }
 
 // channelKeys holds a channel's config and its fixed keys, built once so the hot path
@@ -262,7 +267,8 @@ func New(rdb redis.Scripter, channels []models.ChannelConfig, opts Options) *Lim
 	if opts.GateTTL <= 0 {
 		opts.GateTTL = 30 * 24 * time.Hour
 	}
-	l := &Limiter{rdb: rdb, channels: make(map[string]channelKeys, len(channels)), prefix: opts.Prefix, opts: opts}
+	l := &Limiter{rdb: rdb, channels: make(map[string]channelKeys, len(channels)), prefix: opts.Prefix, opts: opts,
+		now: time.Now}
 	for _, c := range channels {
 		base := opts.Prefix + "{" + c.Slug + "}:"
 		l.channels[c.Slug] = channelKeys{
@@ -331,6 +337,11 @@ func (l *Limiter) reserveCall(r Request) (keys []string, args []any, err error) 
 	case ck.cfg.Scope == models.ScopeProperty && r.Property == "":
 		return nil, nil, fmt.Errorf("no property on a per-property channel: %w", ErrInvalidRequest)
 	}
+	for i, ln := range r.Lines {
+		if ln.Version < 1 {
+			return nil, nil, fmt.Errorf("line %d: version %d must be >= 1: %w", i, ln.Version, ErrInvalidRequest)
+		}
+	}
 	weight := ck.cfg.Shares.Of(r.Family)
 	if weight <= 0 {
 		return nil, nil, fmt.Errorf("family %q: %w", r.Family, ErrNoBudget)
@@ -347,11 +358,11 @@ func (l *Limiter) reserveCall(r Request) (keys []string, args []any, err error) 
 	if r.Hold {
 		hold = 1
 	}
-	args = make([]any, 0, 17+4*len(r.Lines))
+	args = make([]any, 0, 18+4*len(r.Lines))
 	args = append(args, "reserve", r.ID, r.Priority, r.Cost, ck.cfg.DailyQuota, ck.cfg.RatePerMinute, ck.cfg.Burst,
 		l.opts.Margin.Milliseconds(), l.opts.PausePoll.Milliseconds(), l.lease(ck.cfg).Milliseconds(),
 		l.opts.MaxAge.Milliseconds(), r.Property+"|"+string(r.Family), weight, l.opts.GateTTL.Milliseconds(), len(r.Lines), hold,
-		ck.cfg.WindowLength().Milliseconds())
+		ck.cfg.WindowLength().Milliseconds(), l.cutoff(r.Property))
 	for _, ln := range r.Lines {
 		args = append(args, ln.RoomTypeCode+"|"+ln.RatePlanCode, dayNumber(ln.From), dayNumber(ln.To), ln.Version)
 	}
@@ -364,8 +375,13 @@ func (l *Limiter) lease(c models.ChannelConfig) time.Duration {
 	return l.opts.Lease + max(0, c.MaxApplyDelay)
 }
 
+// cutoff is the first night the gate keeps for property: its today, as a day number.
+func (l *Limiter) cutoff(property string) int64 {
+	return dayNumber(l.opts.Zones.Today(property, l.now()))
+}
+
 func parseDecision(res []any) (Decision, error) {
-	if len(res) < 7 || len(res)%2 == 0 {
+	if len(res) < 7 || (len(res)-7)%3 != 0 {
 		return Decision{}, fmt.Errorf("script reply has %d fields", len(res))
 	}
 	state, _ := res[0].(string)
@@ -386,10 +402,14 @@ func parseDecision(res []any) (Decision, error) {
 	if d.State == Quota {
 		d.FamilyStopped, d.PausedReason = reason == "family", ""
 	}
-	for i := 7; i+1 < len(res); i += 2 {
+	// The gate answers ranges (line, first day, last day); a Decision lists nights.
+	for i := 7; i+2 < len(res); i += 3 {
 		line, _ := res[i].(int64)
-		dn, _ := res[i+1].(int64)
-		d.Dropped = append(d.Dropped, models.LineNight{Line: int(line), Date: dateOfNumber(dn)})
+		from, _ := res[i+1].(int64)
+		to, _ := res[i+2].(int64)
+		for dn := from; dn <= to; dn++ {
+			d.Dropped = append(d.Dropped, models.LineNight{Line: int(line), Date: dateOfNumber(dn)})
+		}
 	}
 	return d, nil
 }

@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -26,9 +27,9 @@ type GateNight struct {
 	Version    int64
 }
 
-// gateFieldsPerCall bounds one gate_load call, so a rebuild never blocks Redis for
+// gateRangesPerCall bounds one gate_load call, so a rebuild never blocks Redis for
 // long.
-const gateFieldsPerCall = 2000
+const gateRangesPerCall = 500
 
 func (ck channelKeys) gateEpoch() string { return ck.base + "gate_epoch" }
 
@@ -46,22 +47,62 @@ func (l *Limiter) GateEpoch(ctx context.Context, channel string) (string, error)
 	return epoch, nil
 }
 
+// gateRange is a run of consecutive nights of one room and rate plan sent at one
+// version: what the gate holds, and what LoadGate sends it.
+type gateRange struct {
+	key      string
+	from, to int64
+	version  int64
+}
+
+// gateRanges merges nights into ranges: per room and rate plan, consecutive nights
+// of one version. Of a night listed twice, the newest version counts.
+func gateRanges(nights []GateNight) []gateRange {
+	ns := slices.Clone(nights)
+	slices.SortFunc(ns, func(a, b GateNight) int {
+		return cmp.Or(cmp.Compare(a.Room, b.Room), cmp.Compare(a.Plan, b.Plan),
+			cmp.Compare(dayNumber(a.Night), dayNumber(b.Night)), cmp.Compare(b.Version, a.Version))
+	})
+	var out []gateRange
+	for _, n := range ns {
+		key, day := n.Room+"|"+n.Plan, dayNumber(n.Night)
+		if k := len(out) - 1; k >= 0 && out[k].key == key {
+			last := &out[k]
+			if day == last.to {
+				continue // the same night again, at an older version
+			}
+			if day == last.to+1 && n.Version == last.version {
+				last.to = day
+				continue
+			}
+		}
+		out = append(out, gateRange{key: key, from: day, to: day, version: n.Version})
+	}
+	return out
+}
+
 // LoadGate raises the gate of (channel, property, family) to at least the given
-// versions; versions already newer stay. It returns how many nights it raised.
+// versions; versions already newer stay, and nights before the property's today
+// are left out. It returns how many nights it raised.
 func (l *Limiter) LoadGate(ctx context.Context, channel, property string, f models.Family, nights []GateNight) (int, error) {
 	ck, err := l.channel(channel)
 	if err != nil {
 		return 0, fmt.Errorf("load gate %s: %w", channel, err)
 	}
 	key := ck.base + "gate:" + property + ":" + string(f)
+	cutoff := l.cutoff(property)
 	raised := 0
-	for len(nights) > 0 {
-		part := nights[:min(gateFieldsPerCall, len(nights))]
-		nights = nights[len(part):]
-		args := make([]any, 0, 2+2*len(part))
-		args = append(args, "gate_load", l.opts.GateTTL.Milliseconds())
-		for _, n := range part {
-			args = append(args, n.Room+"|"+n.Plan+"|"+fmt.Sprint(dayNumber(n.Night)), n.Version)
+	for rs := gateRanges(nights); len(rs) > 0; {
+		part := rs[:min(gateRangesPerCall, len(rs))]
+		rs = rs[len(part):]
+		args := make([]any, 0, 3+4*len(part))
+		args = append(args, "gate_load", l.opts.GateTTL.Milliseconds(), cutoff)
+		for _, r := range part {
+			if r.version < 1 {
+				return raised, fmt.Errorf("load gate %s/%s/%s: %s night %d: version %d must be >= 1: %w",
+					channel, property, f, r.key, r.from, r.version, ErrInvalidRequest)
+			}
+			args = append(args, r.key, r.from, r.to, r.version)
 		}
 		got, err := script.Run(ctx, l.rdb, []string{key}, args...).Int()
 		if err != nil {

@@ -9,9 +9,10 @@
 --                budget, quota_stop of the request's family
 --          ARGV: op, id, priority, cost, daily quota, rate/min, burst, margin ms, poll ms,
 --                lease ms, max age ms, group, weight, gate ttl ms, line count, hold,
---                window ms, then per line: cell key, first day, last day, version
+--                window ms, cutoff day, then per line: room|plan, first day, last day,
+--                version
 --          -> {state, wait ms, slots left in window, daily used, daily quota, tier,
---              reason, dropped (line, day) pairs...}
+--              reason, dropped (line, first day, last day) triples...}
 -- release  KEYS: lease                                ARGV: op, id
 -- outcome  KEYS: breaker                              ARGV: op, ok (1|0), failures, cooldown ms
 --          -> {state, changed (1|0)}
@@ -29,7 +30,9 @@
 --              then (scope, ms left) of the scopes' back-offs that end last}
 -- backoffs_of KEYS: paused_until, back-off index     ARGV: op, then scopes
 --          -> per scope the ms left of the back-off that holds it
--- gate_load   KEYS: gate                             ARGV: op, gate ttl ms, then field, version pairs
+-- gate_load   KEYS: gate                             ARGV: op, gate ttl ms, cutoff day, then per range:
+--                                                       room|plan, first day, last day, version
+--             -> the nights raised
 -- gate_mark   KEYS: gate_epoch, tat...               ARGV: op, epoch, epoch ttl ms, rate/min, burst, margin ms,
 --                                                       window ms
 --             -> the epoch in force
@@ -114,11 +117,238 @@ local BUDGET_TTL = 600000
 -- TURN separates the priorities in the turn score: priority * TURN + held / weight.
 local TURN = 1e9
 
--- newer compares two versions, positive integers in decimal: Lua numbers are doubles
--- and would confuse versions above 2^53 (a nanosecond clock, say).
-local function newer(a, b)
-  if #a ~= #b then return #a > #b end
-  return a > b
+-- The ordering gate: one hash per (channel, property, family), a field per room|plan
+-- holding the nights sent there as ranges, one version each: records of GREC bytes,
+-- sorted and disjoint, each the range's first and last night (days since 1970, six
+-- digits) and its version (19 digits, zero-padded, so that versions above 2^53 — a
+-- nanosecond clock — compare exactly, as strings). Neighbouring ranges of one
+-- version are merged on write, so a year sent at one version a week is 52 records.
+-- Nights before the cutoff (the property's today, from Go) leave the gate: a field
+-- loses them whenever it is written, and every field of the hash once a day (the
+-- field 'cutoff' holds the day that was last done). A request's lines of one
+-- room|plan cost a binary search each and one pass over the records they skip
+-- (copied a run at a time), whatever their nights.
+local GREC = 31
+-- EPOCH_TAG starts the gate's epoch since the gate holds ranges: an epoch without it
+-- was marked over a gate of one field per night, which this script does not read,
+-- so it counts as none and the gate is rebuilt from the system of record (the
+-- sweep below then drops the old fields).
+local EPOCH_TAG = 'ranges:'
+local function vpad(v) return string.rep('0', 19 - #v) .. v end
+local function rec(a, z, v) return string.format('%06d%06d', a, z) .. v end
+local function rec_a(s, i) return tonumber(string.sub(s, (i - 1) * GREC + 1, (i - 1) * GREC + 6)) end
+local function rec_z(s, i) return tonumber(string.sub(s, (i - 1) * GREC + 7, (i - 1) * GREC + 12)) end
+local function rec_v(s, i) return string.sub(s, (i - 1) * GREC + 13, i * GREC) end
+
+-- first_ending is the first record of s from record lo on whose last night is d or
+-- later (one past the last record when none is): a binary search.
+local function first_ending(s, d, lo)
+  local hi = #s / GREC + 1
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if rec_z(s, mid) < d then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
+
+-- gate_prune is s without its nights before cutoff.
+local function gate_prune(s, cutoff)
+  if s == '' or rec_a(s, 1) >= cutoff then return s end
+  local i = first_ending(s, cutoff, 1)
+  if i > #s / GREC then return '' end
+  local rest = string.sub(s, (i - 1) * GREC + 1)
+  if rec_a(rest, 1) < cutoff then
+    rest = rec(cutoff, rec_z(rest, 1), rec_v(rest, 1)) .. string.sub(rest, GREC + 1)
+  end
+  return rest
+end
+
+-- gate_merge writes lines ls — each {a, z, v}, v padded, sorted by first night and
+-- disjoint — over the records of s in one pass: a night takes its line's version
+-- unless s holds a newer one there. It returns the new records and sets on each
+-- line drop (the ranges a newer version holds, as a flat list of first, last
+-- nights), kept (the nights written) and raised (of those, the nights that were not
+-- at v already). Records no line touches are copied as they are, a run at a time,
+-- and neighbours of one version merge: the result is sorted, disjoint and merged
+-- as s is.
+local function gate_merge(s, ls)
+  local n = #s / GREC
+  local pieces, last = {}, nil
+  local function seal()
+    if last then
+      pieces[#pieces + 1] = rec(last[1], last[2], last[3])
+      last = nil
+    end
+  end
+  local function emit(a, z, v)
+    if last and last[3] == v and last[2] + 1 == a then
+      last[2] = z
+    else
+      seal()
+      last = {a, z, v}
+    end
+  end
+  -- copy emits records i..j of s; those between the first and the last cannot merge
+  -- with anything (s is merged) and go as one piece.
+  local function copy(i, j)
+    if i > j then return end
+    emit(rec_a(s, i), rec_z(s, i), rec_v(s, i))
+    if j > i then
+      seal()
+      if j > i + 1 then pieces[#pieces + 1] = string.sub(s, i * GREC + 1, (j - 1) * GREC) end
+      last = {rec_a(s, j), rec_z(s, j), rec_v(s, j)}
+    end
+  end
+  -- i is the next record of s not yet consumed; part what is left of a consumed
+  -- record past the last line.
+  local i, part = 1, nil
+  for _, l in ipairs(ls) do
+    local a, z, v = l.a, l.z, l.v
+    l.drop, l.kept = {}, 0
+    if part and part[2] < a then
+      emit(part[1], part[2], part[3])
+      part = nil
+    end
+    if not part then
+      local j = first_ending(s, a, i)
+      copy(i, j - 1)
+      i = j
+    end
+    local cursor, same = a, 0
+    while true do
+      local ra, rz, rv
+      if part then
+        ra, rz, rv = part[1], part[2], part[3]
+      elseif i <= n then
+        ra, rz, rv = rec_a(s, i), rec_z(s, i), rec_v(s, i)
+      else
+        break
+      end
+      if ra > z then break end
+      if part then part = nil else i = i + 1 end
+      if ra < a then
+        emit(ra, a - 1, rv)
+        ra = a
+      end
+      if ra > cursor then
+        emit(cursor, ra - 1, v)
+        l.kept = l.kept + ra - cursor
+      end
+      local e = math.min(rz, z)
+      if rv > v then
+        emit(ra, e, rv)
+        l.drop[#l.drop + 1] = ra
+        l.drop[#l.drop + 1] = e
+      else
+        emit(ra, e, v)
+        l.kept = l.kept + e - ra + 1
+        if rv == v then same = same + e - ra + 1 end
+      end
+      cursor = e + 1
+      if rz > z then
+        part = {z + 1, rz, rv}
+        break
+      end
+    end
+    if cursor <= z then
+      emit(cursor, z, v)
+      l.kept = l.kept + z - cursor + 1
+    end
+    l.raised = l.kept - same
+  end
+  if part then emit(part[1], part[2], part[3]) end
+  copy(i, n)
+  seal()
+  return table.concat(pieces)
+end
+
+-- gate_fields reads and writes the room|plan fields of one gate hash, each read once
+-- and pruned to the cutoff, each written once at the end (flush).
+local function gate_fields(key, cutoff)
+  local cur, orig = {}, {}
+  local g = {}
+  function g.get(f)
+    if cur[f] == nil then
+      orig[f] = redis.call('HGET', key, f) or ''
+      if #orig[f] % GREC ~= 0 then
+        cur[f] = ''
+      else
+        cur[f] = gate_prune(orig[f], cutoff)
+      end
+    end
+    return cur[f]
+  end
+  -- write writes lines ls (each {k = room|plan, a, z, v}, v padded, a at or after
+  -- the cutoff), in their order, and sets drop, kept and raised on each (gate_merge).
+  -- The lines of one room|plan are merged in one pass when they are disjoint, as a
+  -- request's lines are; lines that overlap go one pass each, in order, so that a
+  -- later line never lowers what an earlier one wrote.
+  function g.write(ls)
+    local by, order = {}, {}
+    for _, l in ipairs(ls) do
+      if not by[l.k] then
+        by[l.k] = {}
+        order[#order + 1] = l.k
+      end
+      table.insert(by[l.k], l)
+    end
+    for _, f in ipairs(order) do
+      local group = by[f]
+      local sorted = {}
+      for k, l in ipairs(group) do sorted[k] = l end
+      table.sort(sorted, function(x, y) return x.a < y.a end)
+      local disjoint = true
+      for k = 2, #sorted do
+        if sorted[k].a <= sorted[k - 1].z then disjoint = false end
+      end
+      if disjoint then
+        cur[f] = gate_merge(g.get(f), sorted)
+      else
+        for _, l in ipairs(group) do cur[f] = gate_merge(g.get(f), {l}) end
+      end
+    end
+  end
+  -- sweep prunes every other field of the hash once a day.
+  function g.sweep()
+    local m = redis.call('HGET', key, 'cutoff')
+    if m and tonumber(m) >= cutoff then return end
+    local all = redis.call('HGETALL', key)
+    if #all == 0 then return end
+    for i = 1, #all, 2 do
+      local f = all[i]
+      if f ~= 'cutoff' and cur[f] == nil then
+        orig[f] = all[i + 1]
+        if #orig[f] % GREC ~= 0 then
+          -- A night's field of the gate before it held ranges: its versions were
+          -- loaded again by the rebuild the epoch's tag asked for (gate_epoch).
+          cur[f] = ''
+        else
+          cur[f] = gate_prune(orig[f], cutoff)
+        end
+      end
+    end
+    cur['cutoff'], orig['cutoff'] = tostring(cutoff), m or ''
+  end
+  -- flush writes what changed and reports whether it wrote any range.
+  function g.flush(ttl)
+    local sets, dels = {}, {}
+    for f, s in pairs(cur) do
+      if s ~= orig[f] then
+        if s == '' then
+          dels[#dels + 1] = f
+        else
+          sets[#sets + 1] = f
+          sets[#sets + 1] = s
+        end
+      end
+    end
+    -- In parts, as unpack bounds how many values one call can take.
+    for i = 1, #dels, 1000 do redis.call('HDEL', key, unpack(dels, i, math.min(#dels, i + 999))) end
+    for i = 1, #sets, 2000 do redis.call('HSET', key, unpack(sets, i, math.min(#sets, i + 1999))) end
+    if #sets > 0 then redis.call('PEXPIRE', key, ttl) end
+    return #sets > 0
+  end
+  return g
 end
 
 if op == 'reserve' then
@@ -139,14 +369,17 @@ if op == 'reserve' then
   -- hold reserves without sending: a due slot is answered as a wait of 0 and kept.
   local hold = ARGV[16] == '1'
   local window = tonumber(ARGV[17])
+  -- cutoff is the property's today (days since 1970): earlier nights leave the gate.
+  local cutoff = tonumber(ARGV[18])
   local sched, res = KEYS[5], KEYS[7]
   -- The held index (see "The held index" above): future held slots by time, the
   -- movable ones by priority and by priority and group, their first asks, each
   -- group's count of future held slots, and each group's turn score per priority.
   local hq, mv, mg, age, pend, turn = KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
   local w = window + margin
-  -- Decisions keep the channel's budget identity (CheckConfig) alive.
-  redis.call('PEXPIRE', KEYS[18], BUDGET_TTL)
+  -- Decisions keep the channel's budget identity (CheckConfig) alive, renewing it
+  -- once its TTL fell half a minute short.
+  if redis.call('PTTL', KEYS[18]) < BUDGET_TTL - 30000 then redis.call('PEXPIRE', KEYS[18], BUDGET_TTL) end
 
   -- pending holds, per group g, its future held slots (field g) and, per priority p,
   -- its movable ones (field p|g): what the turn scores are made of.
@@ -202,14 +435,22 @@ if op == 'reserve' then
     redis.call('ZADD', mg, 0, h.p .. SEP .. h.g .. SEP .. k .. SEP .. hid)
     h.s, h.k = t, k
   end
-  -- keep_alive renews the schedule's keys, and with held the index's, to a day. Every
-  -- key is renewed by the call that writes it: a key emptied and written again must
-  -- not live on without a TTL.
-  local function keep_alive(held)
-    redis.call('PEXPIRE', sched, day)
-    redis.call('PEXPIRE', res, day)
+  -- keep_alive renews the schedule's keys, and with held the index's, so that they
+  -- outlive slot upto by a window and a second: after that the script forgets every
+  -- slot and reservation they hold, so an idle channel's schedule leaves Redis soon
+  -- after its last slot. A TTL is only ever lengthened (other slots of the scope,
+  -- and for res of the whole channel, may need it longer), and then by a window
+  -- more, so that most calls only read it. Every key is renewed by the call that
+  -- writes it: a key emptied and written again must not live on without a TTL.
+  local function keep_alive(upto, held)
+    local ttl = math.ceil(upto - now + w) + 1000
+    local function renew(k)
+      if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl + math.ceil(w)) end
+    end
+    renew(sched)
+    renew(res)
     if held then
-      for i = 11, 16 do redis.call('PEXPIRE', KEYS[i], day) end
+      for i = 11, 16 do renew(KEYS[i]) end
     end
   end
   local function entry(hid)
@@ -386,7 +627,7 @@ if op == 'reserve' then
       pace = nil
       if slot > now then index_add(id, e) end
       redis.call('HSET', res, id, cjson.encode(e))
-      keep_alive(true)
+      keep_alive(tail, true)
       return {'wait', math.max(0, math.ceil(slot - now)), left, used, quota, cur, ''}
     end
   end
@@ -395,7 +636,7 @@ if op == 'reserve' then
   local lines = {}
   local bykey = {}
   for i = 0, nlines - 1 do
-    local b = 18 + i * 4
+    local b = 19 + i * 4
     local l = {k = ARGV[b], a = tonumber(ARGV[b + 1]), z = tonumber(ARGV[b + 2]), v = ARGV[b + 3]}
     lines[#lines + 1] = l
     bykey[l.k] = bykey[l.k] or {}
@@ -441,32 +682,35 @@ if op == 'reserve' then
   end
 
   -- Nights already sent with a newer version are dropped; the rest are recorded.
-  -- A line with no nights (malformed) is left for the channel to refuse.
-  local dropped, kept, sets, live = {}, {}, {}, 0
-  for li, l in ipairs(lines) do
-    local before = #sets
-    if l.z < l.a then live = live + 1 end
-    local from = l.a
-    while from <= l.z do
-      local to = math.min(l.z, from + 999)
-      local fields = {}
-      for d = from, to do fields[#fields + 1] = l.k .. '|' .. d end
-      local vals = redis.call('HMGET', KEYS[8], unpack(fields))
-      for j = 1, #fields do
-        local v = vals[j]
-        if v and newer(v, l.v) then
-          dropped[#dropped + 1] = li - 1
-          dropped[#dropped + 1] = from + j - 1
-        else
-          sets[#sets + 1] = fields[j]
-          sets[#sets + 1] = l.v
-        end
-      end
-      from = to + 1
+  -- A line with no nights (malformed) is left for the channel to refuse; nights
+  -- before the cutoff are no longer in the gate, so they go unchecked (and leased).
+  local gate = gate_fields(KEYS[8], cutoff)
+  local dropped, kept, live, writes = {}, {}, 0, {}
+  for _, l in ipairs(lines) do
+    l.c = math.max(l.a, cutoff)
+    if l.z >= l.c then
+      writes[#writes + 1] = {k = l.k, a = l.c, z = l.z, v = vpad(l.v)}
+      l.w = writes[#writes]
     end
-    if #sets > before then
+  end
+  gate.write(writes)
+  for li, l in ipairs(lines) do
+    if l.z < l.a then
+      live = live + 1
+    elseif not l.w then
       kept[#kept + 1] = {l.k, l.a, l.z}
       live = live + 1
+    else
+      local drop = l.w.drop
+      for d = 1, #drop, 2 do
+        dropped[#dropped + 1] = li - 1
+        dropped[#dropped + 1] = drop[d]
+        dropped[#dropped + 1] = drop[d + 1]
+      end
+      if l.w.kept > 0 then
+        kept[#kept + 1] = {l.k, l.a, l.z}
+        live = live + 1
+      end
     end
   end
   if nlines > 0 and live == 0 then
@@ -475,11 +719,9 @@ if op == 'reserve' then
     for _, x in ipairs(dropped) do out[#out + 1] = x end
     return out
   end
-  if #sets > 0 then
-    for i = 1, #sets, 2000 do
-      redis.call('HSET', KEYS[8], unpack(sets, i, math.min(#sets, i + 1999)))
-    end
-    redis.call('PEXPIRE', KEYS[8], gate_ttl)
+  if #kept > 0 then
+    gate.sweep()
+    gate.flush(gate_ttl)
     local lease = {e = now + lease_ms, l = kept}
     -- A re-send while this id's earlier attempt is still leased (its answer never
     -- came: the channel may still apply it) keeps that attempt's nights and end
@@ -506,7 +748,7 @@ if op == 'reserve' then
   index_rem(id, e)
   e.st, e.t0, e.t1 = 'sent', nil, nil
   redis.call('HSET', res, id, cjson.encode(e))
-  keep_alive(false)
+  keep_alive(slot, false)
   redis.call('INCRBY', KEYS[3], cost)
   redis.call('PEXPIREAT', KEYS[3], midnight)
   local out = {'send', 0, math.max(0, left - 1), after, quota, tier(after, quota), ''}
@@ -679,21 +921,24 @@ end
 -- empty (the window before the loss is unknown) and says the gate is whole again.
 if op == 'gate_load' then
   local ttl = tonumber(ARGV[2])
-  local raised = 0
-  for i = 3, #ARGV, 2 do
-    local cur = redis.call('HGET', KEYS[1], ARGV[i])
-    if not cur or newer(ARGV[i + 1], cur) then
-      redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-      raised = raised + 1
-    end
+  local cutoff = tonumber(ARGV[3])
+  local gate = gate_fields(KEYS[1], cutoff)
+  local writes = {}
+  for i = 4, #ARGV, 4 do
+    local a, z = math.max(tonumber(ARGV[i + 1]), cutoff), tonumber(ARGV[i + 2])
+    if a <= z then writes[#writes + 1] = {k = ARGV[i], a = a, z = z, v = vpad(ARGV[i + 3])} end
   end
+  gate.write(writes)
+  local raised = 0
+  for _, w in ipairs(writes) do raised = raised + w.raised end
+  gate.flush(ttl)
   if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
   return raised
 end
 
 if op == 'gate_mark' then
   local cur = redis.call('GET', KEYS[1])
-  if cur then return cur end
+  if cur and string.sub(cur, 1, #EPOCH_TAG) == EPOCH_TAG then return string.sub(cur, #EPOCH_TAG + 1) end
   local ttl = tonumber(ARGV[3])
   local rate = tonumber(ARGV[4])
   local burst = tonumber(ARGV[5])
@@ -708,7 +953,7 @@ if op == 'gate_mark' then
       redis.call('SET', KEYS[i], string.format('%.3f', tat), 'PX', math.ceil(tat - now + w))
     end
   end
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ttl)
+  redis.call('SET', KEYS[1], EPOCH_TAG .. ARGV[2], 'PX', ttl)
   return ARGV[2]
 end
 
@@ -725,7 +970,9 @@ if op == 'budget' then
 end
 
 if op == 'gate_epoch' then
-  return redis.call('GET', KEYS[1]) or ''
+  local cur = redis.call('GET', KEYS[1]) or ''
+  if string.sub(cur, 1, #EPOCH_TAG) ~= EPOCH_TAG then return '' end
+  return string.sub(cur, #EPOCH_TAG + 1)
 end
 
 return redis.error_reply('paritysync limiter: unknown op ' .. tostring(op))

@@ -88,7 +88,7 @@ func (d *deps) limiter(ctx context.Context) (*limiter.Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return limiter.New(rdb, d.channels, limiter.Options{Prefix: d.settings.KeyPrefix}), nil
+	return limiter.New(rdb, d.channels, limiter.Options{Prefix: d.settings.KeyPrefix, Zones: d.settings.Zones}), nil
 }
 
 func (d *deps) close() {

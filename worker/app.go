@@ -99,7 +99,7 @@ func newTemporal(lc fx.Lifecycle, s models.Settings, sdkMetrics client.MetricsHa
 // that would split a channel's budget stops at start, naming the channel and field.
 func newLimiter(rdb redis.UniversalClient, s models.Settings, chs []models.ChannelConfig) (*limiter.Limiter, error) {
 	lim := limiter.New(rdb, chs, limiter.Options{Prefix: s.KeyPrefix, PausePoll: s.PausePoll,
-		Lease: s.HTTPTimeout + 5*time.Second})
+		Lease: s.HTTPTimeout + 5*time.Second, Zones: s.Zones})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := lim.CheckConfig(ctx); err != nil {
