@@ -51,6 +51,16 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	all := decoded
 	decoded = claim(callerOf(r.Context()), decoded)
+	dryRun, ok := boolParam(w, r, "dry_run")
+	if !ok {
+		return
+	}
+	if dryRun {
+		// Validated and coalesced as the real run would; nothing is started or stored.
+		writeJSON(w, http.StatusOK, ops.DryRun(decoded, s.validator, s.channels, s.cfg.Settings.MaxInFlight,
+			tenantOf(r.Context())+".dry-run"))
+		return
+	}
 	valid, problems := s.validator.Check(decoded)
 	if len(valid) == 0 {
 		writeProblem(w, r, http.StatusUnprocessableEntity, probInvalid,
@@ -102,6 +112,20 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, batchAccepted{BatchID: id, WorkflowID: b.WorkflowID, Attached: b.Attached,
 		State: state, Mutations: decoded.Rows, Accepted: len(valid), Rejected: problems,
 		StatusURL: "/v1/batches/" + id, UI: s.uiLink(b.WorkflowID)})
+}
+
+// boolParam reads the query parameter name: true, false or absent (false);
+// anything else is answered 400 and ok is false.
+func boolParam(w http.ResponseWriter, r *http.Request, name string) (v, ok bool) {
+	switch r.URL.Query().Get(name) {
+	case "", "false":
+		return false, true
+	case "true":
+		return true, true
+	}
+	writeProblem(w, r, http.StatusBadRequest, probBadRequest, "query parameter "+name+": must be true or false",
+		func(p *problem) { p.Field, p.Rule = name, "must be true or false" })
+	return false, false
 }
 
 // recordRejections records a rejected outcome for every refused row, with all its

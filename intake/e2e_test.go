@@ -48,6 +48,9 @@ type stack struct {
 	rdb    *redis.Client
 	prefix string
 	queue  string
+	// ns is the test's namespace on the dev server, dbURL its PostgreSQL schema.
+	ns    string
+	dbURL string
 }
 
 func startStack(t *testing.T, edit ...func(*Config)) *stack {
@@ -117,7 +120,8 @@ func startStack(t *testing.T, edit ...func(*Config)) *stack {
 	api, err := NewServer(cfg, tc, rdb, st, keys, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	t.Cleanup(api.Close)
-	return &stack{srv: api, api: api.Handler(), st: st, tc: tc, rdb: rdb, prefix: prefix, queue: queue}
+	return &stack{srv: api, api: api.Handler(), st: st, tc: tc, rdb: rdb, prefix: prefix, queue: queue,
+		ns: srv.Namespace(), dbURL: s.DatabaseURL}
 }
 
 func decodeJSON[T any](t *testing.T, resp *http.Response) T {
