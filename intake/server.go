@@ -185,6 +185,8 @@ func (s *Server) Handler() http.Handler {
 	authed("GET /v1/quota", s.getQuota)
 	authed("GET /v1/dlq", adminOnly(s.getDLQ))
 	authed("POST /v1/dlq/replay", adminOnly(s.replayDLQ))
+	authed("GET /v1/dlq/export", adminOnly(s.exportDLQ))
+	authed("POST /v1/dlq/ack", adminOnly(s.ackDLQ))
 	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openAPIDocument)
