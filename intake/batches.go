@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -61,6 +64,14 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 			tenantOf(r.Context())+".dry-run"))
 		return
 	}
+	callback := r.URL.Query().Get("callback_url")
+	if callback != "" {
+		if rule := s.cfg.Callbacks.checkCallback(tenantOf(r.Context()), callback); rule != "" {
+			writeProblem(w, r, http.StatusBadRequest, probBadRequest, "query parameter callback_url: "+rule+"; nothing was started",
+				func(p *problem) { p.Field, p.Rule = "callback_url", rule })
+			return
+		}
+	}
 	valid, problems := s.validator.Check(decoded)
 	if len(valid) == 0 {
 		writeProblem(w, r, http.StatusUnprocessableEntity, probInvalid,
@@ -79,9 +90,15 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	id := batchID(tenantOf(r.Context()), key, s.now(), uuid.NewString()[:8])
 	setLogBatch(r, id)
-	sum := sha256.Sum256(body)
+	// The callback is part of what the key names: the same body with another
+	// callback_url is other content.
+	content := body
+	if callback != "" {
+		content = append(append(slices.Clip(body), "\x00callback_url="...), callback...)
+	}
+	sum := sha256.Sum256(content)
 	b, err := ops.StartBatch(r.Context(), s.tc, s.cfg.Settings.TaskQueue, s.st,
-		ops.Batch{ID: id, Mutations: valid, Digest: hex.EncodeToString(sum[:])})
+		ops.Batch{ID: id, Mutations: valid, Digest: hex.EncodeToString(sum[:]), CallbackURL: callback})
 	var conflict *ops.ConflictError
 	switch {
 	case errors.As(err, &conflict) && conflict.SameContent:
@@ -95,6 +112,12 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.internal(w, r, err)
 		return
+	}
+	if !b.Attached {
+		// Listed from now on; PrepareBatch would make the row a moment later anyway.
+		if err := s.st.RegisterBatch(r.Context(), id); err != nil {
+			s.log.Warn("register batch", "batch", id, "error", err)
+		}
 	}
 	// Recorded after the start, so a refused key stores nothing; an attach records
 	// them again, which keeps the first record.
@@ -112,6 +135,74 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, batchAccepted{BatchID: id, WorkflowID: b.WorkflowID, Attached: b.Attached,
 		State: state, Mutations: decoded.Rows, Accepted: len(valid), Rejected: problems,
 		StatusURL: "/v1/batches/" + id, UI: s.uiLink(b.WorkflowID)})
+}
+
+// batchList is GET /v1/batches.
+type batchList struct {
+	Batches []batchListItem `json:"batches"`
+	// Next is the URL of the next page; absent after the last.
+	Next string `json:"next,omitempty"`
+}
+
+// batchListItem is one batch of a listing.
+type batchListItem struct {
+	store.BatchSummary
+	StatusURL string `json:"status_url"`
+}
+
+// listStates are the states a listing filters by.
+var listStates = []string{ops.StateRunning, ops.StateDone, ops.StateCancelled, ops.StateTerminated, ops.StateFailed,
+	ops.StateTimedOut, store.StateUnknown}
+
+// listBatches lists the caller's batches (an operator's: every tenant's), newest
+// first, a page at a time, from the store.
+func (s *Server) listBatches(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	bad := func(field, rule string) {
+		writeProblem(w, r, http.StatusBadRequest, probBadRequest, "query parameter "+field+": "+rule,
+			func(p *problem) { p.Field, p.Rule = field, rule })
+	}
+	caller := callerOf(r.Context())
+	f := store.BatchFilter{Tenant: caller.tenant, AllTenants: caller.admin, State: q.Get("state"),
+		Channel: q.Get("channel"), Cursor: q.Get("cursor"), Limit: 100}
+	if f.State != "" && !slices.Contains(listStates, f.State) {
+		bad("state", "must be one of "+strings.Join(listStates, ", "))
+		return
+	}
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			bad("since", "must be an RFC 3339 time (2027-03-01T00:00:00Z)")
+			return
+		}
+		f.Since = t
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 500 {
+			bad("limit", "must be 1..500")
+			return
+		}
+		f.Limit = n
+	}
+	page, next, err := s.st.ListBatches(r.Context(), f)
+	if errors.Is(err, store.ErrBadCursor) {
+		bad("cursor", "must be a cursor a page of this listing gave")
+		return
+	}
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	out := batchList{Batches: make([]batchListItem, len(page))}
+	for i, b := range page {
+		out.Batches[i] = batchListItem{BatchSummary: b, StatusURL: "/v1/batches/" + b.BatchID}
+	}
+	if next != "" {
+		q.Set("cursor", next)
+		out.Next = "/v1/batches?" + q.Encode()
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // boolParam reads the query parameter name: true, false or absent (false);
