@@ -200,6 +200,8 @@ func TestBatchesAndChangesOverHTTPEveryOutcomeReadBack(t *testing.T) {
 		require.Zero(t, *p.ETASeconds)
 	}
 
+	listed := decodeJSON[batchList](t, c.do(t, h, request(http.MethodGet, "/v1/batches?state=done&limit=10", ""), true))
+	require.Contains(t, listed.ids(), acc.BatchID, "a done batch is listed as done")
 	rej := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, acc.StatusURL+"/rejections", ""), true))
 	require.Len(t, rej.Outcomes, 2)
 	for _, o := range rej.Outcomes {
