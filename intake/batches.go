@@ -54,6 +54,12 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	all := decoded
 	decoded = claim(callerOf(r.Context()), decoded)
+	// Channel "*": one mutation per channel the property is on, each with its own id.
+	decoded, err := ops.FanOut(r.Context(), s.st, decoded)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
 	dryRun, ok := boolParam(w, r, "dry_run")
 	if !ok {
 		return
@@ -121,7 +127,7 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	// Recorded after the start, so a refused key stores nothing; an attach records
 	// them again, which keeps the first record.
-	if err := s.recordRejections(r, id, all, problems); err != nil {
+	if err := s.recordRejections(r, id, all, decoded, problems); err != nil {
 		s.internal(w, r, err)
 		return
 	}
@@ -220,20 +226,32 @@ func boolParam(w http.ResponseWriter, r *http.Request, name string) (v, ok bool)
 }
 
 // recordRejections records a rejected outcome for every refused row, with all its
-// problems as the reason. A row without a readable id is named line-N.
-func (s *Server) recordRejections(r *http.Request, batchID string, d models.Decoded, problems []models.RowProblem) error {
+// problems as the reason; a row fanned out to several channels ("*") has one per
+// channel it was refused on. A row without a readable id is named line-N. The
+// channel is the fanned row's, else the one the body named (all, before the
+// tenant's rows were claimed).
+func (s *Server) recordRejections(r *http.Request, batchID string, all, fanned models.Decoded, problems []models.RowProblem) error {
 	if len(problems) == 0 {
 		return nil
 	}
+	type row struct {
+		index int
+		id    string
+	}
 	channelOf := map[int]string{}
-	for i, m := range d.Mutations {
-		channelOf[d.Indexes[i]] = m.Channel
+	for i, m := range all.Mutations {
+		channelOf[all.Indexes[i]] = m.Channel
+	}
+	fannedOf := map[row]string{}
+	for i, m := range fanned.Mutations {
+		fannedOf[row{fanned.Indexes[i], m.ID}] = m.Channel
 	}
 	var out []store.MutationOutcome
-	byIndex := map[int]int{}
+	byRow := map[row]int{}
 	for _, p := range problems {
 		reason := p.Field + ": " + p.Rule
-		if i, ok := byIndex[p.Index]; ok {
+		k := row{p.Index, p.ID}
+		if i, ok := byRow[k]; ok {
 			out[i].Reason += "; " + reason
 			continue
 		}
@@ -241,11 +259,14 @@ func (s *Server) recordRejections(r *http.Request, batchID string, d models.Deco
 		if id == "" {
 			id = fmt.Sprintf("line-%d", p.Line)
 		}
-		ch := channelOf[p.Index]
+		ch, ok := fannedOf[k]
+		if !ok {
+			ch = channelOf[p.Index]
+		}
 		if _, known := s.channels[ch]; !known {
 			ch = unknownChannel
 		}
-		byIndex[p.Index] = len(out)
+		byRow[k] = len(out)
 		out = append(out, store.MutationOutcome{MutationID: id, Channel: ch, Outcome: models.OutcomeRejected, Reason: reason})
 	}
 	_, err := s.st.RecordOutcomes(r.Context(), batchID, out)

@@ -260,3 +260,80 @@ func (s *Server) ackDLQ(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, a)
 }
+
+// propertyChannels is GET and PUT /v1/properties/{id}/channels.
+type propertyChannels struct {
+	PropertyID string   `json:"property_id"`
+	Channels   []string `json:"channels"`
+}
+
+// propertyOf is the path's property id when it matches the property pattern;
+// otherwise it answers 404.
+func (s *Server) propertyOf(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if !s.validator.PropertyPattern.MatchString(id) {
+		writeProblem(w, r, http.StatusNotFound, probNotFound, "no property "+strconv.Quote(id)+": a property id matches "+
+			s.validator.PropertyPattern.String())
+		return "", false
+	}
+	return id, true
+}
+
+func (s *Server) getPropertyChannels(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.propertyOf(w, r)
+	if !ok {
+		return
+	}
+	m, err := s.st.PropertyChannels(r.Context(), []string{id})
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	out := propertyChannels{PropertyID: id, Channels: m[id]}
+	if out.Channels == nil {
+		out.Channels = []string{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// putPropertyChannels replaces the channels a property is on; a mutation for
+// channel "*" goes to each from the next request on.
+func (s *Server) putPropertyChannels(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.propertyOf(w, r)
+	if !ok {
+		return
+	}
+	body, ok := s.readBody(w, r, 64<<10)
+	if !ok {
+		return
+	}
+	var in struct {
+		Channels []string `json:"channels"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil || in.Channels == nil {
+		writeProblem(w, r, http.StatusBadRequest, probBadRequest, `want {"channels": ["expedia", …]} (an empty list unmaps the property)`,
+			func(p *problem) { p.Field, p.Rule = "channels", models.RuleRequired })
+		return
+	}
+	seen := map[string]bool{}
+	for i, ch := range in.Channels {
+		if _, known := s.channels[ch]; !known || seen[ch] {
+			rule := models.RuleChannelUnknown
+			if seen[ch] {
+				rule = "must be listed once"
+			}
+			field := "channels[" + strconv.Itoa(i) + "]"
+			writeProblem(w, r, http.StatusBadRequest, probBadRequest, field+" "+strconv.Quote(ch)+": "+rule,
+				func(p *problem) { p.Field, p.Rule = field, rule })
+			return
+		}
+		seen[ch] = true
+	}
+	if err := s.st.SetPropertyChannels(r.Context(), id, in.Channels); err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	s.getPropertyChannels(w, r)
+}

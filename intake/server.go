@@ -206,6 +206,8 @@ func (s *Server) Handler() http.Handler {
 	authed("GET /v1/dlq", adminOnly(s.getDLQ))
 	authed("POST /v1/dlq/replay", adminOnly(s.replayDLQ))
 	authed("GET /v1/dlq/export", adminOnly(s.exportDLQ))
+	authed("GET /v1/properties/{id}/channels", adminOnly(s.getPropertyChannels))
+	authed("PUT /v1/properties/{id}/channels", adminOnly(s.putPropertyChannels))
 	authed("POST /v1/dlq/ack", adminOnly(s.ackDLQ))
 	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
