@@ -320,9 +320,15 @@ func AwaitCancelled(ctx context.Context, tc client.Client, batchID string) error
 	var final models.BatchStatus
 	err := tc.GetWorkflow(ctx, wfID, "").Get(ctx, &final)
 	var canceled *temporal.CanceledError
+	var deadline *serviceerror.DeadlineExceeded
 	if err != nil && !errors.As(err, &canceled) {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.As(err, &deadline) {
+			// The call's own deadline (ctx's, carried by gRPC) can end it a moment
+			// before ctx says so.
+			return context.DeadlineExceeded
 		}
 		return fmt.Errorf("batch %s: %w", wfID, err)
 	}
