@@ -177,6 +177,9 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 			batchID = tenant + "." + batchID
 		}
 	}
+	if ms, err = c.fanOut(ctx, d, file, ms); err != nil {
+		return err
+	}
 	tc, err := d.temporal(ctx)
 	if err != nil {
 		return err
@@ -265,6 +268,15 @@ func (c *cli) batchDryRun(file, id string) error {
 	if id == "" {
 		id = "dry-run"
 	}
+	if hasStar(decoded.Mutations) {
+		st, err := d.store(context.Background())
+		if err != nil {
+			return err
+		}
+		if decoded, err = ops.FanOut(context.Background(), st, decoded); err != nil {
+			return err
+		}
+	}
 	r := ops.DryRun(decoded, v, models.ChannelMap(d.channels), d.settings.MaxInFlight, id)
 	verdict := error(nil)
 	if len(r.Rejected) > 0 {
@@ -288,6 +300,42 @@ func (c *cli) batchDryRun(file, id string) error {
 	fmt.Fprintf(c.stdout, "dry run: %d of %d rows accepted, %d rejected; %d requests (%d lines); the windows need %s; nothing started\n",
 		r.Accepted, r.Mutations, len(r.Rejected), r.Requests, r.Lines, r.TimeNeeded)
 	return verdict
+}
+
+// hasStar reports whether a mutation of ms is for channel "*".
+func hasStar(ms []models.Mutation) bool {
+	for _, m := range ms {
+		if m.Channel == ops.AllChannels {
+			return true
+		}
+	}
+	return false
+}
+
+// fanOut turns the mutations of file for channel "*" into one per channel their
+// property is on (the store's mappings, as intake does); a row that cannot fan out
+// refuses the whole file, as any bad row does. Without such a row it opens nothing.
+func (c *cli) fanOut(ctx context.Context, d *deps, file string, ms []models.Mutation) ([]models.Mutation, error) {
+	if !hasStar(ms) {
+		return ms, nil
+	}
+	st, err := d.store(ctx)
+	if err != nil {
+		return nil, err
+	}
+	in := models.Decoded{Mutations: ms, Rows: len(ms)}
+	for i := range ms {
+		in.Lines, in.Indexes = append(in.Lines, i+1), append(in.Indexes, i)
+	}
+	out, err := ops.FanOut(ctx, st, in)
+	if err != nil {
+		return nil, err
+	}
+	if len(out.Problems) > 0 {
+		return nil, dataError{fmt.Errorf("%s: row %d (id %s): %s: %s; nothing started", file, out.Problems[0].Index+1,
+			out.Problems[0].ID, out.Problems[0].Field, out.Problems[0].Rule)}
+	}
+	return out.Mutations, nil
 }
 
 // saverFunc is a function keeping a big batch's claim check.

@@ -60,3 +60,21 @@ func TestBatchStartDryRunPrintsRequestsAndTimeAndStartsNothing(t *testing.T) {
 	code, _, errOut = runCLI(t, env, "batch", "start", "--dry-run", "--wait", "--file", path)
 	require.Equal(t, exitUsage, code, errOut)
 }
+
+// TestBatchStartDryRunFansOutChannelStar: a row for channel "*" is planned on every
+// channel the store maps its property to, as intake fans it out.
+func TestBatchStartDryRunFansOutChannelStar(t *testing.T) {
+	env, st := storeEnv(t)
+	require.NoError(t, st.SetPropertyChannels(t.Context(), "prop_0000abcd", []string{"agoda", "expedia"}))
+	day := models.DateOf(time.Now().UTC().AddDate(0, 0, 7))
+	path := writeFile(t, fmt.Sprintf(`{"id":"s1","property_id":"prop_0000abcd","room_type_code":"DBL","rate_plan_code":"BAR","channel":"*","stay_date":%q,"inventory":3,"version":1}`+"\n", day))
+	env["TEMPORAL_ADDRESS"] = "127.0.0.1:1" // a dry run never dials Temporal
+	code, out, errOut := runCLI(t, env, "batch", "start", "--dry-run", "--file", path, "-o", "json")
+	require.Equal(t, exitOK, code, errOut)
+	var r ops.DryRunReport
+	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
+	require.Equal(t, 2, r.Accepted)
+	require.Len(t, r.Channels, 2)
+	require.Equal(t, "agoda", r.Channels[0].Channel)
+	require.Equal(t, "expedia", r.Channels[1].Channel)
+}
