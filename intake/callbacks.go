@@ -22,6 +22,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/models"
 )
 
 // Completion callbacks. A batch posted with callback_url=<URL> receives one signed
@@ -62,7 +63,7 @@ type callbackConfig struct {
 // Rules of callback_url, as a 400 names them.
 const (
 	ruleCallbackAllowed = "must start with one of the tenant's allowed callback URLs (PARITYSYNC_CALLBACKS_FILE)"
-	ruleCallbackURL     = "must be an absolute https URL without user, password or fragment, at most 2048 characters"
+	ruleCallbackURL     = "must be an absolute https URL without user, password, fragment or a query parameter named like a secret (token, secret, pass…), at most 2048 characters"
 	minCallbackSecret   = 16
 )
 
@@ -134,7 +135,9 @@ func checkAllowEntry(a string) error {
 func (c *callbackConfig) checkCallback(tenant, raw string) string {
 	u, err := url.Parse(raw)
 	if len(raw) > 2048 || err != nil || u.Host == "" || u.User != nil || u.Fragment != "" ||
-		(u.Scheme != "https" && u.Scheme != "http") {
+		(u.Scheme != "https" && u.Scheme != "http") || models.MaskURL(raw) != raw {
+		// The URL travels in the workflow's input: nothing in it may be a secret
+		// (a password, or a query parameter named like one).
 		return ruleCallbackURL
 	}
 	t, ok := c.tenants[tenant]

@@ -131,7 +131,7 @@ func TestCompletionCallbackIsSignedDeliveredOnceAndRetriedWithTheSameEventID(t *
 	require.Len(t, rc.on("/hooks/ok"), 1, "exactly one callback")
 	require.Len(t, rc.on("/hooks/flaky"), 2, "one failed delivery and one delivered, no more")
 
-	for _, bad := range []string{"https://evil.example/hooks/", recv.URL + "/other", "http://user:pw@127.0.0.1/hooks/"} {
+	for _, bad := range []string{"https://evil.example/hooks/", recv.URL + "/other", "http://user:pw@127.0.0.1/hooks/", recv.URL + "/hooks/ok?token=abc"} {
 		req := request(http.MethodPost, "/v1/batches?callback_url="+url.QueryEscape(bad), "["+mutationRow("cb3", "expedia", 1)+"]")
 		resp := c.do(t, h, req, true)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, bad)
