@@ -103,6 +103,8 @@ test-unit: xmllint
 record-histories: $(BIN)/temporal
 	scripts/with-db.sh record env PARITYSYNC_TEST_REQUIRE=1 PARITYSYNC_RECORD_HISTORY=1 TEMPORAL_CLI=$(BIN)/temporal \
 		go test -count=1 -parallel 8 -run '^(TestEndToEnd|TestBatchLifecycle)$$' ./worker
+	scripts/with-db.sh record env PARITYSYNC_TEST_REQUIRE=1 PARITYSYNC_RECORD_HISTORY=1 TEMPORAL_CLI=$(BIN)/temporal \
+		go test -count=1 -run '^TestCompletionCallbackIsSignedDeliveredOnceAndRetriedWithTheSameEventID$$' ./intake
 	go test -count=1 -run TestReplay ./workflows
 
 bench:

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	historypb "go.temporal.io/api/history/v1"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/paritysync/paritysync/models"
 )
@@ -127,6 +129,19 @@ func TestCompletionCallbackIsSignedDeliveredOnceAndRetriedWithTheSameEventID(t *
 		require.NoError(t, err)
 		return found && st.Delivered && st.Attempts == 2
 	}, 10*time.Second, 50*time.Millisecond)
+	if os.Getenv("PARITYSYNC_RECORD_HISTORY") != "" {
+		// The replay test's history of a batch that records its end with a callback.
+		var h historypb.History
+		iter := s.tc.GetWorkflowHistory(t.Context(), models.BatchWorkflowID(flaky.BatchID), "", false, 0)
+		for iter.HasNext() {
+			e, err := iter.Next()
+			require.NoError(t, err)
+			h.Events = append(h.Events, e)
+		}
+		b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join("..", "workflows", "testdata", "batchsync_finish.json"), b, 0o644))
+	}
 	time.Sleep(time.Second)
 	require.Len(t, rc.on("/hooks/ok"), 1, "exactly one callback")
 	require.Len(t, rc.on("/hooks/flaky"), 2, "one failed delivery and one delivered, no more")
