@@ -8,7 +8,7 @@ TEMPORAL_SERVER_VERSION := v1.29.1
 WORKFLOWCHECK_VERSION := v0.6.0
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build demo up down test test-unit test-prod test-hostile record-histories vet fmt-check workflowcheck xmllint promtool bench bench-e2e bench-intake clean
+.PHONY: all build demo up down test test-unit test-prod test-hostile record-histories vet fmt-check workflowcheck xmllint promtool lint-openapi bench bench-e2e bench-intake clean
 
 all: build
 
@@ -82,8 +82,14 @@ workflowcheck: $(BIN)/workflowcheck
 xmllint:
 	@command -v xmllint >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libxml2-utils; }
 
+# intake/openapi.yaml through Redocly's linter (recommended rules, warnings as
+# errors; intake/redocly.yaml): npx fetches the pinned CLI from the npm registry
+# once and caches it.
+lint-openapi:
+	scripts/lint-openapi.sh
+
 OPT_IN_TESTS := ^(TestBenchPushEngine|TestSoak|TestRedisMemoryAfterALargeBatch)$$
-test: $(BIN)/temporal promtool xmllint fmt-check vet workflowcheck
+test: $(BIN)/temporal promtool xmllint fmt-check vet workflowcheck lint-openapi
 	scripts/with-db.sh test env PARITYSYNC_TEST_REQUIRE=1 TEMPORAL_CLI=$(BIN)/temporal go test -race -count=1 -parallel 8 -timeout 30m -skip '$(OPT_IN_TESTS)' ./...
 
 # Everything but the end-to-end runs (-short: no dev server, no minute-long real-time
@@ -91,17 +97,19 @@ test: $(BIN)/temporal promtool xmllint fmt-check vet workflowcheck
 test-unit: xmllint
 	scripts/with-db.sh unit env PARITYSYNC_TEST_REQUIRE=1 go test -short -race -count=1 -timeout 10m -skip '$(OPT_IN_TESTS)' ./...
 
-# Re-records the histories the replay test (workflows/replay_test.go) replays, from
-# the worker's end-to-end runs on a dev server, then replays them; run it after a
-# deliberate change to a workflow and commit workflows/testdata.
 # The hostile-channel scenarios in one run (garbage 200s, a skewed clock with dated
 # Retry-After, late applies, workers that disagree), with a figure for each.
 test-hostile: $(BIN)/temporal xmllint
 	scripts/with-db.sh hostile env PARITYSYNC_TEST_REQUIRE=1 TEMPORAL_CLI=$(BIN)/temporal go test -race -count=1 -timeout 15m -run '^TestHostileChannel$$' -v ./worker
 
+# Re-records the histories the replay test (workflows/replay_test.go) replays, from
+# the worker's end-to-end runs on a dev server, then replays them; run it after a
+# deliberate change to a workflow and commit workflows/testdata.
 record-histories: $(BIN)/temporal
 	scripts/with-db.sh record env PARITYSYNC_TEST_REQUIRE=1 PARITYSYNC_RECORD_HISTORY=1 TEMPORAL_CLI=$(BIN)/temporal \
 		go test -count=1 -parallel 8 -run '^(TestEndToEnd|TestBatchLifecycle|TestWorkflowPaths|TestChannelSyncContinuesAsNew)$$' ./worker
+	scripts/with-db.sh record env PARITYSYNC_TEST_REQUIRE=1 PARITYSYNC_RECORD_HISTORY=1 TEMPORAL_CLI=$(BIN)/temporal \
+		go test -count=1 -run '^TestCompletionCallbackIsSignedDeliveredOnceAndRetriedWithTheSameEventID$$' ./intake
 	go test -count=1 -run TestReplay ./workflows
 
 bench:

@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -51,6 +54,30 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	all := decoded
 	decoded = claim(callerOf(r.Context()), decoded)
+	// Channel "*": one mutation per channel the property is on, each with its own id.
+	decoded, err := ops.FanOut(r.Context(), s.st, decoded)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	dryRun, ok := boolParam(w, r, "dry_run")
+	if !ok {
+		return
+	}
+	if dryRun {
+		// Validated and coalesced as the real run would; nothing is started or stored.
+		writeJSON(w, http.StatusOK, ops.DryRun(decoded, s.validator, s.channels, s.cfg.Settings.MaxInFlight,
+			tenantOf(r.Context())+".dry-run"))
+		return
+	}
+	callback := r.URL.Query().Get("callback_url")
+	if callback != "" {
+		if rule := s.cfg.Callbacks.checkCallback(tenantOf(r.Context()), callback); rule != "" {
+			writeProblem(w, r, http.StatusBadRequest, probBadRequest, "query parameter callback_url: "+rule+"; nothing was started",
+				func(p *problem) { p.Field, p.Rule = "callback_url", rule })
+			return
+		}
+	}
 	valid, problems := s.validator.Check(decoded)
 	if len(valid) == 0 {
 		writeProblem(w, r, http.StatusUnprocessableEntity, probInvalid,
@@ -69,9 +96,15 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	id := batchID(tenantOf(r.Context()), key, s.now(), uuid.NewString()[:8])
 	setLogBatch(r, id)
-	sum := sha256.Sum256(body)
+	// The callback is part of what the key names: the same body with another
+	// callback_url is other content.
+	content := body
+	if callback != "" {
+		content = append(append(slices.Clip(body), "\x00callback_url="...), callback...)
+	}
+	sum := sha256.Sum256(content)
 	b, err := ops.StartBatch(r.Context(), s.tc, s.cfg.Settings.TaskQueue, s.st,
-		ops.Batch{ID: id, Mutations: valid, Digest: hex.EncodeToString(sum[:])})
+		ops.Batch{ID: id, Mutations: valid, Digest: hex.EncodeToString(sum[:]), CallbackURL: callback})
 	var conflict *ops.ConflictError
 	switch {
 	case errors.As(err, &conflict) && conflict.SameContent:
@@ -86,9 +119,15 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
+	if !b.Attached {
+		// Listed from now on; PrepareBatch would make the row a moment later anyway.
+		if err := s.st.RegisterBatch(r.Context(), id); err != nil {
+			s.log.Warn("register batch", "batch", id, "error", err)
+		}
+	}
 	// Recorded after the start, so a refused key stores nothing; an attach records
 	// them again, which keeps the first record.
-	if err := s.recordRejections(r, id, all, problems); err != nil {
+	if err := s.recordRejections(r, id, all, decoded, problems); err != nil {
 		s.internal(w, r, err)
 		return
 	}
@@ -104,21 +143,115 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 		StatusURL: "/v1/batches/" + id, UI: s.uiLink(b.WorkflowID)})
 }
 
+// batchList is GET /v1/batches.
+type batchList struct {
+	Batches []batchListItem `json:"batches"`
+	// Next is the URL of the next page; absent after the last.
+	Next string `json:"next,omitempty"`
+}
+
+// batchListItem is one batch of a listing.
+type batchListItem struct {
+	store.BatchSummary
+	StatusURL string `json:"status_url"`
+}
+
+// listStates are the states a listing filters by.
+var listStates = []string{ops.StateRunning, ops.StateDone, ops.StateCancelled, ops.StateTerminated, ops.StateFailed,
+	ops.StateTimedOut, store.StateUnknown}
+
+// listBatches lists the caller's batches (an operator's: every tenant's), newest
+// first, a page at a time, from the store.
+func (s *Server) listBatches(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	bad := func(field, rule string) {
+		writeProblem(w, r, http.StatusBadRequest, probBadRequest, "query parameter "+field+": "+rule,
+			func(p *problem) { p.Field, p.Rule = field, rule })
+	}
+	caller := callerOf(r.Context())
+	f := store.BatchFilter{Tenant: caller.tenant, AllTenants: caller.admin, State: q.Get("state"),
+		Channel: q.Get("channel"), Cursor: q.Get("cursor"), Limit: 100}
+	if f.State != "" && !slices.Contains(listStates, f.State) {
+		bad("state", "must be one of "+strings.Join(listStates, ", "))
+		return
+	}
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			bad("since", "must be an RFC 3339 time (2027-03-01T00:00:00Z)")
+			return
+		}
+		f.Since = t
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 500 {
+			bad("limit", "must be 1..500")
+			return
+		}
+		f.Limit = n
+	}
+	page, next, err := s.st.ListBatches(r.Context(), f)
+	if errors.Is(err, store.ErrBadCursor) {
+		bad("cursor", "must be a cursor a page of this listing gave")
+		return
+	}
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	out := batchList{Batches: make([]batchListItem, len(page))}
+	for i, b := range page {
+		out.Batches[i] = batchListItem{BatchSummary: b, StatusURL: "/v1/batches/" + b.BatchID}
+	}
+	if next != "" {
+		q.Set("cursor", next)
+		out.Next = "/v1/batches?" + q.Encode()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// boolParam reads the query parameter name: true, false or absent (false);
+// anything else is answered 400 and ok is false.
+func boolParam(w http.ResponseWriter, r *http.Request, name string) (v, ok bool) {
+	switch r.URL.Query().Get(name) {
+	case "", "false":
+		return false, true
+	case "true":
+		return true, true
+	}
+	writeProblem(w, r, http.StatusBadRequest, probBadRequest, "query parameter "+name+": must be true or false",
+		func(p *problem) { p.Field, p.Rule = name, "must be true or false" })
+	return false, false
+}
+
 // recordRejections records a rejected outcome for every refused row, with all its
-// problems as the reason. A row without a readable id is named line-N.
-func (s *Server) recordRejections(r *http.Request, batchID string, d models.Decoded, problems []models.RowProblem) error {
+// problems as the reason; a row fanned out to several channels ("*") has one per
+// channel it was refused on. A row without a readable id is named line-N. The
+// channel is the fanned row's, else the one the body named (all, before the
+// tenant's rows were claimed).
+func (s *Server) recordRejections(r *http.Request, batchID string, all, fanned models.Decoded, problems []models.RowProblem) error {
 	if len(problems) == 0 {
 		return nil
 	}
+	type row struct {
+		index int
+		id    string
+	}
 	channelOf := map[int]string{}
-	for i, m := range d.Mutations {
-		channelOf[d.Indexes[i]] = m.Channel
+	for i, m := range all.Mutations {
+		channelOf[all.Indexes[i]] = m.Channel
+	}
+	fannedOf := map[row]string{}
+	for i, m := range fanned.Mutations {
+		fannedOf[row{fanned.Indexes[i], m.ID}] = m.Channel
 	}
 	var out []store.MutationOutcome
-	byIndex := map[int]int{}
+	byRow := map[row]int{}
 	for _, p := range problems {
 		reason := p.Field + ": " + p.Rule
-		if i, ok := byIndex[p.Index]; ok {
+		k := row{p.Index, p.ID}
+		if i, ok := byRow[k]; ok {
 			out[i].Reason += "; " + reason
 			continue
 		}
@@ -126,11 +259,14 @@ func (s *Server) recordRejections(r *http.Request, batchID string, d models.Deco
 		if id == "" {
 			id = fmt.Sprintf("line-%d", p.Line)
 		}
-		ch := channelOf[p.Index]
+		ch, ok := fannedOf[k]
+		if !ok {
+			ch = channelOf[p.Index]
+		}
 		if _, known := s.channels[ch]; !known {
 			ch = unknownChannel
 		}
-		byIndex[p.Index] = len(out)
+		byRow[k] = len(out)
 		out = append(out, store.MutationOutcome{MutationID: id, Channel: ch, Outcome: models.OutcomeRejected, Reason: reason})
 	}
 	_, err := s.st.RecordOutcomes(r.Context(), batchID, out)

@@ -48,6 +48,9 @@ type stack struct {
 	rdb    *redis.Client
 	prefix string
 	queue  string
+	// ns is the test's namespace on the dev server, dbURL its PostgreSQL schema.
+	ns    string
+	dbURL string
 }
 
 func startStack(t *testing.T, edit ...func(*Config)) *stack {
@@ -117,7 +120,8 @@ func startStack(t *testing.T, edit ...func(*Config)) *stack {
 	api, err := NewServer(cfg, tc, rdb, st, keys, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	t.Cleanup(api.Close)
-	return &stack{srv: api, api: api.Handler(), st: st, tc: tc, rdb: rdb, prefix: prefix, queue: queue}
+	return &stack{srv: api, api: api.Handler(), st: st, tc: tc, rdb: rdb, prefix: prefix, queue: queue,
+		ns: srv.Namespace(), dbURL: s.DatabaseURL}
 }
 
 func decodeJSON[T any](t *testing.T, resp *http.Response) T {
@@ -196,6 +200,8 @@ func TestBatchesAndChangesOverHTTPEveryOutcomeReadBack(t *testing.T) {
 		require.Zero(t, *p.ETASeconds)
 	}
 
+	listed := decodeJSON[batchList](t, c.do(t, h, request(http.MethodGet, "/v1/batches?state=done&limit=10", ""), true))
+	require.Contains(t, listed.ids(), acc.BatchID, "a done batch is listed as done")
 	rej := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, acc.StatusURL+"/rejections", ""), true))
 	require.Len(t, rej.Outcomes, 2)
 	for _, o := range rej.Outcomes {
@@ -243,6 +249,10 @@ func TestBatchesAndChangesOverHTTPEveryOutcomeReadBack(t *testing.T) {
 	require.Equal(t, http.StatusOK, c.do(t, h, request(http.MethodGet, "/v1/dlq?channel=agoda&limit=10", ""), true).StatusCode)
 	resp = c.do(t, h, request(http.MethodPost, "/v1/dlq/replay", `{"channel":"agoda"}`), true)
 	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	require.Equal(t, http.StatusOK, c.do(t, h, request(http.MethodGet, "/v1/dlq/export?channel=agoda", ""), true).StatusCode)
+	require.Equal(t, http.StatusOK, c.do(t, h, request(http.MethodPost, "/v1/dlq/ack", `{"channel":"agoda"}`), true).StatusCode)
+	require.Equal(t, http.StatusOK, c.do(t, h, request(http.MethodPut, "/v1/properties/prop_0000abcd/channels", `{"channels":["agoda"]}`), true).StatusCode)
+	require.Equal(t, http.StatusOK, c.do(t, h, request(http.MethodGet, "/v1/properties/prop_0000abcd/channels", ""), true).StatusCode)
 	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml", "/v1/schemas/mutation.json"} {
 		req := httptest.NewRequest(http.MethodGet, path, nil)
 		require.Equal(t, http.StatusOK, c.do(t, h, req, true).StatusCode, path)

@@ -11,7 +11,9 @@
 // PARITYSYNC_SUBMIT_LINGER (how long an idle channel submitter waits for more posts
 // before it sends their changes as one update; default 0), PARITYSYNC_MAX_CONNS and
 // PARITYSYNC_MAX_CONNS_PER_IP (open connections in all and from one client address;
-// default 4096 and 128), and the settings the worker and starter share
+// default 4096 and 128), PARITYSYNC_CALLBACKS_FILE (optional: per tenant, the
+// secret that signs completion callbacks and the URLs they may go to; see
+// callbacks.go), and the settings the worker and starter share
 // (TEMPORAL_ADDRESS, REDIS_URL, PARITYSYNC_DATABASE_URL, PARITYSYNC_CHANNELS_FILE …).
 package main
 
@@ -24,6 +26,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -64,11 +67,16 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- string) e
 		return err
 	}
 	addr, keysFile := is.Addr, is.APIKeysFile
-	cfg := Config{Settings: s, Channels: chs, SmootherMaxPending: is.SmootherMaxPending, SubmitLinger: is.SubmitLinger}
+	callbacks, err := loadCallbacks(strings.TrimSpace(getenv("PARITYSYNC_CALLBACKS_FILE")))
+	if err != nil {
+		return err
+	}
+	cfg := Config{Settings: s, Channels: chs, SmootherMaxPending: is.SmootherMaxPending, SubmitLinger: is.SubmitLinger,
+		Callbacks: callbacks}
 	log := slog.Default()
 	log.Info("effective config", "settings", s.String(), "addr", addr, "api_keys_file", keysFile,
 		"smoother_max_pending", cfg.SmootherMaxPending, "submit_linger", cfg.SubmitLinger,
-		"max_conns", cmp.Or(is.MaxConns, DefaultMaxConns), "max_conns_per_ip", cmp.Or(is.MaxConnsPerIP, DefaultMaxConnsPerIP))
+		"callback_tenants", len(callbacks.tenants), "max_conns", cmp.Or(is.MaxConns, DefaultMaxConns), "max_conns_per_ip", cmp.Or(is.MaxConnsPerIP, DefaultMaxConnsPerIP))
 	keys, err := newKeyring(keysFile, func(err error) { log.Error("API keys file not reloaded; the keys last read stay", "error", err) })
 	if err != nil {
 		return err

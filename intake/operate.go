@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -158,25 +159,15 @@ func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
 			`want a selection: {"ids": [1, 2]} or any of {"channel", "reason", "batch"}`)
 		return
 	}
-	var entries []store.DeadLetter
-	if len(in.IDs) > 0 {
-		for _, id := range in.IDs {
-			d, err := s.st.DeadLetter(r.Context(), id)
-			if err != nil {
-				writeProblem(w, r, http.StatusNotFound, probNotFound, "no dead letter "+strconv.FormatInt(id, 10))
-				return
-			}
-			if d.AckedAt.IsZero() {
-				entries = append(entries, d)
-			}
-		}
-	} else {
-		f := store.DeadLetterFilter{Channel: in.Channel, Reason: in.Reason, BatchID: in.Batch, Limit: 1000}
-		var err error
-		if entries, err = s.st.DeadLetters(r.Context(), f); err != nil {
-			s.internal(w, r, err)
-			return
-		}
+	entries, err := ops.SelectDeadLetters(r.Context(), s.st,
+		ops.DeadLetterSelection{IDs: in.IDs, Channel: in.Channel, Reason: in.Reason, BatchID: in.Batch})
+	if errors.Is(err, store.ErrDeadLetterNotFound) {
+		writeProblem(w, r, http.StatusNotFound, probNotFound, err.Error())
+		return
+	}
+	if err != nil {
+		s.internal(w, r, err)
+		return
 	}
 	rep, err := ops.ReplayDeadLetters(r.Context(), s.tc, s.cfg.Settings.TaskQueue, s.st, tenantOf(r.Context())+".", entries)
 	if err != nil {
@@ -190,4 +181,159 @@ func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
 		out["status_url"] = "/v1/batches/" + rep.BatchID
 	}
 	writeJSON(w, http.StatusAccepted, out)
+}
+
+// exportDLQ writes the selected dead letters (every open one by default) as JSON
+// lines, with their requests, a page at a time: the same lines as starter dlq
+// export.
+func (s *Server) exportDLQ(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	acked, ok := boolParam(w, r, "acked")
+	if !ok {
+		return
+	}
+	sel := ops.DeadLetterSelection{Channel: q.Get("channel"), Reason: q.Get("reason"), BatchID: q.Get("batch"), Acked: acked}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	enc := json.NewEncoder(w)
+	rc := http.NewResponseController(w)
+	n := 0
+	err := ops.EachDeadLetter(r.Context(), s.st, sel, func(d store.DeadLetter) error {
+		n++
+		if err := enc.Encode(d); err != nil {
+			return err
+		}
+		if n%ops.ExportFlushEvery == 0 {
+			_ = rc.Flush()
+		}
+		return nil
+	})
+	if err != nil && n == 0 {
+		w.Header().Del("Content-Type")
+		s.internal(w, r, err)
+		return
+	}
+	if err != nil {
+		// The status line is sent: the cut shows as a last line that is not JSON.
+		s.log.Error("dead-letter export cut", "entries", n, "error", err)
+		_, _ = w.Write([]byte("export failed after " + strconv.Itoa(n) + " entries\n"))
+	}
+}
+
+// ackDLQ acknowledges the selected open dead letters, so they leave the open list.
+func (s *Server) ackDLQ(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readBody(w, r, 1<<20)
+	if !ok {
+		return
+	}
+	var in struct {
+		IDs     []int64 `json:"ids"`
+		Channel string  `json:"channel"`
+		Reason  string  `json:"reason"`
+		Batch   string  `json:"batch"`
+		Note    string  `json:"note"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	sel := ops.DeadLetterSelection{}
+	err := dec.Decode(&in)
+	if err == nil {
+		sel = ops.DeadLetterSelection{IDs: in.IDs, Channel: in.Channel, Reason: in.Reason, BatchID: in.Batch}
+	}
+	if err != nil || sel.Empty() {
+		writeProblem(w, r, http.StatusBadRequest, probBadRequest,
+			`want a selection: {"ids": [1, 2]} or any of {"channel", "reason", "batch"}, and an optional "note"`,
+			func(p *problem) { p.Field, p.Rule = "ids", "a selection is required" })
+		return
+	}
+	note := strings.TrimSpace(in.Note)
+	if note == "" {
+		note = "acknowledged over the API"
+	}
+	a, err := ops.AckDeadLetters(r.Context(), s.st, sel, "tenant "+tenantOf(r.Context())+": "+note)
+	if errors.Is(err, store.ErrDeadLetterNotFound) {
+		writeProblem(w, r, http.StatusNotFound, probNotFound, err.Error())
+		return
+	}
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, a)
+}
+
+// propertyChannels is GET and PUT /v1/properties/{id}/channels.
+type propertyChannels struct {
+	PropertyID string   `json:"property_id"`
+	Channels   []string `json:"channels"`
+}
+
+// propertyOf is the path's property id when it matches the property pattern;
+// otherwise it answers 404.
+func (s *Server) propertyOf(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if !s.validator.PropertyPattern.MatchString(id) {
+		writeProblem(w, r, http.StatusNotFound, probNotFound, "no property "+strconv.Quote(id)+": a property id matches "+
+			s.validator.PropertyPattern.String())
+		return "", false
+	}
+	return id, true
+}
+
+func (s *Server) getPropertyChannels(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.propertyOf(w, r)
+	if !ok {
+		return
+	}
+	m, err := s.st.PropertyChannels(r.Context(), []string{id})
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	out := propertyChannels{PropertyID: id, Channels: m[id]}
+	if out.Channels == nil {
+		out.Channels = []string{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// putPropertyChannels replaces the channels a property is on; a mutation for
+// channel "*" goes to each from the next request on.
+func (s *Server) putPropertyChannels(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.propertyOf(w, r)
+	if !ok {
+		return
+	}
+	body, ok := s.readBody(w, r, 64<<10)
+	if !ok {
+		return
+	}
+	var in struct {
+		Channels []string `json:"channels"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil || in.Channels == nil {
+		writeProblem(w, r, http.StatusBadRequest, probBadRequest, `want {"channels": ["expedia", …]} (an empty list unmaps the property)`,
+			func(p *problem) { p.Field, p.Rule = "channels", models.RuleRequired })
+		return
+	}
+	seen := map[string]bool{}
+	for i, ch := range in.Channels {
+		if _, known := s.channels[ch]; !known || seen[ch] {
+			rule := models.RuleChannelUnknown
+			if seen[ch] {
+				rule = "must be listed once"
+			}
+			field := "channels[" + strconv.Itoa(i) + "]"
+			writeProblem(w, r, http.StatusBadRequest, probBadRequest, field+" "+strconv.Quote(ch)+": "+rule,
+				func(p *problem) { p.Field, p.Rule = field, rule })
+			return
+		}
+		seen[ch] = true
+	}
+	if err := s.st.SetPropertyChannels(r.Context(), id, in.Channels); err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	s.getPropertyChannels(w, r)
 }

@@ -68,6 +68,13 @@ type Config struct {
 	BodyGrace   time.Duration
 	BodyMinRate int64
 	BodyMaxTime time.Duration
+	// Callbacks are the tenants' callback secrets and allow-lists
+	// (PARITYSYNC_CALLBACKS_FILE); nil allows no callback_url. CallbackPoll and
+	// CallbackBackoff pace the delivery loop (DefaultCallbackPoll,
+	// DefaultCallbackBackoff when 0).
+	Callbacks       *callbackConfig
+	CallbackPoll    time.Duration
+	CallbackBackoff time.Duration
 }
 
 // Server is the PMS-facing HTTP API.
@@ -137,10 +144,22 @@ func NewServer(cfg Config, tc client.Client, rdb redis.UniversalClient, st *stor
 		channels: models.ChannelMap(cfg.Channels), log: log, now: time.Now,
 		metrics: newServerMetrics(reg), registry: reg, submitters: map[string]*submitter{}}
 	s.subCtx, s.subStop = context.WithCancel(context.Background())
+	if s.cfg.Callbacks == nil {
+		s.cfg.Callbacks = &callbackConfig{tenants: map[string]callbackTenant{}}
+	}
+	if st != nil {
+		// Every intake delivers: the claim holds an event for one of them at a time.
+		d := newCallbackDeliverer(s.cfg.Callbacks, st, cfg.CallbackPoll, cfg.CallbackBackoff, log)
+		s.subWG.Add(1)
+		go func() {
+			defer s.subWG.Done()
+			d.run(s.subCtx)
+		}()
+	}
 	return s, nil
 }
 
-// Close stops the channel submitters; a post still waiting in one is answered as
+// Close stops the channel submitters and the callback delivery loop; a post still waiting in one is answered as
 // if its smoother were busy. Call it once the HTTP server has shut down.
 func (s *Server) Close() {
 	s.subStop()
@@ -174,6 +193,7 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle(pattern, s.keys.authenticate(h))
 	}
 	authed("POST /v1/batches", s.postBatch)
+	authed("GET /v1/batches", s.listBatches)
 	authed("GET /v1/batches/{id}", s.getBatch)
 	authed("DELETE /v1/batches/{id}", s.deleteBatch)
 	authed("GET /v1/batches/{id}/rejections", s.getRejections)
@@ -185,6 +205,10 @@ func (s *Server) Handler() http.Handler {
 	authed("GET /v1/quota", s.getQuota)
 	authed("GET /v1/dlq", adminOnly(s.getDLQ))
 	authed("POST /v1/dlq/replay", adminOnly(s.replayDLQ))
+	authed("GET /v1/dlq/export", adminOnly(s.exportDLQ))
+	authed("GET /v1/properties/{id}/channels", adminOnly(s.getPropertyChannels))
+	authed("PUT /v1/properties/{id}/channels", adminOnly(s.putPropertyChannels))
+	authed("POST /v1/dlq/ack", adminOnly(s.ackDLQ))
 	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openAPIDocument)

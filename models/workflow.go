@@ -101,7 +101,35 @@ type BatchSyncInput struct {
 	ResendSalt string `json:"resend_salt,omitempty"`
 	// Carry is the state handed to the next run on continue-as-new.
 	Carry *BatchCarry `json:"carry,omitempty"`
+	// CallbackURL, when set, receives one signed POST when the batch ends (the
+	// tenant's allow-listed URL; never a secret: the signing key stays with intake).
+	CallbackURL string `json:"callback_url,omitempty"`
 }
+
+// BatchFinished is FinishBatch's input: how a batch ended, with its counts.
+type BatchFinished struct {
+	BatchID string `json:"batch_id"`
+	// State is done or cancelled.
+	State       string          `json:"state"`
+	EndedAt     time.Time       `json:"ended_at"`
+	Channels    []ChannelCounts `json:"channels"`
+	CallbackURL string          `json:"callback_url,omitempty"`
+}
+
+// BatchEndedEvent is the body of a batch's completion callback; EventID is the
+// same on every delivery of it.
+type BatchEndedEvent struct {
+	EventID  string          `json:"event_id"`
+	Type     string          `json:"type"`
+	BatchID  string          `json:"batch_id"`
+	State    string          `json:"state"`
+	EndedAt  time.Time       `json:"ended_at"`
+	Counts   ChannelCounts   `json:"counts"`
+	Channels []ChannelCounts `json:"channels"`
+}
+
+// EventBatchEnded is BatchEndedEvent's type.
+const EventBatchEnded = "batch.ended"
 
 // BatchCarry is what a BatchSync run hands to its continuation.
 type BatchCarry struct {

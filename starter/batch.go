@@ -96,9 +96,9 @@ func (c *cli) batchCmd() *cobra.Command {
 
 func (c *cli) batchStartCmd() *cobra.Command {
 	var file, id string
-	var wait, rerun bool
+	var wait, rerun, dryRun bool
 	cmd := &cobra.Command{
-		Use:   "start --file FILE [--id ID] [--wait] [--rerun]",
+		Use:   "start --file FILE [--id ID] [--wait] [--rerun] [--dry-run]",
 		Short: "Start a batch (a JSON array or JSON lines of mutations)",
 		Long: `Start a BatchSync workflow for the mutations in FILE. The file is read and
 checked first, so a malformed file starts nothing. Big batches travel by reference
@@ -114,12 +114,25 @@ With PARITYSYNC_TENANT=<tenant> the batch is that tenant's: its id is
 <tenant>.<id>, so the tenant's API key reads it over intake. Without it the batch
 is the operator's. Either way starter writes every property: it reaches Temporal
 and PostgreSQL directly, as an operator does, and the tenant's property list is
-intake's check (a PMS posts through the API).`,
+intake's check (a PMS posts through the API).
+
+With --dry-run, nothing is started, stored or sent, and nothing is dialled: the
+file is validated and coalesced exactly as the batch would be, and the rows that
+would be rejected (field and rule), the requests and lines per channel and the time
+each channel's windows need for them are printed (busiest scope's requests ÷
+rate_per_minute windows); the exit status is 3 when some rows would be rejected.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dryRun {
+				if wait || rerun {
+					return usageError{"batch start: --dry-run starts nothing, so --wait and --rerun do not apply"}
+				}
+				return c.batchDryRun(file, id)
+			}
 			return c.batchStart(cmd.Context(), file, id, wait, rerun)
 		},
 	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "validate and coalesce FILE, print the requests per channel and the time they need; start nothing")
 	cmd.Flags().StringVarP(&file, "file", "f", "", "mutations: a JSON array or JSON lines (required)")
 	cmd.Flags().StringVar(&id, "id", "", "batch id (default: generated from the time and a random suffix)")
 	cmd.Flags().BoolVarP(&wait, "wait", "w", false, "follow the batch until it ends and print the summary")
@@ -163,6 +176,9 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 		if !strings.HasPrefix(batchID, tenant+".") {
 			batchID = tenant + "." + batchID
 		}
+	}
+	if ms, err = c.fanOut(ctx, d, file, ms); err != nil {
+		return err
 	}
 	tc, err := d.temporal(ctx)
 	if err != nil {
@@ -227,6 +243,99 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 		return verdict(st)
 	}
 	return c.summary(st)
+}
+
+// batchDryRun prints what starting file would do (ops.DryRun), and starts nothing.
+func (c *cli) batchDryRun(file, id string) error {
+	body, err := os.ReadFile(file)
+	if err != nil {
+		return dataError{fmt.Errorf("read %s: %w", file, err)}
+	}
+	decoded, err := models.DecodeMutations(body, models.DecodeLimits{})
+	if err != nil {
+		return dataError{fmt.Errorf("%s: %w", file, err)}
+	}
+	d, err := c.deps()
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	v, err := models.NewValidator(d.channels, d.settings.PropertyPattern, time.Now)
+	if err != nil {
+		return configError{fmt.Errorf("PARITYSYNC_PROPERTY_PATTERN: %w", err)}
+	}
+	v.Zones = d.settings.Zones
+	if id == "" {
+		id = "dry-run"
+	}
+	if hasStar(decoded.Mutations) {
+		st, err := d.store(context.Background())
+		if err != nil {
+			return err
+		}
+		if decoded, err = ops.FanOut(context.Background(), st, decoded); err != nil {
+			return err
+		}
+	}
+	r := ops.DryRun(decoded, v, models.ChannelMap(d.channels), d.settings.MaxInFlight, id)
+	verdict := error(nil)
+	if len(r.Rejected) > 0 {
+		verdict = errReported
+	}
+	if c.json() {
+		if err := c.writeJSON(r); err != nil {
+			return err
+		}
+		return verdict
+	}
+	for _, p := range r.Rejected {
+		fmt.Fprintf(c.stdout, "would reject %s\n", p.Error())
+	}
+	t := newTable(c.stdout, "channel\tupdates\tsuperseded\trequests\tlines\tproperties\trate\tbusiest\ttime needed\t", tabwriter.AlignRight)
+	for _, p := range r.Channels {
+		t.row("%s\t%d\t%d\t%d\t%d\t%d\t%d/%s %s\t%d\t%s\t", p.Channel, p.Updates, p.Superseded, p.Requests, p.Lines,
+			p.Properties, p.RatePerMinute, p.Window, p.Scope, p.BusiestRequests, p.TimeNeeded)
+	}
+	_ = t.flush()
+	fmt.Fprintf(c.stdout, "dry run: %d of %d rows accepted, %d rejected; %d requests (%d lines); the windows need %s; nothing started\n",
+		r.Accepted, r.Mutations, len(r.Rejected), r.Requests, r.Lines, r.TimeNeeded)
+	return verdict
+}
+
+// hasStar reports whether a mutation of ms is for channel "*".
+func hasStar(ms []models.Mutation) bool {
+	for _, m := range ms {
+		if m.Channel == ops.AllChannels {
+			return true
+		}
+	}
+	return false
+}
+
+// fanOut turns the mutations of file for channel "*" into one per channel their
+// property is on (the store's mappings, as intake does); a row that cannot fan out
+// refuses the whole file, as any bad row does. Without such a row it opens nothing.
+func (c *cli) fanOut(ctx context.Context, d *deps, file string, ms []models.Mutation) ([]models.Mutation, error) {
+	if !hasStar(ms) {
+		return ms, nil
+	}
+	st, err := d.store(ctx)
+	if err != nil {
+		return nil, err
+	}
+	in := models.Decoded{Mutations: ms, Rows: len(ms)}
+	for i := range ms {
+		in.Lines, in.Indexes = append(in.Lines, i+1), append(in.Indexes, i)
+	}
+	out, err := ops.FanOut(ctx, st, in)
+	if err != nil {
+		return nil, err
+	}
+	if len(out.Problems) > 0 {
+		return nil, dataError{fmt.Errorf("%s: row %d (id %s): %s: %s; nothing started", file, out.Problems[0].Index+1,
+			out.Problems[0].ID, out.Problems[0].Field, out.Problems[0].Rule)}
+	}
+	return out.Mutations, nil
 }
 
 // saverFunc is a function keeping a big batch's claim check.

@@ -36,51 +36,35 @@ func (sel *dlqSelection) empty() bool {
 	return sel.ids == "" && sel.channel == "" && sel.reason == "" && sel.batch == ""
 }
 
-// load reads every selected dead letter, oldest first.
-func (sel *dlqSelection) load(ctx context.Context, st *store.Store) ([]store.DeadLetter, error) {
-	if sel.ids != "" {
-		var out []store.DeadLetter
-		for _, s := range strings.Split(sel.ids, ",") {
-			id, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-			if err != nil {
-				return nil, usageError{fmt.Sprintf("--id: %q is not an entry id", s)}
-			}
-			d, err := st.DeadLetter(ctx, id)
-			if err != nil {
-				return nil, err
-			}
-			if d.AckedAt.IsZero() || sel.acked {
-				out = append(out, d)
-			}
-		}
+// selection is sel as ops selects dead letters.
+func (sel *dlqSelection) selection() (ops.DeadLetterSelection, error) {
+	out := ops.DeadLetterSelection{Channel: sel.channel, Reason: sel.reason, BatchID: sel.batch, Acked: sel.acked}
+	if sel.ids == "" {
 		return out, nil
 	}
-	f := store.DeadLetterFilter{Channel: sel.channel, Reason: sel.reason, BatchID: sel.batch, Acked: sel.acked, Limit: 1000}
-	var out []store.DeadLetter
-	for {
-		page, err := st.DeadLetters(ctx, f)
+	for _, s := range strings.Split(sel.ids, ",") {
+		id, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 		if err != nil {
-			return nil, err
+			return out, usageError{fmt.Sprintf("--id: %q is not an entry id", s)}
 		}
-		out = append(out, page...)
-		if len(page) < f.Limit {
-			return out, nil
-		}
-		f.AfterID = page[len(page)-1].ID
+		out.IDs = append(out.IDs, id)
 	}
+	return out, nil
+}
+
+// load reads every selected dead letter, oldest first.
+func (sel *dlqSelection) load(ctx context.Context, st *store.Store) ([]store.DeadLetter, error) {
+	s, err := sel.selection()
+	if err != nil {
+		return nil, err
+	}
+	return ops.SelectDeadLetters(ctx, st, s)
 }
 
 // checkIDs refuses an --id list that is not numbers before anything connects.
 func (sel *dlqSelection) checkIDs() error {
-	if sel.ids == "" {
-		return nil
-	}
-	for _, s := range strings.Split(sel.ids, ",") {
-		if _, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64); err != nil {
-			return usageError{fmt.Sprintf("--id: %q is not an entry id", s)}
-		}
-	}
-	return nil
+	_, err := sel.selection()
+	return err
 }
 
 const dlqSelectionHelp = `Entries are selected with --channel C, --reason R, --batch B and --id N,… (and
@@ -188,23 +172,27 @@ func (c *cli) dlqExport(ctx context.Context, sel *dlqSelection) error {
 }
 
 func (c *cli) dlqAck(ctx context.Context, sel *dlqSelection, note string) error {
-	d, st, entries, err := c.selected(ctx, sel)
+	if err := sel.checkIDs(); err != nil {
+		return err
+	}
+	d, err := c.deps()
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	ids := entryIDs(entries)
-	n, err := st.AckDeadLetters(ctx, ids, note)
+	st, err := d.store(ctx)
+	if err != nil {
+		return err
+	}
+	s, _ := sel.selection()
+	a, err := ops.AckDeadLetters(ctx, st, s, note)
 	if err != nil {
 		return err
 	}
 	if c.json() {
-		return c.writeJSON(struct {
-			Acknowledged int64   `json:"acknowledged"`
-			IDs          []int64 `json:"ids"`
-		}{int64(n), ids})
+		return c.writeJSON(a)
 	}
-	fmt.Fprintf(c.stdout, "%d entries acknowledged\n", n)
+	fmt.Fprintf(c.stdout, "%d entries acknowledged\n", a.Acknowledged)
 	return nil
 }
 

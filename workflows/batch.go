@@ -158,6 +158,7 @@ func (b *batchSync) run(ctx workflow.Context) (models.BatchStatus, error) {
 	}
 	st := b.status()
 	st.Done = true
+	b.finish(ctx, "done", st)
 	t := st.Totals()
 	log.Info("batch done", "committed", t.Committed, "superseded", t.Superseded,
 		"rejected", t.Rejected, "dead_lettered", t.DeadLettered)
@@ -305,6 +306,7 @@ func (b *batchSync) cancel(ctx workflow.Context) (models.BatchStatus, error) {
 	}
 	st := b.status()
 	st.Done, st.Cancelled = true, true
+	b.finish(dctx, "cancelled", st)
 	t := st.Totals()
 	log.Info("batch cancelled", "committed", t.Committed, "cancelled", t.Cancelled, "total", t.Total)
 	return st, temporal.NewCanceledError(st)
@@ -389,4 +391,22 @@ func (b *batchSync) prepareSummary() string {
 	}
 	return fmt.Sprintf("prepare batch %s: validate %d mutations, record desired state, coalesce, chunk",
 		b.in.BatchID, len(b.in.Mutations))
+}
+
+// versionFinishBatch gates FinishBatch: histories recorded before it replay
+// without the activity.
+const versionFinishBatch = "finish-batch"
+
+// finish records how the batch ended in the store, queueing its completion
+// callback when it names one; a failure is logged, never the batch's.
+func (b *batchSync) finish(ctx workflow.Context, state string, st models.BatchStatus) {
+	if workflow.GetVersion(ctx, versionFinishBatch, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	actx := withActivity(ctx, time.Minute, models.PriorityDefault)
+	in := models.BatchFinished{BatchID: b.in.BatchID, State: state, EndedAt: workflow.Now(ctx), Channels: st.Channels,
+		CallbackURL: b.in.CallbackURL}
+	if err := workflow.ExecuteActivity(actx, acts.FinishBatch, in).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Error("record the batch's end", "error", err)
+	}
 }

@@ -48,6 +48,9 @@ func TestReplay(t *testing.T) {
 		{"smoother-serial.json", BurstSmoother},
 		// A submit refused at the admission limit (SmootherFull).
 		{"smoother_refused.json", BurstSmoother},
+		// A batch that records its end (FinishBatch) with a callback URL
+		// (intake's callback test).
+		{"batchsync_finish.json", BatchSync},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

@@ -29,6 +29,8 @@ type unitSuite struct {
 	timers []time.Duration
 	// released lists the batches whose payload was released.
 	released []string
+	// finished lists the batches' recorded ends (FinishBatch).
+	finished []models.BatchFinished
 }
 
 func TestWorkflows(t *testing.T) { suite.Run(t, new(unitSuite)) }
@@ -45,7 +47,11 @@ func (s *unitSuite) newEnv() {
 	s.env.RegisterWorkflow(BatchSync)
 	s.env.RegisterWorkflow(ChannelSync)
 	s.env.RegisterActivity(&activities.Activities{})
-	s.released = nil
+	s.released, s.finished = nil, nil
+	s.env.OnActivity(acts.FinishBatch, mock.Anything, mock.Anything).Return(func(_ context.Context, in models.BatchFinished) error {
+		s.finished = append(s.finished, in)
+		return nil
+	}).Maybe()
 	s.env.OnActivity(acts.PruneStore, mock.Anything).Return(store.Pruned{}, nil).Maybe()
 	s.env.OnActivity(acts.ReleaseBatch, mock.Anything, mock.Anything).Return(func(_ context.Context, id string) error {
 		s.released = append(s.released, id)

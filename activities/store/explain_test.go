@@ -161,6 +161,28 @@ func TestStatementsUseIndexes(t *testing.T) {
 	if err := s.SentVersions(ctx, "load_a", today.AddDays(-1), func(SentVersion) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
+	// A batch's end with its callback, the listings (an operator's, a tenant's, the
+	// next page) and the callback outbox's claim and record.
+	if err := s.FinishBatch(ctx, "explain", "done", &CallbackEvent{EventID: "evt_explain", Tenant: "acme",
+		URL: "https://pms.example/hooks/", Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	page, next, err := s.ListBatches(ctx, BatchFilter{AllTenants: true, Limit: 100})
+	if err != nil || len(page) != 100 || next == "" {
+		t.Fatalf("list batches: %d, next %q, %v", len(page), next, err)
+	}
+	if _, _, err := s.ListBatches(ctx, BatchFilter{AllTenants: true, Limit: 100, Cursor: next}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.ListBatches(ctx, BatchFilter{Tenant: "acme", Limit: 100, State: "done"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ClaimCallbacks(ctx, 20, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CallbackAttempted(ctx, "evt_explain", true, "", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.Prune(ctx, DefaultRetention()); err != nil {
 		t.Fatal(err)
 	}

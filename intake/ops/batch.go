@@ -102,6 +102,9 @@ type Batch struct {
 	// Digest tells this batch's content from another's under the same id; empty
 	// means ContentDigest(Mutations). The HTTP API passes the body's own digest.
 	Digest string
+	// CallbackURL receives the batch's completion event (checked by the caller
+	// against the tenant's allow-list).
+	CallbackURL string
 }
 
 // Started is a started (or attached) batch.
@@ -136,7 +139,8 @@ func StartBatch(ctx context.Context, tc client.Client, queue string, saver Batch
 		out.Attached, out.Run = true, tc.GetWorkflow(ctx, wfID, "")
 		return out, nil
 	}
-	in := models.BatchSyncInput{BatchID: b.ID, Retry: models.DefaultRetryPolicy(), ResendSalt: b.ResendSalt}
+	in := models.BatchSyncInput{BatchID: b.ID, Retry: models.DefaultRetryPolicy(), ResendSalt: b.ResendSalt,
+		CallbackURL: b.CallbackURL}
 	// Inline only while small in count and in bytes: a workflow input over
 	// Temporal's payload limit would fail its start.
 	if len(b.Mutations) > models.MaxInlineMutations || encodedSize(b.Mutations) > models.MaxUpdateBytes {
@@ -295,8 +299,11 @@ func RequestCancel(ctx context.Context, tc client.Client, st *store.Store, batch
 	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
 	case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED,
 		enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
-		c.Closed, err = st.CancelPending(ctx, batchID, "batch ended without an outcome for it")
-		return c, err
+		if c.Closed, err = st.CancelPending(ctx, batchID, "batch ended without an outcome for it"); err != nil {
+			return c, err
+		}
+		// The listing reads how it ended from the store: no FinishBatch ran.
+		return c, st.FinishBatch(ctx, batchID, c.Was, nil)
 	default:
 		return c, nil
 	}
@@ -313,9 +320,15 @@ func AwaitCancelled(ctx context.Context, tc client.Client, batchID string) error
 	var final models.BatchStatus
 	err := tc.GetWorkflow(ctx, wfID, "").Get(ctx, &final)
 	var canceled *temporal.CanceledError
+	var deadline *serviceerror.DeadlineExceeded
 	if err != nil && !errors.As(err, &canceled) {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.As(err, &deadline) {
+			// The call's own deadline (ctx's, carried by gRPC) can end it a moment
+			// before ctx says so.
+			return context.DeadlineExceeded
 		}
 		return fmt.Errorf("batch %s: %w", wfID, err)
 	}

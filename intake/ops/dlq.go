@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -51,3 +52,104 @@ func ReplayDeadLetters(ctx context.Context, tc client.Client, queue string, st *
 	}
 	return r, nil
 }
+
+// DeadLetterSelection picks dead letters by id, or by channel, reason and batch
+// (zero fields select everything); open ones only unless Acked.
+type DeadLetterSelection struct {
+	IDs     []int64
+	Channel string
+	Reason  string
+	BatchID string
+	Acked   bool
+}
+
+// Empty reports whether nothing narrows the selection.
+func (s DeadLetterSelection) Empty() bool {
+	return len(s.IDs) == 0 && s.Channel == "" && s.Reason == "" && s.BatchID == ""
+}
+
+// EachDeadLetter calls fn with every dead letter sel picks, oldest first (by id
+// order when IDs are given), a page of pageSize at a time; an id that names no dead
+// letter is an error wrapping store.ErrDeadLetterNotFound.
+func EachDeadLetter(ctx context.Context, st *store.Store, sel DeadLetterSelection, fn func(store.DeadLetter) error) error {
+	if len(sel.IDs) > 0 {
+		for _, id := range sel.IDs {
+			d, err := st.DeadLetter(ctx, id)
+			if err != nil {
+				return err
+			}
+			if d.AckedAt.IsZero() || sel.Acked {
+				if err := fn(d); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	f := store.DeadLetterFilter{Channel: sel.Channel, Reason: sel.Reason, BatchID: sel.BatchID, Acked: sel.Acked, Limit: pageSize}
+	for {
+		page, err := st.DeadLetters(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, d := range page {
+			if err := fn(d); err != nil {
+				return err
+			}
+		}
+		if len(page) < f.Limit {
+			return nil
+		}
+		f.AfterID = page[len(page)-1].ID
+	}
+}
+
+// ExportFlushEvery is how many exported entries go out between flushes.
+const ExportFlushEvery = 100
+
+// pageSize is how many dead letters one statement of EachDeadLetter reads.
+const pageSize = 1000
+
+// SelectDeadLetters is every dead letter sel picks, oldest first.
+func SelectDeadLetters(ctx context.Context, st *store.Store, sel DeadLetterSelection) ([]store.DeadLetter, error) {
+	var out []store.DeadLetter
+	err := EachDeadLetter(ctx, st, sel, func(d store.DeadLetter) error {
+		out = append(out, d)
+		return nil
+	})
+	return out, err
+}
+
+// Acked is what AckDeadLetters did.
+type Acked struct {
+	// Acknowledged counts the entries that were open before; IDs are every entry
+	// selected.
+	Acknowledged int     `json:"acknowledged"`
+	IDs          []int64 `json:"ids"`
+}
+
+// AckDeadLetters acknowledges the open dead letters sel picks, with note, so they
+// leave the open list (and are pruned after their retention). An empty selection
+// is refused: acknowledging every dead letter is never a default.
+func AckDeadLetters(ctx context.Context, st *store.Store, sel DeadLetterSelection, note string) (Acked, error) {
+	out := Acked{IDs: []int64{}}
+	if sel.Empty() {
+		return out, ErrNoSelection
+	}
+	sel.Acked = false
+	entries, err := SelectDeadLetters(ctx, st, sel)
+	if err != nil {
+		return out, err
+	}
+	for _, e := range entries {
+		out.IDs = append(out.IDs, e.ID)
+	}
+	if len(out.IDs) == 0 {
+		return out, nil
+	}
+	out.Acknowledged, err = st.AckDeadLetters(ctx, out.IDs, note)
+	return out, err
+}
+
+// ErrNoSelection refuses a dead-letter action that names no entries.
+var ErrNoSelection = errors.New("select dead letters by ids, channel, reason or batch")
