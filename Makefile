@@ -96,7 +96,7 @@ test-unit: xmllint
 # deliberate change to a workflow and commit workflows/testdata.
 record-histories: $(BIN)/temporal
 	scripts/with-db.sh record env PARITYSYNC_TEST_REQUIRE=1 PARITYSYNC_RECORD_HISTORY=1 TEMPORAL_CLI=$(BIN)/temporal \
-		go test -count=1 -parallel 8 -run '^(TestEndToEnd|TestBatchLifecycle)$$' ./worker
+		go test -count=1 -parallel 8 -run '^(TestEndToEnd|TestBatchLifecycle|TestSmootherHoldsReferencesAtItsAdmissionLimit)$$' ./worker
 	go test -count=1 -run TestReplay ./workflows
 
 bench:
