@@ -20,6 +20,13 @@ func (a *Activities) AdmitChanges(ctx context.Context, in models.AdmitInput) (mo
 	return models.Admitted{Changes: c}, err
 }
 
+// WaitingChanges counts a channel's admitted changes still in the claim check; a
+// smoother started afresh begins with them.
+func (a *Activities) WaitingChanges(ctx context.Context, channel string) (models.Admitted, error) {
+	c, err := a.Store.WaitingChanges(ctx, channel)
+	return models.Admitted{Changes: c}, err
+}
+
 // TakeChanges moves the oldest waiting changes of a channel into a batch's payload;
 // the smoother calls it before it starts the batch, with PayloadKey.
 func (a *Activities) TakeChanges(ctx context.Context, in models.TakeInput) (models.Taken, error) {

@@ -106,6 +106,9 @@ func (s *smoother) run(ctx workflow.Context) error {
 		return fmt.Errorf("submit update: %w", err)
 	}
 
+	if workflow.GetInfo(ctx).ContinuedExecutionRunID == "" {
+		s.recount(ctx)
+	}
 	for {
 		// A full history waits for the running batches to report, so the next run
 		// starts with none: its back-pressure knows what runs. Meanwhile work more
@@ -126,6 +129,24 @@ func (s *smoother) run(ctx workflow.Context) error {
 		next := s.in
 		next.Waiting, next.Flushed = s.waiting, s.flushed
 		return workflow.NewContinueAsNewError(ctx, BurstSmoother, next)
+	}
+}
+
+// recount starts a fresh smoother (not a continuation) with the changes a
+// predecessor admitted and never took (it was terminated, say), so none is left
+// without an outcome.
+func (s *smoother) recount(ctx workflow.Context) {
+	s.busy = true
+	defer func() { s.busy = false }()
+	var got models.Admitted
+	actx := withActivity(ctx, 30*time.Second, models.PriorityUrgent)
+	if err := workflow.ExecuteActivity(actx, acts.WaitingChanges, s.in.Channel).Get(ctx, &got); err != nil {
+		// A later take finds them all the same: it takes up to MaxBatch.
+		workflow.GetLogger(ctx).Error("count waiting changes", "error", err)
+		return
+	}
+	for p, n := range got.Changes {
+		s.waiting[p] += n
 	}
 }
 

@@ -48,6 +48,16 @@ func (s *unitSuite) withClaimCheck() *claimCheck {
 			delete(c.staged, in.Submission)
 			return got, nil
 		}).Maybe()
+	s.env.OnActivity(acts.WaitingChanges, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, _ string) (models.Admitted, error) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			var got models.Admitted
+			for _, m := range c.waiting {
+				got.Changes[models.ClampPriority(m.EffectivePriority())]++
+			}
+			return got, nil
+		}).Maybe()
 	s.env.OnActivity(acts.TakeChanges, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in models.TakeInput) (models.Taken, error) {
 			c.mu.Lock()
@@ -330,4 +340,16 @@ func (s *unitSuite) TestSmootherClosesTheOutcomesOfABatchThatFailed() {
 	s.NoError(rejected)
 	s.Require().Len(c.closed, 1)
 	s.Contains(c.closed[0], "smoother-expedia-")
+}
+
+func (s *unitSuite) TestSmootherStartedAfreshTakesOnWhatItsPredecessorAdmitted() {
+	c := s.withClaimCheck()
+	batches := s.smoothedBatches()
+	c.waiting = mutations("orphan", 4) // admitted by a smoother since terminated
+	s.env.RegisterDelayedCallback(s.env.CancelWorkflow, time.Minute)
+
+	s.env.ExecuteWorkflow(BurstSmoother, models.SmootherInput{Channel: "expedia"})
+
+	s.Require().Len(*batches, 1)
+	s.Equal(4, c.size((*batches)[0]))
 }

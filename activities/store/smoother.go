@@ -109,6 +109,28 @@ SELECT priority, count(*) FROM smoother_changes WHERE channel = $1 AND submissio
 	return counts, nil
 }
 
+// WaitingChanges counts channel's admitted changes still waiting, by priority: a
+// smoother started afresh (after its predecessor was terminated, say) takes on
+// what that one admitted and never took. O(waiting changes), by index.
+func (s *Store) WaitingChanges(ctx context.Context, channel string) (models.PriorityCounts, error) {
+	var counts models.PriorityCounts
+	ch, err := s.channelID(ctx, channel)
+	if err != nil {
+		return counts, err
+	}
+	rows, _ := s.pool.Query(ctx, `
+SELECT priority, count(*) FROM smoother_changes WHERE channel = $1 AND admitted IS NOT NULL GROUP BY 1`, ch)
+	var p int16
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&p, &n}, func() error {
+		counts[models.ClampPriority(int(p))] += n
+		return nil
+	}); err != nil {
+		return counts, fmt.Errorf("waiting changes of %s: %w", channel, err)
+	}
+	return counts, nil
+}
+
 // TakeChanges moves channel's oldest admitted changes of priority at most
 // maxPriority, max of them at most, into the payload of batch batchID (the claim
 // check BatchSync loads) and returns their counts by priority and the payload key.

@@ -44,6 +44,11 @@ func TestSmootherClaimCheckTakesAdmittedChangesInOrderByPriority(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	waiting, err := s.WaitingChanges(ctx, "expedia")
+	if want := (models.PriorityCounts{0, 1, 0, 3, 0, 1}); err != nil || waiting != want {
+		t.Fatalf("waiting %v, %v; want %v (the refused submission not among them)", waiting, err, want)
+	}
+
 	// Priority 3 at most, two of them: the oldest two of a, c, d, e.
 	got, err := s.TakeChanges(ctx, "expedia", "smoother-expedia-1", 3, 2)
 	if err != nil {
