@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +109,57 @@ func TestSmootherHoldsReferencesAtItsAdmissionLimit(t *testing.T) {
 	require.NoError(t, s.tc.TerminateWorkflow(ctx, wfID, "", "end of test"))
 }
 
+// TestSmootherClosesATerminatedBatch terminates a smoothed batch while it pushes
+// (a slow channel: some of its changes committed, the rest not yet sent) and checks
+// that every accepted change ends with exactly one outcome per family in the store:
+// committed as the channel confirmed, cancelled by the smoother for the rest.
+func TestSmootherClosesATerminatedBatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: needs a Temporal dev server")
+	}
+	t.Parallel()
+	srv := startDevServer(t)
+	s := startStackWith(t, srv, stackOptions{Channels: map[string]stackChannel{
+		"booking_com": {PerMinute: 6, Burst: 2, MaxLines: 2}}, Window: testWindow})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ms := longChanges(t, "booking_com", 40)
+	wfID := models.SmootherWorkflowID("booking_com")
+	in := models.SmootherInput{Channel: "booking_com", Debounce: 200 * time.Millisecond}
+	res, err := ops.Submit(ctx, s.tc, s.queue, s.acts.Store, in, ms)
+	require.NoError(t, err)
+	require.Equal(t, len(ms), res.Accepted)
+	st := awaitSmoother(t, s.tc, wfID, func(st models.SmootherStatus) bool { return st.Running == 1 })
+	batchID := st.LastBatch
+	require.Eventually(t, func() bool {
+		p, err := s.acts.Store.BatchProgress(ctx, batchID)
+		require.NoError(t, err)
+		done := 0
+		for _, c := range p.Channels {
+			done += c.Committed
+		}
+		return done > 0
+	}, 2*time.Minute, 100*time.Millisecond, "the batch commits its first requests")
+	require.NoError(t, s.tc.TerminateWorkflow(ctx, models.BatchWorkflowID(batchID), "", "terminated by the test"))
+	st = awaitSmoother(t, s.tc, wfID, func(st models.SmootherStatus) bool { return st.Running == 0 })
+
+	byOutcome := map[models.Outcome]int{}
+	for _, m := range ms {
+		os, err := s.acts.Store.Outcomes(ctx, batchID, m.ID)
+		require.NoError(t, err)
+		require.Len(t, os, len(m.Families()), "%s: one outcome per family, got %+v", m.ID, os)
+		for _, o := range os {
+			byOutcome[o.Outcome]++
+		}
+	}
+	t.Logf("terminated batch %s: outcomes %v; smoother totals %+v", batchID, byOutcome, st.Totals)
+	require.Positive(t, byOutcome[models.OutcomeCommitted], "some were sent before the termination")
+	require.Positive(t, byOutcome[models.OutcomeCancelled], "the rest were closed by the smoother")
+	require.Equal(t, len(ms), byOutcome[models.OutcomeCommitted]+byOutcome[models.OutcomeCancelled]+
+		byOutcome[models.OutcomeSuperseded])
+	require.NoError(t, s.tc.TerminateWorkflow(ctx, wfID, "", "end of test"))
+}
+
 // TestSmootherHistoryOf5000Changes submits 5,000 changes to one smoother, 20 a
 // submit (intake's submitter sends groups of what posts gathered), and reads the
 // smoother's history size as `temporal workflow describe` reports it: at most 1 MB.
@@ -147,9 +201,23 @@ func TestSmootherHistoryOf5000Changes(t *testing.T) {
 			sum += proto.Size(e)
 		}
 	}
-	t.Logf("5,000 changes in %d submits: history of the current run %d B (%d events), %d runs, %d B of events in all runs",
-		total/per, current, desc.GetWorkflowExecutionInfo().GetHistoryLength(), len(runs), sum)
+	// What the Temporal CLI says, as an operator (or a check) reads it.
+	out, err := exec.CommandContext(ctx, temporalCLI(t), "workflow", "describe", "--address", srv.FrontendHostPort(),
+		"--namespace", srv.Namespace(), "--workflow-id", wfID, "--output", "json").Output()
+	require.NoError(t, err)
+	var described struct {
+		Info struct {
+			HistorySizeBytes string `json:"historySizeBytes"`
+			HistoryLength    string `json:"historyLength"`
+		} `json:"workflowExecutionInfo"`
+	}
+	require.NoError(t, json.Unmarshal(out, &described), "%s", out)
+	t.Logf("5,000 changes in %d submits: temporal workflow describe: historySizeBytes %s (%s events); %d runs, %d B of events in all runs",
+		total/per, described.Info.HistorySizeBytes, described.Info.HistoryLength, len(runs), sum)
 	require.LessOrEqual(t, current, int64(1<<20), "the smoother's history exceeds 1 MB")
+	cliSize, err := strconv.ParseInt(described.Info.HistorySizeBytes, 10, 64)
+	require.NoError(t, err)
+	require.LessOrEqual(t, cliSize, int64(1<<20), "the smoother's history exceeds 1 MB")
 	require.NoError(t, s.tc.TerminateWorkflow(ctx, wfID, "", "end of test"))
 }
 

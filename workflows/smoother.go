@@ -304,10 +304,16 @@ func (s *smoother) flush(ctx workflow.Context) {
 func (s *smoother) close(ctx workflow.Context, batchID string, err error) {
 	actx := withActivity(ctx, time.Minute, models.PriorityUrgent)
 	var closed int
-	reason := "smoothed batch ended without an outcome for it: " + err.Error()
-	if len(reason) > 500 {
-		reason = reason[:500]
+	ended := "failed"
+	switch {
+	case temporal.IsTerminatedError(err):
+		ended = "was terminated"
+	case temporal.IsTimeoutError(err):
+		ended = "timed out"
+	case temporal.IsCanceledError(err):
+		ended = "was cancelled"
 	}
+	reason := fmt.Sprintf("batch %s %s before this update had an outcome", batchID, ended)
 	if err := workflow.ExecuteActivity(actx, acts.CloseBatch, models.CloseInput{BatchID: batchID, Reason: reason}).
 		Get(ctx, &closed); err != nil {
 		workflow.GetLogger(ctx).Error("close a failed batch's outcomes", "batch", batchID, "error", err)
