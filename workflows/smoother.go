@@ -66,8 +66,10 @@ type smoother struct {
 	waiting   models.PriorityCounts
 	admitting int
 	// busy is set while an admission or a take runs: one at a time, so what
-	// waiting counts is what a take finds.
+	// waiting counts is what a take finds. counted is set once a fresh run
+	// counted what a predecessor left (recount): no admission runs before.
 	busy      bool
+	counted   bool
 	flushed   int
 	submits   int
 	lastBatch string
@@ -79,6 +81,8 @@ type smoother struct {
 var errEmptySubmit = errors.New("submit: no changes")
 
 func (s *smoother) run(ctx workflow.Context) error {
+	fresh := workflow.GetInfo(ctx).ContinuedExecutionRunID == ""
+	s.counted = !fresh
 	if err := workflow.SetQueryHandler(ctx, models.QueryStatus, func() (models.SmootherStatus, error) {
 		return models.SmootherStatus{Channel: s.in.Channel, Pending: s.waiting.Total() + s.admitting,
 			MaxPending: s.in.MaxPending, Flushed: s.flushed, Running: len(s.running),
@@ -106,7 +110,7 @@ func (s *smoother) run(ctx workflow.Context) error {
 		return fmt.Errorf("submit update: %w", err)
 	}
 
-	if workflow.GetInfo(ctx).ContinuedExecutionRunID == "" {
+	if fresh {
 		s.recount(ctx)
 	}
 	for {
@@ -136,8 +140,7 @@ func (s *smoother) run(ctx workflow.Context) error {
 // predecessor admitted and never took (it was terminated, say), so none is left
 // without an outcome.
 func (s *smoother) recount(ctx workflow.Context) {
-	s.busy = true
-	defer func() { s.busy = false }()
+	defer func() { s.counted = true }()
 	var got models.Admitted
 	actx := withActivity(ctx, 30*time.Second, models.PriorityUrgent)
 	if err := workflow.ExecuteActivity(actx, acts.WaitingChanges, s.in.Channel).Get(ctx, &got); err != nil {
@@ -163,7 +166,7 @@ func (s *smoother) historyFull(ctx workflow.Context) bool {
 func (s *smoother) admit(ctx workflow.Context, ref models.SubmitRef) (models.SubmitResult, error) {
 	s.admitting += ref.Changes
 	defer func() { s.admitting -= ref.Changes }()
-	if err := workflow.Await(ctx, func() bool { return !s.busy }); err != nil {
+	if err := workflow.Await(ctx, func() bool { return s.counted && !s.busy }); err != nil {
 		return models.SubmitResult{}, err
 	}
 	s.busy = true

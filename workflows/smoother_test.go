@@ -353,3 +353,25 @@ func (s *unitSuite) TestSmootherStartedAfreshTakesOnWhatItsPredecessorAdmitted()
 	s.Require().Len(*batches, 1)
 	s.Equal(4, c.size((*batches)[0]))
 }
+
+func (s *unitSuite) TestSmootherStartedAfreshCountsEachChangeOnce() {
+	c := s.withClaimCheck()
+	batches := s.smoothedBatches()
+	c.waiting = mutations("orphan", 2)
+	var rejected error
+	s.submitAt(c, 0, mutations("a", 3), &rejected) // with the start, as UpdateWithStart does
+	s.env.RegisterDelayedCallback(func() {
+		v, err := s.env.QueryWorkflow(models.QueryStatus)
+		s.Require().NoError(err)
+		var st models.SmootherStatus
+		s.Require().NoError(v.Get(&st))
+		s.Zero(st.Pending, "nothing counted twice")
+		s.env.CancelWorkflow()
+	}, time.Minute)
+
+	s.env.ExecuteWorkflow(BurstSmoother, models.SmootherInput{Channel: "expedia"})
+
+	s.NoError(rejected)
+	s.Require().Len(*batches, 1)
+	s.Equal(5, c.size((*batches)[0]))
+}
