@@ -14,7 +14,8 @@ import (
 	"github.com/paritysync/paritysync/models"
 )
 
-// submitSize is how many mutations one submit update carries.
+// submitSize is how many mutations one submit stages (its update carries their
+// reference).
 const submitSize = models.MaxInlineMutations
 
 func (c *cli) batchSubmitCmd() *cobra.Command {
