@@ -2,10 +2,13 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
 	"github.com/paritysync/paritysync/models"
@@ -153,4 +156,107 @@ func ids(ms []models.Mutation) []string {
 		out[i] = m.ID
 	}
 	return out
+}
+
+// TestSmootherStatementsUseIndexes runs the claim check's statements (stage, admit,
+// count, take, close, drop, prune) against a schema in a production shape with
+// 20,000 changes waiting or staged over four channels, and fails if the planner
+// reads a large table whole for any of them.
+func TestSmootherStatementsUseIndexes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads about 270k rows")
+	}
+	ctx := context.Background()
+	url := testSchema(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &statementLog{}
+	cfg.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := New(pool)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	loadProductionShape(t, pool)
+	for _, sql := range []string{
+		`INSERT INTO channels (slug) VALUES ('expedia'), ('load_c'), ('load_d')`,
+		`INSERT INTO smoother_changes (channel, submission, idx, priority, admitted, staged_at, body)
+			SELECT c.id, 'sub-' || (i / 20), i % 20, 1 + i % 5, CASE WHEN i % 10 <> 0 THEN i END, now(), '{}'::bytea
+			FROM channels c, generate_series(1, 5000) i WHERE c.slug <> 'load_a'`,
+		`ANALYZE smoother_changes`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("load: %v\n%s", err, sql)
+		}
+	}
+
+	log.on = true
+	if err := s.StageChanges(ctx, "expedia", "explain", []models.Mutation{smootherChange("a", 3), smootherChange("b", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AdmitChanges(ctx, "expedia", "explain"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WaitingChanges(ctx, "expedia"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StageChanges(ctx, "expedia", "refused", []models.Mutation{smootherChange("c", 3)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DropStaged(ctx, "expedia", "refused"); err != nil {
+		t.Fatal(err)
+	}
+	log.on = false
+	// The take reads real changes: the loaded bodies are not JSON.
+	if _, err := pool.Exec(ctx, `DELETE FROM smoother_changes c USING channels ch
+		WHERE ch.id = c.channel AND ch.slug = 'expedia' AND c.submission <> 'explain'`); err != nil {
+		t.Fatal(err)
+	}
+	log.on = true
+	if _, err := s.TakeChanges(ctx, "expedia", "smoother-explain-1", 3, 500); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ClosePending(ctx, "smoother-explain-1", "explain"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PruneStaged(ctx, time.Now().Add(-24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	log.on = false
+
+	large := map[string]bool{"smoother_changes": true, "outcomes": true, "batches": true}
+	seen := map[string]bool{}
+	for _, st := range log.stmts {
+		if seen[st.sql] || !strings.Contains(st.sql, "smoother_changes") && !strings.Contains(st.sql, "outcomes") {
+			continue
+		}
+		seen[st.sql] = true
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []byte
+		err = tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.sql, st.args...).Scan(&plan)
+		_ = tx.Rollback(ctx)
+		if err != nil {
+			t.Fatalf("explain: %v\n%s", err, st.sql)
+		}
+		var doc []struct{ Plan planNode }
+		if err := json.Unmarshal(plan, &doc); err != nil || len(doc) != 1 {
+			t.Fatalf("plan %s: %v", plan, err)
+		}
+		if scans := doc[0].Plan.seqScans(large); len(scans) > 0 {
+			t.Errorf("reads %v whole:\n%s", scans, st.sql)
+		}
+	}
+	if len(seen) < 8 {
+		t.Fatalf("checked %d statements; the claim check sends more", len(seen))
+	}
+	t.Logf("%d statements of the smoother's claim check read by index", len(seen))
 }
