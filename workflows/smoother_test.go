@@ -375,3 +375,45 @@ func (s *unitSuite) TestSmootherStartedAfreshCountsEachChangeOnce() {
 	s.Require().Len(*batches, 1)
 	s.Equal(5, c.size((*batches)[0]))
 }
+
+func (s *unitSuite) TestSmootherPastItsHistoryLimitRefusesSubmitsUntilItContinues() {
+	c := s.withClaimCheck()
+	// The batch takes an hour, so the run cannot continue as new meanwhile.
+	s.env.OnWorkflow(BatchSync, mock.Anything, mock.Anything).Return(models.BatchStatus{Done: true}, nil).After(time.Hour)
+	var first, second error
+	s.submitAt(c, time.Second, mutations("a", 2), &first)
+	s.env.RegisterDelayedCallback(func() { s.env.SetCurrentHistorySize(SmootherHistoryLimit) }, 10*time.Second)
+	s.submitAt(c, 20*time.Second, mutations("b", 2), &second)
+
+	s.env.ExecuteWorkflow(BurstSmoother, models.SmootherInput{Channel: "expedia"})
+
+	s.NoError(first)
+	var ae *temporal.ApplicationError
+	s.Require().ErrorAs(second, &ae, "refused, so the history stops growing")
+	s.Equal(models.ErrSmootherFull, ae.Type())
+	var next models.SmootherInput
+	s.continuedInput(&next)
+	s.Equal(1, next.Flushed, "continued as new once the batch ended")
+}
+
+func (s *unitSuite) TestSmootherContinuesAsNewAtItsHistoryBytes() {
+	c := s.withClaimCheck()
+	var batches int
+	s.env.OnWorkflow(BatchSync, mock.Anything, mock.Anything).Return(
+		func(workflow.Context, models.BatchSyncInput) (models.BatchStatus, error) {
+			batches++
+			return models.BatchStatus{Done: true}, nil
+		}).After(time.Hour)
+	var rejected error
+	s.submitAt(c, time.Second, mutations("a", 2), &rejected)
+	s.env.RegisterDelayedCallback(func() { s.env.SetCurrentHistorySize(SmootherHistoryBytes) }, 10*time.Second)
+	s.submitAt(c, 20*time.Second, mutations("b", 2), &rejected)
+
+	s.env.ExecuteWorkflow(BurstSmoother, models.SmootherInput{Channel: "expedia"})
+
+	s.NoError(rejected, "below the limit, submits still land")
+	var next models.SmootherInput
+	s.continuedInput(&next)
+	s.Equal(1, batches)
+	s.Equal(2, next.Waiting.Total(), "what waits behind the batch travels on, as counts")
+}
