@@ -107,7 +107,7 @@ test-hostile: $(BIN)/temporal xmllint
 # deliberate change to a workflow and commit workflows/testdata.
 record-histories: $(BIN)/temporal
 	scripts/with-db.sh record env PARITYSYNC_TEST_REQUIRE=1 PARITYSYNC_RECORD_HISTORY=1 TEMPORAL_CLI=$(BIN)/temporal \
-		go test -count=1 -parallel 8 -run '^(TestEndToEnd|TestBatchLifecycle|TestWorkflowPaths|TestChannelSyncContinuesAsNew)$$' ./worker
+		go test -count=1 -parallel 8 -run '^(TestEndToEnd|TestBatchLifecycle|TestWorkflowPaths|TestChannelSyncContinuesAsNew|TestSmootherHoldsReferencesAtItsAdmissionLimit)$$' ./worker
 	scripts/with-db.sh record env PARITYSYNC_TEST_REQUIRE=1 PARITYSYNC_RECORD_HISTORY=1 TEMPORAL_CLI=$(BIN)/temporal \
 		go test -count=1 -run '^TestCompletionCallbackIsSignedDeliveredOnceAndRetriedWithTheSameEventID$$' ./intake
 	go test -count=1 -run TestReplay ./workflows

@@ -173,7 +173,7 @@ func (s *Server) submitterFor(channel string) *submitter {
 	if sub, ok := s.submitters[channel]; ok {
 		return sub
 	}
-	sub := newSubmitter(s.tc, s.cfg.Settings.TaskQueue,
+	sub := newSubmitter(s.tc, s.st, s.cfg.Settings.TaskQueue,
 		models.SmootherInput{Channel: channel, MaxPending: s.cfg.SmootherMaxPending},
 		submitterConfig{channel: s.channels[channel], maxGroup: models.MaxInlineMutations,
 			linger: s.cfg.SubmitLinger, timeout: s.cfg.SubmitTimeout}, s.metrics)

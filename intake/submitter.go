@@ -76,9 +76,9 @@ type submitter struct {
 // submitterConfig is what every channel's submitter shares.
 type submitterConfig struct {
 	channel models.ChannelConfig
-	// MaxGroup bounds the changes of one update (at most the smoother's MaxBatch,
-	// so the update stays small), maxBytes their encoded bytes (0:
-	// models.MaxUpdateBytes), so no group of posts makes an update Temporal refuses.
+	// MaxGroup bounds the changes of one submit (at most the smoother's MaxBatch),
+	// maxBytes their encoded bytes (0: models.MaxUpdateBytes), so one submit stages
+	// a bounded write; the update itself carries only their reference.
 	maxGroup int
 	maxBytes int
 	// Linger is how long an idle submitter waits for more posts before it sends.
@@ -86,10 +86,12 @@ type submitterConfig struct {
 	timeout time.Duration
 }
 
-func newSubmitter(tc client.Client, queue string, smoother models.SmootherInput, cfg submitterConfig, m *serverMetrics) *submitter {
+// newSubmitter is channel smoother.Channel's submitter; its changes are staged in
+// st (the smoother's claim check) and travel to the smoother by reference.
+func newSubmitter(tc client.Client, st ops.ChangeStager, queue string, smoother models.SmootherInput, cfg submitterConfig, m *serverMetrics) *submitter {
 	s := &submitter{channel: smoother.Channel, smoother: smoother, cfg: cfg, metrics: m, wake: make(chan struct{}, 1)}
 	s.submit = func(ctx context.Context, ms []models.Mutation) (models.SubmitResult, error) {
-		return ops.Submit(ctx, tc, queue, smoother, ms)
+		return ops.Submit(ctx, tc, queue, st, smoother, ms)
 	}
 	s.status = func(ctx context.Context) (models.SmootherStatus, error) {
 		return ops.SmootherStatus(ctx, tc, smoother.Channel)

@@ -427,8 +427,9 @@ type ReconcileResult struct {
 // SmootherWorkflowID is the workflow id of a channel's burst smoother.
 func SmootherWorkflowID(channel string) string { return "smoother/" + channel }
 
-// UpdateSubmit is the update a PMS sends mutations to a burst smoother with; the
-// smoother answers at once whether it took them.
+// UpdateSubmit is the update a PMS hands changes to a burst smoother with (a
+// SubmitRef to changes staged in the claim check); the smoother answers at once
+// whether it took them.
 const UpdateSubmit = "submit"
 
 // SmootherInput configures a channel's burst smoother; zero fields take defaults.
@@ -443,9 +444,13 @@ type SmootherInput struct {
 	// MaxPending is the admission limit: a submit that would take the waiting
 	// mutations past it is refused, and the PMS retries later.
 	MaxPending int `json:"max_pending,omitempty"`
-	// Pending and Flushed carry the state across continue-as-new.
-	Pending []Mutation `json:"pending,omitempty"`
-	Flushed int        `json:"flushed,omitempty"`
+	// MaxHistory, when set, is the history length at which a run continues as new
+	// (at most the workflows' MaxHistory).
+	MaxHistory int `json:"max_history,omitempty"`
+	// Waiting and Flushed carry the state across continue-as-new: the waiting
+	// changes are in the claim check, the run holds only their counts.
+	Waiting PriorityCounts `json:"waiting"`
+	Flushed int            `json:"flushed,omitempty"`
 }
 
 // Smoother defaults. UrgentDebounce is the debounce of urgent work (priority 1),

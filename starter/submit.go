@@ -14,7 +14,8 @@ import (
 	"github.com/paritysync/paritysync/models"
 )
 
-// submitSize is how many mutations one submit update carries.
+// submitSize is how many mutations one submit stages (its update carries their
+// reference).
 const submitSize = models.MaxInlineMutations
 
 func (c *cli) batchSubmitCmd() *cobra.Command {
@@ -97,11 +98,15 @@ func (c *cli) batchSubmit(ctx context.Context, file string) error {
 		if err != nil {
 			return err
 		}
+		st, err := d.store(ctx)
+		if err != nil {
+			return err
+		}
 		for _, ch := range channels {
 			queued := byChannel[ch]
 			for len(queued) > 0 {
 				part := queued[:min(submitSize, len(queued))]
-				res, err := submit(ctx, tc, d.settings.TaskQueue, ch, part)
+				res, err := submit(ctx, tc, st, d.settings.TaskQueue, ch, part)
 				if err != nil {
 					_ = report()
 					return submitError(fmt.Errorf("submit %d mutations to %s (%d more of that channel not sent): %w",
@@ -130,7 +135,8 @@ func submitError(err error) error {
 	return err
 }
 
-// submit sends one submit update, starting the channel's smoother if it is not running.
-func submit(ctx context.Context, tc client.Client, queue, channel string, ms []models.Mutation) (models.SubmitResult, error) {
-	return ops.Submit(ctx, tc, queue, models.SmootherInput{Channel: channel}, ms)
+// submit stages ms in the smoother's claim check and sends one submit update,
+// starting the channel's smoother if it is not running.
+func submit(ctx context.Context, tc client.Client, st ops.ChangeStager, queue, channel string, ms []models.Mutation) (models.SubmitResult, error) {
+	return ops.Submit(ctx, tc, queue, st, models.SmootherInput{Channel: channel}, ms)
 }

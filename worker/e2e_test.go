@@ -19,7 +19,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
-	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -30,6 +29,7 @@ import (
 	"github.com/paritysync/paritysync/activities/store/storetest"
 	"github.com/paritysync/paritysync/dial/devtest"
 	"github.com/paritysync/paritysync/dial/redistest"
+	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
@@ -366,18 +366,8 @@ func TestEndToEnd(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		for i := 0; i < len(burst); i += 5 {
-			start := s.tc.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
-				ID: models.SmootherWorkflowID("expedia"), TaskQueue: s.queue,
-				WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-			}, workflows.BurstSmoother, models.SmootherInput{Channel: "expedia"})
-			h, err := s.tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-				StartWorkflowOperation: start,
-				UpdateOptions: client.UpdateWorkflowOptions{UpdateName: models.UpdateSubmit,
-					Args: []any{burst[i : i+5]}, WaitForStage: client.WorkflowUpdateStageCompleted},
-			})
+			res, err := ops.Submit(ctx, s.tc, s.queue, s.acts.Store, models.SmootherInput{Channel: "expedia"}, burst[i:i+5])
 			require.NoError(t, err)
-			var res models.SubmitResult
-			require.NoError(t, h.Get(ctx, &res))
 			require.Equal(t, 5, res.Accepted)
 		}
 		var st models.SmootherStatus
@@ -398,19 +388,9 @@ func TestEndToEnd(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		submit := func(ms []models.Mutation) error {
-			start := s.tc.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
-				ID: models.SmootherWorkflowID("booking_com"), TaskQueue: s.queue,
-				WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-			}, workflows.BurstSmoother, models.SmootherInput{Channel: "booking_com", MaxPending: 2, Debounce: time.Hour})
-			h, err := s.tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-				StartWorkflowOperation: start,
-				UpdateOptions: client.UpdateWorkflowOptions{UpdateName: models.UpdateSubmit,
-					Args: []any{ms}, WaitForStage: client.WorkflowUpdateStageCompleted},
-			})
-			if err != nil {
-				return err
-			}
-			return h.Get(ctx, nil)
+			_, err := ops.Submit(ctx, s.tc, s.queue, s.acts.Store,
+				models.SmootherInput{Channel: "booking_com", MaxPending: 2, Debounce: time.Hour}, ms)
+			return err
 		}
 		prices := newPrices(ms, v, "booking_com", 3, 5)
 		require.Len(t, prices, 3)

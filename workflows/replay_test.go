@@ -41,16 +41,18 @@ func TestReplay(t *testing.T) {
 		{"batchsync_payload_lost.json", BatchSync},
 		{"reconcile.json", Reconcile},
 		{"smoother.json", BurstSmoother},
-		// Recorded before the plan sized in-flight pushes per channel and before
-		// the smoother ran batches side by side: runs started then still replay.
+		// Recorded before the plan sized in-flight pushes per channel: runs
+		// started then still replay.
 		{"batchsync-before-inflight.json", BatchSync},
 		{"channelsync-before-inflight.json", ChannelSync},
-		{"smoother-serial.json", BurstSmoother},
 		// A submit refused at the admission limit (SmootherFull).
 		{"smoother_refused.json", BurstSmoother},
 		// A batch that records its end (FinishBatch) with a callback URL
 		// (intake's callback test).
 		{"batchsync_finish.json", BatchSync},
+		// At the admission limit behind a held batch, terminated and closed; then
+		// continued as new with what waits.
+		{"smoother_continued.json", BurstSmoother},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

@@ -2,6 +2,8 @@ package ops
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -17,12 +19,31 @@ import (
 	"github.com/paritysync/paritysync/workflows"
 )
 
-// Submit hands ms to smoother.Channel's burst smoother in one update, starting it
-// with smoother (its debounce and admission limit) if it is not running; a running
-// smoother keeps the settings it was started with. A refusal by admission control
-// is an error for which IsSmootherFull is true.
-func Submit(ctx context.Context, tc client.Client, queue string, smoother models.SmootherInput, ms []models.Mutation) (models.SubmitResult, error) {
+// ChangeStager keeps the changes of a submit (the smoother's claim check);
+// *store.Store is one.
+type ChangeStager interface {
+	StageChanges(ctx context.Context, channel, submission string, ms []models.Mutation) error
+	DropStaged(ctx context.Context, channel, submission string) error
+}
+
+// Submit hands ms to smoother.Channel's burst smoother, starting it with smoother
+// (its debounce and admission limit) if it is not running; a running smoother
+// keeps the settings it was started with. The changes are staged in st first and
+// the update carries their reference (models.SubmitRef), so it stays small
+// whatever they weigh. A refusal by admission control is an error for which
+// IsSmootherFull is true. Whatever the smoother did not admit (refused, failed, no
+// answer) is dropped from st; an update that lands after that admits nothing, and
+// the caller was told to send again.
+func Submit(ctx context.Context, tc client.Client, queue string, st ChangeStager, smoother models.SmootherInput, ms []models.Mutation) (models.SubmitResult, error) {
 	channel := smoother.Channel
+	var res models.SubmitResult
+	sub, err := newSubmission()
+	if err != nil {
+		return res, err
+	}
+	if err := st.StageChanges(ctx, channel, sub, ms); err != nil {
+		return res, err
+	}
 	start := tc.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID: models.SmootherWorkflowID(channel), TaskQueue: queue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
@@ -32,14 +53,31 @@ func Submit(ctx context.Context, tc client.Client, queue string, smoother models
 	h, err := tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{
-			UpdateName: models.UpdateSubmit, Args: []any{ms}, WaitForStage: client.WorkflowUpdateStageCompleted,
+			// The submission names the update: a retried call is one update.
+			UpdateID: sub, UpdateName: models.UpdateSubmit,
+			Args:         []any{models.SubmitRef{Submission: sub, Changes: len(ms)}},
+			WaitForStage: client.WorkflowUpdateStageCompleted,
 		},
 	})
-	var res models.SubmitResult
 	if err == nil {
 		err = h.Get(ctx, &res)
 	}
+	if err != nil {
+		// Only what was never admitted goes; the prune takes it otherwise.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = st.DropStaged(dctx, channel, sub)
+		cancel()
+	}
 	return res, err
+}
+
+// newSubmission is a fresh submission id: 128 random bits.
+func newSubmission() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("submission id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
 }
 
 // IsSmootherFull reports whether err is a smoother's admission refusal.
