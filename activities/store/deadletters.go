@@ -112,7 +112,7 @@ RETURNING id`, d.BatchID, ch, d.PropertyID, string(d.Family), d.Reason,
 		outs := make([]outcomeRow, len(r.Refs))
 		for i, ref := range r.Refs {
 			outs[i] = outcomeRow{mutationID: ref.ID, family: r.Family, channel: ch,
-				outcome: models.OutcomeDeadLettered, reason: d.Reason}
+				outcome: models.OutcomeDeadLettered, reason: d.Reason, night: ref.StayDate, nights: ref.Nights}
 		}
 		_, err = insertOutcomes(ctx, tx, batch, outs)
 		return err
