@@ -115,13 +115,14 @@ func (v *Validator) rangeProblems(m Mutation, ch ChannelConfig, known bool, add 
 		}
 		return
 	}
+	if m.From.IsZero() && m.To.IsZero() {
+		add("days", RuleDaysWithRange)
+		return
+	}
 	if !m.StayDate.IsZero() {
 		add("stay_date", RuleNotWithRange)
 	}
 	switch {
-	case m.From.IsZero() && m.To.IsZero():
-		add("days", RuleDaysWithRange)
-		return
 	case m.From.IsZero():
 		add("from", RuleRequiredWithTo)
 		return
