@@ -82,7 +82,8 @@ func TestRangeMutationOneOutcomePerChannelOverHTTP(t *testing.T) {
 		require.Equal(t, 1, counts[ch].Committed, "%s: %+v", ch, counts[ch])
 	}
 	require.Equal(t, 1, counts["agoda"].Committed, "the clipped range: %+v", counts["agoda"])
-	require.Equal(t, 3, counts["agoda"].Rejected)
+	rej := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, acc.StatusURL+"/rejections", ""), true))
+	require.Len(t, rej.Outcomes, 3, "each refused row has its rejected outcome")
 	for _, p := range view.Progress {
 		require.Equal(t, p.Total, p.Done, "every update of a done batch has its outcome: %+v", p)
 	}
