@@ -222,20 +222,14 @@ func withoutParts(ms []models.Mutation, parts []models.Superseded) []models.Muta
 		version     int64
 		night       models.Date // of a range's night; zero for a stay_date mutation
 	}
-	night := func(d models.Date, nights int) models.Date {
-		if nights == 0 {
-			return models.Date{}
-		}
-		return d
-	}
 	drop := map[key][]models.Family{}
 	for _, p := range parts {
-		k := key{p.ID, p.Channel, p.Version, night(p.StayDate, p.Nights)}
+		k := key{p.ID, p.Channel, p.Version, p.StayDate}
 		drop[k] = append(drop[k], p.Family)
 	}
 	out := make([]models.Mutation, 0, len(ms))
 	for _, m := range ms {
-		for _, f := range drop[key{m.ID, m.Channel, m.Version, night(m.StayDate, m.RangeNights)}] {
+		for _, f := range drop[key{m.ID, m.Channel, m.Version, m.RangeNight()}] {
 			m = m.Without(f)
 		}
 		if len(m.Families()) > 0 {

@@ -94,7 +94,7 @@ func Coalesce(ms []Mutation, channels map[string]ChannelConfig) Coalesced {
 			w := winner[cellFamily{m.Cell(), f}]
 			if w != i {
 				superseded = append(superseded, Superseded{ID: m.ID, Channel: m.Channel, Family: f,
-					Version: m.Version, By: ms[w].Version, StayDate: m.StayDate, Nights: m.RangeNights})
+					Version: m.Version, By: ms[w].Version, StayDate: m.RangeNight(), Nights: m.RangeNights})
 				continue
 			}
 			parts = append(parts, part{idx: i, famIdx: fi, priority: m.effectivePriority(),

@@ -370,8 +370,8 @@ func TestMutationsDocExamplesAreValid(t *testing.T) {
 		}
 		n++
 	}
-	if n != 2 {
-		t.Fatalf("%d examples, want the JSON lines and the array", n)
+	if n != 3 {
+		t.Fatalf("%d examples, want the ranges, the JSON lines and the array", n)
 	}
 }
 

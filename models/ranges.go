@@ -214,3 +214,12 @@ func (v *Validator) Expand(m Mutation) Expansion {
 	}
 	return Expansion{Nights: out, Clipped: clipped}
 }
+
+// RangeNight is the night of a range's expanded night (RangeNights > 0), the zero
+// Date for a stay_date mutation: what names the part of a range a Superseded is.
+func (m Mutation) RangeNight() Date {
+	if m.RangeNights == 0 {
+		return Date{}
+	}
+	return m.StayDate
+}

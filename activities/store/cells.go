@@ -225,7 +225,7 @@ JOIN cells c USING (room_rate, family, night)`, a.roomRate, a.family, a.night)
 		m := ms[p.m]
 		if by := recorded[cellKey{m.Cell(), p.f}]; by > m.Version {
 			stale = append(stale, models.Superseded{ID: m.ID, Channel: m.Channel, Family: p.f, Version: m.Version, By: by,
-				StayDate: m.StayDate, Nights: m.RangeNights})
+				StayDate: m.RangeNight(), Nights: m.RangeNights})
 		}
 	}
 	return stale, nil

@@ -102,3 +102,12 @@ func TestFoldOutcomeOrder(t *testing.T) {
 		t.Errorf("a committed range without clipping has reason %q", reason)
 	}
 }
+
+func TestDeadLetteredRangeNightsReplayEachUnderItsNight(t *testing.T) {
+	ns := rangeNights()
+	d := DeadLetter{Request: requestOf(t, ns[0], ns[1])}
+	ms := d.Mutations()
+	if len(ms) != 2 || ms[0].ID != "r~2026-12-24" || ms[1].ID != "r~2026-12-25" || ms[0].IsRange() {
+		t.Fatalf("replayed %+v", ms)
+	}
+}
