@@ -153,6 +153,15 @@ func (a *Activities) PrepareBatch(ctx context.Context, in models.BatchSyncInput)
 		// A range becomes its nights here, inside the activity: the batch's payload
 		// and the workflow input keep the one mutation.
 		ex := a.Validator.Expand(m)
+		if len(valid)+len(ex.Nights) > models.MaxBatchNights {
+			problems := models.ValidationError{{Field: "to", Rule: models.RuleBatchNights}}
+			decided = append(decided, store.MutationOutcome{MutationID: m.ID, Channel: m.Channel,
+				Outcome: models.OutcomeRejected, Reason: problemsText(problems)})
+			if len(plan.Rejected) < maxRejectionsInPlan {
+				plan.Rejected = append(plan.Rejected, models.Rejection{MutationID: m.ID, Channel: m.Channel, Problems: problems})
+			}
+			continue
+		}
 		ranges = append(ranges, store.RangeMutation{MutationID: m.ID, Nights: len(ex.Nights), Clipped: ex.Clipped})
 		valid = append(valid, ex.Nights...)
 	}

@@ -669,7 +669,7 @@ func (c *lineCounter) at(off int) int {
 // list of every refused row, decode and validation problems together, in body order.
 func (v *Validator) Check(d Decoded) (valid []Mutation, problems []RowProblem) {
 	problems = make([]RowProblem, 0, len(d.Problems))
-	next := 0
+	next, nights := 0, 0
 	for i, m := range d.Mutations {
 		for next < len(d.Problems) && d.Problems[next].Index < d.Indexes[i] {
 			problems = append(problems, d.Problems[next])
@@ -677,8 +677,13 @@ func (v *Validator) Check(d Decoded) (valid []Mutation, problems []RowProblem) {
 		}
 		ve := v.Validate(m)
 		if len(ve) == 0 {
-			valid = append(valid, m)
-			continue
+			if n := v.NightCount(m); nights+n > MaxBatchNights {
+				ve = ValidationError{{Field: "to", Rule: RuleBatchNights}}
+			} else {
+				nights += n
+				valid = append(valid, m)
+				continue
+			}
 		}
 		for _, fe := range ve {
 			id := m.ID

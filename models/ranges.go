@@ -87,8 +87,15 @@ func (w *Weekdays) UnmarshalJSON(b []byte) error {
 // stay_date.
 func (m Mutation) IsRange() bool { return !m.From.IsZero() || !m.To.IsZero() || m.Days != 0 }
 
+// MaxBatchNights bounds the nights one batch sets once its ranges are expanded, as
+// many as a body of DefaultMaxMutations stay_date mutations: the work and memory
+// of PrepareBatch stay where they were before ranges. Check refuses the rows of a
+// body past it, and PrepareBatch the mutations of a batch past it.
+const MaxBatchNights = DefaultMaxMutations
+
 // Rules of a range mutation.
 const (
+	RuleBatchNights     = "must keep the nights of its body or batch, ranges expanded, at most 100000"
 	RuleNotWithRange    = "must not be set with from/to"
 	RuleRequiredWithTo  = "required with to"
 	RuleRequiredWithFrm = "required with from"
@@ -222,4 +229,14 @@ func (m Mutation) RangeNight() Date {
 		return Date{}
 	}
 	return m.StayDate
+}
+
+// NightCount is how many nights m sets: 1 for a stay_date, the nights Expand
+// makes of a range.
+func (v *Validator) NightCount(m Mutation) int {
+	if !m.IsRange() {
+		return 1
+	}
+	nights, _ := v.rangeNights(m, v.Channels[m.Channel])
+	return len(nights)
 }

@@ -2,6 +2,7 @@ package models
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -143,5 +144,49 @@ func TestDecodeRangeFields(t *testing.T) {
 	d, _ = DecodeMutations([]byte(strings.Replace(body, `"2026-10-31"`, `"2026-10-32"`, 1)), DecodeLimits{})
 	if len(d.Problems) != 1 || d.Problems[0].Field != "to" || d.Problems[0].Rule != RuleDate {
 		t.Errorf("bad to: %+v", d.Problems)
+	}
+}
+
+// BenchmarkExpandAndCoalesceRanges measures what PrepareBatch does with a batch of
+// MaxInlineMutations ranges as long as the horizon allows (731 nights each), every
+// day: the expansion into nights and their coalescing.
+func BenchmarkExpandAndCoalesceRanges(b *testing.B) {
+	v := newTestValidator(b)
+	ms := make([]Mutation, MaxInlineMutations)
+	for i := range ms {
+		m := rangeMutation()
+		m.ID, m.Days = fmt.Sprintf("r%d", i), 0
+		m.RoomTypeCode = fmt.Sprintf("R%03d", i)
+		m.From, m.To = day("2026-03-10"), day("2028-03-09")
+		ms[i] = m
+	}
+	chs := v.Channels
+	b.ReportAllocs()
+	for b.Loop() {
+		var nights []Mutation
+		for _, m := range ms {
+			nights = append(nights, v.Expand(m).Nights...)
+		}
+		co := Coalesce(nights, chs)
+		if len(nights) != MaxInlineMutations*731 || len(co.Requests) == 0 {
+			b.Fatalf("%d nights, %d requests", len(nights), len(co.Requests))
+		}
+	}
+}
+
+func TestCheckRefusesRangesPastTheBodysNights(t *testing.T) {
+	v := newTestValidator(t)
+	var rows []string
+	for i := range 137 { // 731 nights each: the 137th takes the body past 100000
+		rows = append(rows, fmt.Sprintf(`{"id":"r%d","property_id":"prop_0a1b2c3d","room_type_code":"R%03d","rate_plan_code":"BAR_FLEX",`+
+			`"channel":"booking_com","from":"2026-03-10","to":"2028-03-09","amount":"129.00","currency":"EUR","version":1}`, i, i))
+	}
+	d, err := DecodeMutations([]byte(strings.Join(rows, "\n")), DecodeLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid, problems := v.Check(d)
+	if len(valid) != 136 || len(problems) != 1 || problems[0].ID != "r136" || problems[0].Field != "to" || problems[0].Rule != RuleBatchNights {
+		t.Fatalf("%d valid, problems %+v; want 136 and r136 refused (to: %s)", len(valid), problems, RuleBatchNights)
 	}
 }
