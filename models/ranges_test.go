@@ -147,12 +147,12 @@ func TestDecodeRangeFields(t *testing.T) {
 	}
 }
 
-// BenchmarkExpandAndCoalesceRanges measures what PrepareBatch does with a batch of
-// MaxInlineMutations ranges as long as the horizon allows (731 nights each), every
-// day: the expansion into nights and their coalescing.
+// BenchmarkExpandAndCoalesceRanges measures what PrepareBatch does with the largest
+// batch of ranges it takes: as many ranges as long as the horizon allows (731
+// nights each, every day) as fit MaxBatchNights, expanded into nights and coalesced.
 func BenchmarkExpandAndCoalesceRanges(b *testing.B) {
 	v := newTestValidator(b)
-	ms := make([]Mutation, MaxInlineMutations)
+	ms := make([]Mutation, MaxBatchNights/731)
 	for i := range ms {
 		m := rangeMutation()
 		m.ID, m.Days = fmt.Sprintf("r%d", i), 0
@@ -168,7 +168,7 @@ func BenchmarkExpandAndCoalesceRanges(b *testing.B) {
 			nights = append(nights, v.Expand(m).Nights...)
 		}
 		co := Coalesce(nights, chs)
-		if len(nights) != MaxInlineMutations*731 || len(co.Requests) == 0 {
+		if len(nights) != len(ms)*731 || len(co.Requests) == 0 {
 			b.Fatalf("%d nights, %d requests", len(nights), len(co.Requests))
 		}
 	}
