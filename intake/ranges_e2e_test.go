@@ -103,7 +103,8 @@ func TestRangeMutationOneOutcomePerChannelOverHTTP(t *testing.T) {
 	// Saturday and its Sunday), every weekend night once.
 	for _, ch := range []string{"booking_com", "expedia"} {
 		lines, nights := 0, 0
-		for _, r := range s.sim.Requests(ch, started) {
+		reqs := s.sim.Requests(ch, started)
+		for _, r := range reqs {
 			require.Equal(t, http.StatusOK, r.Status, ch)
 			lines += r.Lines
 			nights += r.Nights
@@ -111,6 +112,6 @@ func TestRangeMutationOneOutcomePerChannelOverHTTP(t *testing.T) {
 		require.Equal(t, weekends, nights, "%s: every weekend night of the range", ch)
 		require.LessOrEqual(t, lines, weekends/2+1, "%s: a line per weekend", ch)
 		require.Less(t, lines, 245/5, "%s: far fewer lines than nights", ch)
-		t.Logf("%s: %d weekend nights of %s..%s arrived as %d lines", ch, nights, from, to, lines)
+		t.Logf("%s: %d weekend nights of %s..%s arrived as %d lines in %d requests", ch, nights, from, to, lines, len(reqs))
 	}
 }
