@@ -133,6 +133,7 @@ func (a *Activities) PrepareBatch(ctx context.Context, in models.BatchSyncInput)
 	var decided []store.MutationOutcome
 
 	valid := make([]models.Mutation, 0, len(ms))
+	var ranges []store.RangeMutation
 	for i, m := range ms {
 		// A mutation without an id gets one from its place in the batch, the same on
 		// every attempt, so its outcome is recorded once.
@@ -145,7 +146,27 @@ func (a *Activities) PrepareBatch(ctx context.Context, in models.BatchSyncInput)
 			}
 			continue
 		}
-		valid = append(valid, m)
+		if !m.IsRange() {
+			valid = append(valid, m)
+			continue
+		}
+		// A range becomes its nights here, inside the activity: the batch's payload
+		// and the workflow input keep the one mutation.
+		ex := a.Validator.Expand(m)
+		if len(valid)+len(ex.Nights) > models.MaxBatchNights {
+			problems := models.ValidationError{{Field: "to", Rule: models.RuleBatchNights}}
+			decided = append(decided, store.MutationOutcome{MutationID: m.ID, Channel: m.Channel,
+				Outcome: models.OutcomeRejected, Reason: problemsText(problems)})
+			if len(plan.Rejected) < maxRejectionsInPlan {
+				plan.Rejected = append(plan.Rejected, models.Rejection{MutationID: m.ID, Channel: m.Channel, Problems: problems})
+			}
+			continue
+		}
+		ranges = append(ranges, store.RangeMutation{MutationID: m.ID, Nights: len(ex.Nights), Clipped: ex.Clipped})
+		valid = append(valid, ex.Nights...)
+	}
+	if err := a.Store.RecordRanges(ctx, in.BatchID, ranges); err != nil {
+		return plan, err
 	}
 
 	stale, err := a.Store.RecordDesired(ctx, valid)
@@ -156,7 +177,8 @@ func (a *Activities) PrepareBatch(ctx context.Context, in models.BatchSyncInput)
 	co := models.Coalesce(fresh, a.Channels)
 	for _, p := range append(stale, co.Superseded...) {
 		decided = append(decided, store.MutationOutcome{MutationID: p.ID, Channel: p.Channel, Family: p.Family,
-			Outcome: models.OutcomeSuperseded, Reason: fmt.Sprintf("version %d superseded by %d", p.Version, p.By)})
+			Outcome: models.OutcomeSuperseded, Reason: fmt.Sprintf("version %d superseded by %d", p.Version, p.By),
+			Night: p.StayDate, Nights: p.Nights})
 	}
 	counts, err := a.recordDecided(ctx, in.BatchID, decided)
 	if err != nil {
@@ -165,7 +187,7 @@ func (a *Activities) PrepareBatch(ctx context.Context, in models.BatchSyncInput)
 	for i := range co.Requests {
 		co.Requests[i].KeySalt = in.ResendSalt
 	}
-	if err := a.storeChunks(ctx, in.BatchID, co.Requests, &plan, counts); err != nil {
+	if err := a.storeChunks(ctx, in.BatchID, co.Requests, &plan, counts, updateKeys(decided)); err != nil {
 		return plan, err
 	}
 	plan.InFlight = models.PlanInFlight(co.Requests, a.Channels, a.MaxInFlight)
@@ -207,15 +229,16 @@ func withoutParts(ms []models.Mutation, parts []models.Superseded) []models.Muta
 	type key struct {
 		id, channel string
 		version     int64
+		night       models.Date // of a range's night; zero for a stay_date mutation
 	}
 	drop := map[key][]models.Family{}
 	for _, p := range parts {
-		k := key{p.ID, p.Channel, p.Version}
+		k := key{p.ID, p.Channel, p.Version, p.StayDate}
 		drop[k] = append(drop[k], p.Family)
 	}
 	out := make([]models.Mutation, 0, len(ms))
 	for _, m := range ms {
-		for _, f := range drop[key{m.ID, m.Channel, m.Version}] {
+		for _, f := range drop[key{m.ID, m.Channel, m.Version, m.RangeNight()}] {
 			m = m.Without(f)
 		}
 		if len(m.Families()) > 0 {
@@ -241,16 +264,32 @@ func (a *Activities) recordDecided(ctx context.Context, batchID string, os []sto
 		c := &models.ChannelCounts{Channel: ch}
 		c.Rejected, c.Superseded = stored[models.OutcomeRejected], stored[models.OutcomeSuperseded]
 		c.Committed, c.DeadLettered = stored[models.OutcomeCommitted], stored[models.OutcomeDeadLettered]
-		c.Total = len(list)
+		c.Total = len(updateKeys(list))
 		counts[ch] = c
 	}
 	return counts, nil
 }
 
+// updateKey is one update: a mutation's part in one family on one channel (the
+// family empty for a mutation rejected whole). The nights of a range share it.
+type updateKey struct {
+	channel, id string
+	family      models.Family
+}
+
+// updateKeys is the set of updates os decide.
+func updateKeys(os []store.MutationOutcome) map[updateKey]bool {
+	keys := make(map[updateKey]bool, len(os))
+	for _, o := range os {
+		keys[updateKey{o.Channel, o.MutationID, o.Family}] = true
+	}
+	return keys
+}
+
 // storeChunks cuts the requests into chunks per channel and priority, most urgent
 // first, stores them and adds them to the plan.
 func (a *Activities) storeChunks(ctx context.Context, batchID string, reqs []models.ChannelRequest,
-	plan *models.BatchPlan, counts map[string]*models.ChannelCounts) error {
+	plan *models.BatchPlan, counts map[string]*models.ChannelCounts, decided map[updateKey]bool) error {
 	size := a.ChunkSize
 	if size <= 0 {
 		size = models.DefaultSettings().ChunkSize
@@ -261,6 +300,7 @@ func (a *Activities) storeChunks(ctx context.Context, batchID string, reqs []mod
 	}
 	by := map[group][]models.ChannelRequest{}
 	var order []group
+	counted := map[updateKey]bool{}
 	for _, r := range reqs {
 		g := group{r.Channel, r.Priority}
 		if _, ok := by[g]; !ok {
@@ -272,7 +312,15 @@ func (a *Activities) storeChunks(ctx context.Context, batchID string, reqs []mod
 			c = &models.ChannelCounts{Channel: r.Channel}
 			counts[r.Channel] = c
 		}
-		c.Total += len(r.Refs)
+		for _, ref := range r.Refs {
+			// The nights of a range are one update: counted once, and not again
+			// when PrepareBatch superseded some of its nights already.
+			k := updateKey{r.Channel, ref.ID, r.Family}
+			if !counted[k] && !decided[k] {
+				counted[k] = true
+				c.Total++
+			}
+		}
 	}
 	sort.SliceStable(order, func(i, j int) bool {
 		if order[i].priority != order[j].priority {
@@ -286,9 +334,13 @@ func (a *Activities) storeChunks(ctx context.Context, batchID string, reqs []mod
 			part := rs[:min(size, len(rs))]
 			rs = rs[len(part):]
 			c := models.Chunk{Channel: g.channel, Priority: g.priority, N: n, Requests: len(part)}
+			inChunk := map[updateKey]bool{}
 			for _, r := range part {
-				c.Updates += len(r.Refs)
+				for _, ref := range r.Refs {
+					inChunk[updateKey{r.Channel, ref.ID, r.Family}] = true
+				}
 			}
+			c.Updates = len(inChunk)
 			key, err := a.Store.SaveChunk(ctx, batchID, c, part)
 			if err != nil {
 				return err
@@ -338,7 +390,7 @@ func (a *Activities) supersede(ctx context.Context, batchID string, req models.C
 	os := make([]store.MutationOutcome, len(refs))
 	for i, ref := range refs {
 		os[i] = store.MutationOutcome{MutationID: ref.ID, Channel: req.Channel, Family: req.Family,
-			Outcome: models.OutcomeSuperseded, Reason: "a newer version was sent"}
+			Outcome: models.OutcomeSuperseded, Reason: "a newer version was sent", Night: ref.StayDate, Nights: ref.Nights}
 	}
 	counts, err := a.Store.RecordOutcomes(ctx, batchID, os)
 	if err != nil {

@@ -51,6 +51,8 @@ type stack struct {
 	// ns is the test's namespace on the dev server, dbURL its PostgreSQL schema.
 	ns    string
 	dbURL string
+	// sim is the channel simulator the worker pushes to.
+	sim *sim.Simulator
 }
 
 func startStack(t *testing.T, edit ...func(*Config)) *stack {
@@ -121,7 +123,7 @@ func startStack(t *testing.T, edit ...func(*Config)) *stack {
 	require.NoError(t, err)
 	t.Cleanup(api.Close)
 	return &stack{srv: api, api: api.Handler(), st: st, tc: tc, rdb: rdb, prefix: prefix, queue: queue,
-		ns: srv.Namespace(), dbURL: s.DatabaseURL}
+		ns: srv.Namespace(), dbURL: s.DatabaseURL, sim: simulator}
 }
 
 func decodeJSON[T any](t *testing.T, resp *http.Response) T {

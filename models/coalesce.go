@@ -25,6 +25,10 @@ type Superseded struct {
 	Version int64  `json:"version"`
 	// By is the version that won the cell.
 	By int64 `json:"by"`
+	// StayDate and Nights name the night of a range mutation that lost (Nights > 0
+	// is the range's night count): the range's other nights go on.
+	StayDate Date `json:"stay_date,omitzero"`
+	Nights   int  `json:"nights,omitempty"`
 }
 
 // cellFamily is the unit of last-writer-wins: a mutation touching rates and
@@ -90,7 +94,7 @@ func Coalesce(ms []Mutation, channels map[string]ChannelConfig) Coalesced {
 			w := winner[cellFamily{m.Cell(), f}]
 			if w != i {
 				superseded = append(superseded, Superseded{ID: m.ID, Channel: m.Channel, Family: f,
-					Version: m.Version, By: ms[w].Version})
+					Version: m.Version, By: ms[w].Version, StayDate: m.RangeNight(), Nights: m.RangeNights})
 				continue
 			}
 			parts = append(parts, part{idx: i, famIdx: fi, priority: m.effectivePriority(),
@@ -102,7 +106,8 @@ func Coalesce(ms []Mutation, channels map[string]ChannelConfig) Coalesced {
 	slices.SortFunc(superseded, func(a, b Superseded) int {
 		return cmp.Or(cmp.Compare(a.Channel, b.Channel), cmp.Compare(a.ID, b.ID),
 			cmp.Compare(familyIndex(a.Family), familyIndex(b.Family)),
-			cmp.Compare(a.Version, b.Version), cmp.Compare(a.By, b.By))
+			cmp.Compare(a.Version, b.Version), cmp.Compare(a.By, b.By),
+			cmp.Compare(a.StayDate.Time().Unix(), b.StayDate.Time().Unix()))
 	})
 
 	rank(parts, func(p *part) string { return ms[p.idx].Channel }, func(p *part, r int) { p.channel = r })
@@ -242,7 +247,8 @@ func appendGroup(out []ChannelRequest, ms []Mutation, parts []part, perRequest i
 }
 
 func refOf(m *Mutation, line int) MutationRef {
-	return MutationRef{ID: m.ID, Version: m.Version, Line: line, StayDate: m.StayDate, CorrelationID: m.CorrelationID}
+	return MutationRef{ID: m.ID, Version: m.Version, Line: line, StayDate: m.StayDate, CorrelationID: m.CorrelationID,
+		Nights: m.RangeNights}
 }
 
 // lineOf is the one-night line of m's family f; it copies the values so a request

@@ -381,7 +381,10 @@ var mutationFields = []mutationField{
 	{"room_type_code", stringField(func(m *Mutation, s string) { m.RoomTypeCode = s })},
 	{"rate_plan_code", stringField(func(m *Mutation, s string) { m.RatePlanCode = s })},
 	{"channel", stringField(func(m *Mutation, s string) { m.Channel = s })},
-	{"stay_date", setStayDate},
+	{"stay_date", setDate(func(m *Mutation, d Date) { m.StayDate = d })},
+	{"from", setDate(func(m *Mutation, d Date) { m.From = d })},
+	{"to", setDate(func(m *Mutation, d Date) { m.To = d })},
+	{"days", setDays},
 	{"amount", setAmount},
 	{"currency", stringField(func(m *Mutation, s string) { m.Currency = s })},
 	{"inventory", intField(func(m *Mutation, n int) { m.Inventory = &n })},
@@ -517,19 +520,37 @@ func integerValue(lit string) (n int64, whole, fits bool) {
 	return n, true, true
 }
 
-func setStayDate(m *Mutation, field string, v []byte) *fieldProblem {
-	s, p := jsonString(field, v)
-	if p != nil {
-		return p
+// setDate decodes a YYYY-MM-DD string field; "" is the zero Date, which Validate
+// reports where a date is required.
+func setDate(set func(m *Mutation, d Date)) func(*Mutation, string, []byte) *fieldProblem {
+	return func(m *Mutation, field string, v []byte) *fieldProblem {
+		s, p := jsonString(field, v)
+		if p != nil {
+			return p
+		}
+		if s == "" {
+			return nil
+		}
+		d, err := ParseDate(s)
+		if err != nil {
+			return &fieldProblem{field, RuleDate, err.Error()}
+		}
+		set(m, d)
+		return nil
 	}
-	if s == "" {
-		return nil // the zero Date: Validate reports it as required
+}
+
+// setDays decodes days: a non-empty JSON array of distinct day names.
+func setDays(m *Mutation, field string, v []byte) *fieldProblem {
+	var names []string
+	if len(v) == 0 || v[0] != '[' || json.Unmarshal(v, &names) != nil {
+		return &fieldProblem{field, RuleDays, fmt.Sprintf("field %s: want an array of day names, got %s", field, snippet(v))}
 	}
-	d, err := ParseDate(s)
+	w, err := ParseWeekdays(names)
 	if err != nil {
-		return &fieldProblem{field, RuleDate, err.Error()}
+		return &fieldProblem{field, RuleDays, err.Error()}
 	}
-	m.StayDate = d
+	m.Days = w
 	return nil
 }
 
@@ -648,7 +669,7 @@ func (c *lineCounter) at(off int) int {
 // list of every refused row, decode and validation problems together, in body order.
 func (v *Validator) Check(d Decoded) (valid []Mutation, problems []RowProblem) {
 	problems = make([]RowProblem, 0, len(d.Problems))
-	next := 0
+	next, nights := 0, 0
 	for i, m := range d.Mutations {
 		for next < len(d.Problems) && d.Problems[next].Index < d.Indexes[i] {
 			problems = append(problems, d.Problems[next])
@@ -656,8 +677,13 @@ func (v *Validator) Check(d Decoded) (valid []Mutation, problems []RowProblem) {
 		}
 		ve := v.Validate(m)
 		if len(ve) == 0 {
-			valid = append(valid, m)
-			continue
+			if n := v.NightCount(m); nights+n > MaxBatchNights {
+				ve = ValidationError{{Field: "to", Rule: RuleBatchNights}}
+			} else {
+				nights += n
+				valid = append(valid, m)
+				continue
+			}
 		}
 		for _, fe := range ve {
 			id := m.ID

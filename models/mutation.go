@@ -28,12 +28,21 @@ const (
 // nil means "not changed". Values of one family travel as a whole: a mutation that
 // sets any restriction states every restriction it wants the channel to hold.
 type Mutation struct {
-	ID            string           `json:"id"`
-	PropertyID    string           `json:"property_id"`
-	RoomTypeCode  string           `json:"room_type_code"`
-	RatePlanCode  string           `json:"rate_plan_code"`
-	Channel       string           `json:"channel"`
-	StayDate      Date             `json:"stay_date"`
+	ID           string `json:"id"`
+	PropertyID   string `json:"property_id"`
+	RoomTypeCode string `json:"room_type_code"`
+	RatePlanCode string `json:"rate_plan_code"`
+	Channel      string `json:"channel"`
+	StayDate     Date   `json:"stay_date"`
+	// From and To (inclusive) give a range of nights instead of StayDate; Days,
+	// when set, keeps only those days of the week of it. PrepareBatch expands a
+	// range into its nights (Validator.Expand), each under the mutation's id.
+	From Date     `json:"from,omitzero"`
+	To   Date     `json:"to,omitzero"`
+	Days Weekdays `json:"days,omitzero"`
+	// RangeNights is set on the nights Expand makes of a range mutation: how many
+	// nights the range has after clipping. Never on the wire.
+	RangeNights   int              `json:"-"`
 	Amount        *decimal.Decimal `json:"amount,omitempty"`
 	Currency      string           `json:"currency,omitempty"`
 	Inventory     *int             `json:"inventory,omitempty"`

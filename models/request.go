@@ -29,6 +29,9 @@ type MutationRef struct {
 	Line          int    `json:"line"`
 	StayDate      Date   `json:"stay_date"`
 	CorrelationID string `json:"correlation_id,omitempty"`
+	// Nights is set on a night of a range mutation: how many nights the range has.
+	// Its outcome is recorded once all of them ended (store.foldRanges).
+	Nights int `json:"nights,omitempty"`
 }
 
 // Cost is what the request takes from a budget counted in lines.

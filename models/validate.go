@@ -202,17 +202,8 @@ func (v *Validator) Validate(m Mutation) ValidationError {
 	case !known:
 		add("channel", RuleChannelUnknown)
 	}
-	if m.StayDate.IsZero() {
-		add("stay_date", RuleRequired)
-	} else {
-		today := v.Zones.Today(m.PropertyID, v.now())
-		switch {
-		case m.StayDate.Before(today):
-			add("stay_date", RuleNotPast)
-		case known && m.StayDate.After(today.AddDays(ch.HorizonDays)):
-			add("stay_date", RuleWithinHorizon)
-		}
-	}
+	// stay_date, or a range from/to with days (ranges.go).
+	v.rangeProblems(m, ch, known, add)
 	if m.Amount != nil {
 		if !m.Amount.IsPositive() {
 			add("amount", RuleAmountPositive)

@@ -230,7 +230,7 @@ func planSends(ms []models.Mutation, channels []models.ChannelConfig, v *models.
 					p.Rejected = append(p.Rejected, models.Rejection{MutationID: m.ID, Channel: m.Channel, Problems: problems})
 					continue
 				}
-				valid = append(valid, m)
+				valid = append(valid, v.Expand(m).Nights...) // a range as its nights
 			}
 			co := models.Coalesce(valid, cfgs)
 			p.Superseded += len(co.Superseded)

@@ -224,7 +224,8 @@ JOIN cells c USING (room_rate, family, night)`, a.roomRate, a.family, a.night)
 	for _, p := range parts {
 		m := ms[p.m]
 		if by := recorded[cellKey{m.Cell(), p.f}]; by > m.Version {
-			stale = append(stale, models.Superseded{ID: m.ID, Channel: m.Channel, Family: p.f, Version: m.Version, By: by})
+			stale = append(stale, models.Superseded{ID: m.ID, Channel: m.Channel, Family: p.f, Version: m.Version, By: by,
+				StayDate: m.RangeNight(), Nights: m.RangeNights})
 		}
 	}
 	return stale, nil
@@ -478,7 +479,7 @@ RETURNING room_rate, night`, append(a.args(), conf)...)
 		var outs []outcomeRow
 		for _, ref := range ack.Superseded {
 			outs = append(outs, outcomeRow{mutationID: ref.ID, family: r.Family, channel: ch,
-				outcome: models.OutcomeSuperseded, reason: "a newer version was sent"})
+				outcome: models.OutcomeSuperseded, reason: "a newer version was sent", night: ref.StayDate, nights: ref.Nights})
 		}
 		for _, ref := range r.Refs {
 			if slices.Contains(ack.FailedLines, ref.Line) || ref.Line < 0 || ref.Line >= len(r.Lines) {
@@ -487,7 +488,8 @@ RETURNING room_rate, night`, append(a.args(), conf)...)
 			l := r.Lines[ref.Line]
 			c := models.Cell{Channel: r.Channel, PropertyID: r.PropertyID, RoomTypeCode: l.RoomTypeCode,
 				RatePlanCode: l.RatePlanCode, StayDate: ref.StayDate}
-			o := outcomeRow{mutationID: ref.ID, family: r.Family, channel: ch, outcome: models.OutcomeCommitted}
+			o := outcomeRow{mutationID: ref.ID, family: r.Family, channel: ch, outcome: models.OutcomeCommitted,
+				night: ref.StayDate, nights: ref.Nights}
 			if !won[cellKey{c, r.Family}] {
 				o.outcome, o.reason = models.OutcomeSuperseded, "a newer version was acknowledged"
 			}

@@ -38,8 +38,9 @@ type DeadLetter struct {
 }
 
 // Mutations are the mutations that re-send the dead letter's request at the
-// versions it carried, one per ref, with the mutation ids it carried: a replay. The
-// desired state drops any that a newer version overtook since.
+// versions it carried, one per ref, with the mutation ids it carried (a night of a
+// range mutation as "<id>~<night>"): a replay. The desired state drops any that a
+// newer version overtook since.
 func (d DeadLetter) Mutations() []models.Mutation {
 	r := d.Request
 	out := make([]models.Mutation, 0, len(r.Refs))
@@ -53,6 +54,11 @@ func (d DeadLetter) Mutations() []models.Mutation {
 		l.Version = ref.Version
 		m := models.MutationOf(c, r.Family, l)
 		m.ID, m.CorrelationID, m.Priority = ref.ID, ref.CorrelationID, r.Priority
+		if ref.Nights > 0 {
+			// A night of a range mutation goes again on its own: under the range's id
+			// and its night, so that each replayed night has its own outcome.
+			m.ID = ref.ID + "~" + ref.StayDate.String()
+		}
 		out = append(out, m)
 	}
 	return out
@@ -112,7 +118,7 @@ RETURNING id`, d.BatchID, ch, d.PropertyID, string(d.Family), d.Reason,
 		outs := make([]outcomeRow, len(r.Refs))
 		for i, ref := range r.Refs {
 			outs[i] = outcomeRow{mutationID: ref.ID, family: r.Family, channel: ch,
-				outcome: models.OutcomeDeadLettered, reason: d.Reason}
+				outcome: models.OutcomeDeadLettered, reason: d.Reason, night: ref.StayDate, nights: ref.Nights}
 		}
 		_, err = insertOutcomes(ctx, tx, batch, outs)
 		return err

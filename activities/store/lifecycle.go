@@ -51,7 +51,7 @@ WHERE b.batch_id = $1 ORDER BY q.channel, q.priority, q.chunk, q.idx`, batchID)
 		}
 		for _, ref := range r.Refs {
 			pending = append(pending, MutationOutcome{MutationID: ref.ID, Channel: r.Channel, Family: r.Family,
-				Outcome: models.OutcomeCancelled, Reason: reason})
+				Outcome: models.OutcomeCancelled, Reason: reason, Night: ref.StayDate, Nights: ref.Nights})
 		}
 		return nil
 	}); err != nil {

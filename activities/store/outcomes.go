@@ -25,6 +25,11 @@ type MutationOutcome struct {
 	// version that won, the dead-letter reason.
 	Reason     string    `json:"reason,omitempty"`
 	RecordedAt time.Time `json:"recorded_at"`
+	// Night and Nights name one night of a range mutation (Nights > 0, the range's
+	// night count): its end is kept per night, and the mutation's outcome is
+	// recorded once every night has ended.
+	Night  models.Date `json:"-"`
+	Nights int         `json:"-"`
 }
 
 // outcomeRow is a MutationOutcome with its channel numbered.
@@ -34,6 +39,11 @@ type outcomeRow struct {
 	channel    int16
 	outcome    models.Outcome
 	reason     string
+	// night and nights are set on a night of a range mutation (nights > 0): the
+	// night's end is kept apart and the mutation's outcome folded from every
+	// night's (foldRanges).
+	night  models.Date
+	nights int
 }
 
 // insertOutcomes records rows for batch; a (mutation, family) that already has an
@@ -43,6 +53,10 @@ type outcomeRow struct {
 func insertOutcomes(ctx context.Context, tx pgx.Tx, batch int64, rows []outcomeRow) (map[models.Outcome]int, error) {
 	// Counter rows are locked in (channel, outcome) order in every writer, across
 	// statements too, so two writers of one batch never deadlock on them.
+	rows, err := foldRanges(ctx, tx, batch, rows)
+	if err != nil {
+		return nil, err
+	}
 	rows = slices.Clone(rows)
 	slices.SortStableFunc(rows, func(a, b outcomeRow) int {
 		return cmp.Or(cmp.Compare(a.channel, b.channel), cmp.Compare(a.outcome, b.outcome))
@@ -167,7 +181,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, batchID string, os []Mutatio
 	rows := make([]outcomeRow, len(os))
 	for i, o := range os {
 		rows[i] = outcomeRow{mutationID: o.MutationID, family: o.Family, channel: chIDs[o.Channel],
-			outcome: o.Outcome, reason: o.Reason}
+			outcome: o.Outcome, reason: o.Reason, night: o.Night, nights: o.Nights}
 	}
 	var counts map[models.Outcome]int
 	err = s.inTx(ctx, func(tx pgx.Tx) error {

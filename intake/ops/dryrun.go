@@ -62,10 +62,10 @@ func DryRun(d models.Decoded, v *models.Validator, channels map[string]models.Ch
 		problems = []models.RowProblem{}
 	}
 	r := DryRunReport{Mutations: d.Rows, Accepted: len(valid), Rejected: problems, Channels: []ChannelPlan{}}
-	ms := make([]models.Mutation, len(valid))
+	ms := make([]models.Mutation, 0, len(valid))
 	for i, m := range valid {
 		m.ApplyDefaults(func() string { return batchID + "#" + strconv.Itoa(i) })
-		ms[i] = m
+		ms = append(ms, v.Expand(m).Nights...) // a range as its nights, as PrepareBatch does
 	}
 	co := models.Coalesce(ms, channels)
 	by := map[string]*ChannelPlan{}
