@@ -41,10 +41,11 @@ type channelEntry struct {
 	HorizonDays        *int            `yaml:"horizon_days"`
 	MaxLinesPerRequest *int            `yaml:"max_lines_per_request"`
 	MaxRetryAfter      *string         `yaml:"max_retry_after"`
-	PriorityReserve    *int            `yaml:"priority_reserve"`
-	BreakerFailures    *int            `yaml:"breaker_failures"`
-	BreakerCooldown    *string         `yaml:"breaker_cooldown"`
-	MaxApplyDelay      *string         `yaml:"max_apply_delay"`
+	// PriorityReserve is no longer supported: it is read only to refuse it by name.
+	PriorityReserve *int    `yaml:"priority_reserve"`
+	BreakerFailures *int    `yaml:"breaker_failures"`
+	BreakerCooldown *string `yaml:"breaker_cooldown"`
+	MaxApplyDelay   *string `yaml:"max_apply_delay"`
 }
 
 type shareEntry struct {
@@ -148,8 +149,17 @@ func readChannelsFile(path string) ([]channelEntry, error) {
 	return f.Channels, nil
 }
 
+// errPriorityReserve refuses a channel file that still sets priority_reserve: the
+// token buckets it reserved tokens of are gone, and the limiter serves urgent work
+// first without it (it takes the earliest slot less urgent work holds).
+var errPriorityReserve = errors.New("priority_reserve: no longer supported (the limiter has no token reserve: " +
+	"urgent work takes the earliest slot held by less urgent work); remove it")
+
 // applyTo copies the fields e sets onto c.
 func (e channelEntry) applyTo(c *ChannelConfig) error {
+	if e.PriorityReserve != nil {
+		return errPriorityReserve
+	}
 	setInt := func(dst *int, src *int) {
 		if src != nil {
 			*dst = *src
@@ -197,7 +207,6 @@ func (e channelEntry) applyTo(c *ChannelConfig) error {
 	}
 	setInt(&c.HorizonDays, e.HorizonDays)
 	setInt(&c.MaxLinesPerRequest, e.MaxLinesPerRequest)
-	setInt(&c.PriorityReserve, e.PriorityReserve)
 	setInt(&c.BreakerFailures, e.BreakerFailures)
 	if e.BreakerCooldown != nil {
 		d, err := time.ParseDuration(*e.BreakerCooldown)

@@ -165,6 +165,8 @@ func TestLoadChannelsNamesBadValues(t *testing.T) {
 			[]string{"channels file {path}: channel expedia: window must be > 0 and <= 1h0m0s"}},
 		{"file window above an hour", "channels:\n  - slug: expedia\n    window: 2h\n", nil,
 			[]string{"channels file {path}: channel expedia: window must be > 0 and <= 1h0m0s"}},
+		{"file priority_reserve, no longer supported", "channels:\n  - slug: expedia\n    priority_reserve: 2\n", nil,
+			[]string{"channels file {path}: channel expedia: priority_reserve: no longer supported"}},
 		{"file unknown key", "channels:\n  - slug: expedia\n    rate_per_min: 10\n", nil,
 			[]string{"channels file {path}:", "rate_per_min"}},
 		{"file wrong type", "channels:\n  - slug: expedia\n    burst: lots\n", nil,
