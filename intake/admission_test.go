@@ -15,6 +15,7 @@ import (
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
@@ -178,7 +179,7 @@ func TestPropertyBackoffRefusesItsChanges(t *testing.T) {
 	rdb, prefix := testRedis(t)
 	keys, err := newKeyring(writeKeys(t), nil)
 	require.NoError(t, err)
-	chs, err := models.LoadChannels("", func(k string) string {
+	chs, err := config.LoadChannels("", func(k string) string {
 		if k == "PARITYSYNC_CHANNEL_EXPEDIA_SCOPE" {
 			return "property"
 		}

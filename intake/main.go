@@ -35,6 +35,7 @@ import (
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/models"
 )
@@ -58,7 +59,7 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- string) e
 	if err != nil {
 		return err
 	}
-	chs, err := models.LoadChannels(s.ChannelsFile, getenv)
+	chs, err := config.LoadChannels(s.ChannelsFile, getenv)
 	if err != nil {
 		return err
 	}

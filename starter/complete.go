@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -30,7 +31,7 @@ func (c *cli) channelNames() []string {
 	if err != nil {
 		return nil
 	}
-	chs, err := models.LoadChannels(s.ChannelsFile, c.getenv)
+	chs, err := config.LoadChannels(s.ChannelsFile, c.getenv)
 	if err != nil {
 		return nil
 	}

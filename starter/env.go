@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/interceptor"
 
 	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
@@ -31,7 +32,7 @@ func (c *cli) deps() (*deps, error) {
 	if err != nil {
 		return nil, configError{err}
 	}
-	chs, err := models.LoadChannels(s.ChannelsFile, c.getenv)
+	chs, err := config.LoadChannels(s.ChannelsFile, c.getenv)
 	if err != nil {
 		return nil, configError{err}
 	}

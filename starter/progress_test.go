@@ -27,6 +27,7 @@ import (
 
 	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/devtest"
 	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/intake/ops"
@@ -98,7 +99,7 @@ func workerEnv(t *testing.T, ratePerMinute int) map[string]string {
 		}
 		_ = rdb.Close()
 	})
-	chs, err := models.LoadChannels("", func(k string) string {
+	chs, err := config.LoadChannels("", func(k string) string {
 		if strings.HasSuffix(k, "_RATE_PER_MINUTE") {
 			return strconv.Itoa(ratePerMinute)
 		}

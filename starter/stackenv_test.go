@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -55,7 +56,7 @@ func TestStackEnvIsWhatTheStarterNeeds(t *testing.T) {
 		"the database make up creates, not the starter's default")
 	require.Equal(t, "127.0.0.1:7233", s.TemporalAddress)
 	require.Equal(t, "redis://127.0.0.1:6379/0", s.RedisURL)
-	chs, err := models.LoadChannels(s.ChannelsFile, getenv)
+	chs, err := config.LoadChannels(s.ChannelsFile, getenv)
 	require.NoError(t, err, "the demo channels load, with their credential files")
 	slugs := map[string]bool{}
 	for _, c := range chs {

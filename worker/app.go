@@ -19,6 +19,7 @@ import (
 	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
@@ -28,8 +29,8 @@ import (
 // Getenv reads one environment variable; tests pass their own.
 type Getenv func(string) string
 
-// config is the effective configuration: process settings and channel limits.
-type config struct {
+// effectiveConfig is the effective configuration: process settings and channel limits.
+type effectiveConfig struct {
 	fx.Out
 	Settings models.Settings
 	Channels []models.ChannelConfig
@@ -48,14 +49,14 @@ func newApp(getenv Getenv, extra ...fx.Option) *fx.App {
 	return fx.New(append(opts, extra...)...)
 }
 
-func loadConfig(getenv Getenv) (config, error) {
+func loadConfig(getenv Getenv) (effectiveConfig, error) {
 	s, err := models.LoadSettings(getenv)
 	if err != nil {
-		return config{}, startupError{err}
+		return effectiveConfig{}, startupError{err}
 	}
-	chs, err := models.LoadChannels(s.ChannelsFile, getenv)
+	chs, err := config.LoadChannels(s.ChannelsFile, getenv)
 	if err != nil {
-		return config{}, startupError{err}
+		return effectiveConfig{}, startupError{err}
 	}
 	slog.Info("effective config", "settings", s.String())
 	for _, c := range chs {
@@ -63,7 +64,7 @@ func loadConfig(getenv Getenv) (config, error) {
 			"scope", c.Scope, "daily_quota", c.DailyQuota, "quota_unit", c.QuotaUnit,
 			"max_lines_per_request", c.MaxLinesPerRequest, "horizon_days", c.HorizonDays)
 	}
-	return config{Settings: s, Channels: chs}, nil
+	return effectiveConfig{Settings: s, Channels: chs}, nil
 }
 
 // newRedis connects (a cluster when REDIS_URL names several addresses) and pings,
@@ -140,7 +141,7 @@ func newCredentials(s models.Settings, chs []models.ChannelConfig) (channels.Cre
 			creds[c.Slug] = shared
 		default:
 			errs = append(errs, fmt.Errorf("channel %s: no credential: set its credentials_file (or %s%s_CREDENTIALS_FILE), "+
-				"or the shared PARITYSYNC_TOKEN_FILE or PARITYSYNC_TOKEN", c.Slug, models.EnvChannelPrefix, strings.ToUpper(c.Slug)))
+				"or the shared PARITYSYNC_TOKEN_FILE or PARITYSYNC_TOKEN", c.Slug, config.EnvChannelPrefix, strings.ToUpper(c.Slug)))
 			continue
 		}
 		slog.Info("channel credential", "slug", c.Slug, "protocol", c.Protocol, "from", from)

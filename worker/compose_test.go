@@ -15,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/testenv"
 	"github.com/paritysync/paritysync/models"
 )
@@ -435,7 +436,7 @@ func TestComposeWorkerEnvironment(t *testing.T) {
 	if err != nil || channelURL.Host != "otasim:8090" {
 		t.Errorf("PARITYSYNC_CHANNEL_URL=%q, want http://otasim:8090", s.ChannelURL)
 	}
-	if _, err := models.LoadChannels(s.ChannelsFile, func(name string) string { return env[name] }); err != nil {
+	if _, err := config.LoadChannels(s.ChannelsFile, func(name string) string { return env[name] }); err != nil {
 		t.Errorf("worker environment rejected by LoadChannels: %v", err)
 	}
 
@@ -471,7 +472,7 @@ func TestComposeWorkerEnvironmentIsRead(t *testing.T) {
 		return env[name]
 	}
 	// loadConfig is the worker's own path through models.LoadSettings and
-	// models.LoadChannels.
+	// config.LoadChannels.
 	if _, err := loadConfig(getenv); err != nil {
 		t.Fatalf("loadConfig: %v", err)
 	}
@@ -506,7 +507,7 @@ func TestComposeIntake(t *testing.T) {
 	if err != nil {
 		t.Fatalf("intake environment rejected by LoadSettings: %v", err)
 	}
-	if _, err := models.LoadChannels(set.ChannelsFile, getenv); err != nil {
+	if _, err := config.LoadChannels(set.ChannelsFile, getenv); err != nil {
 		t.Fatalf("intake environment rejected by LoadChannels: %v", err)
 	}
 	is, err := models.LoadIntakeSettings(getenv)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/activities/store/storetest"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/devtest"
 	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/intake/ops"
@@ -163,7 +164,7 @@ func startStackWith(t *testing.T, srv *devtest.Env, o stackOptions) *e2eStack {
 	for _, f := range o.Edit {
 		f(s.env)
 	}
-	chs, err := models.LoadChannels(s.env["PARITYSYNC_CHANNELS_FILE"], s.getenv)
+	chs, err := config.LoadChannels(s.env["PARITYSYNC_CHANNELS_FILE"], s.getenv)
 	require.NoError(t, err)
 	// The simulator enforces exactly the limits (and windows) the worker is
 	// configured with.

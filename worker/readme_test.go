@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -77,7 +78,7 @@ func load(t *testing.T, getenv func(string) string) loaded {
 	if err != nil {
 		t.Fatalf("LoadSettings: %v", err)
 	}
-	chs, err := models.LoadChannels(s.ChannelsFile, getenv)
+	chs, err := config.LoadChannels(s.ChannelsFile, getenv)
 	if err != nil {
 		t.Fatalf("LoadChannels: %v", err)
 	}

@@ -1,9 +1,10 @@
-package models
+package config
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/paritysync/paritysync/models"
 	"io"
 	"os"
 	"strconv"
@@ -24,23 +25,23 @@ type channelsFile struct {
 }
 
 type channelEntry struct {
-	Slug               string          `yaml:"slug"`
-	Protocol           *Protocol       `yaml:"protocol"`
-	BaseURL            *string         `yaml:"base_url"`
-	CredentialsFile    *string         `yaml:"credentials_file"`
-	ReadBack           *bool           `yaml:"read_back"`
-	Channex            *ChannexMapping `yaml:"channex"`
-	BasePath           *string         `yaml:"base_path"`
-	RatePerMinute      *int            `yaml:"rate_per_minute"`
-	Window             *string         `yaml:"window"`
-	Burst              *int            `yaml:"burst"`
-	Shares             *shareEntry     `yaml:"shares"`
-	Scope              *LimitScope     `yaml:"scope"`
-	DailyQuota         *int            `yaml:"daily_quota"`
-	QuotaUnit          *QuotaUnit      `yaml:"quota_unit"`
-	HorizonDays        *int            `yaml:"horizon_days"`
-	MaxLinesPerRequest *int            `yaml:"max_lines_per_request"`
-	MaxRetryAfter      *string         `yaml:"max_retry_after"`
+	Slug               string                 `yaml:"slug"`
+	Protocol           *models.Protocol       `yaml:"protocol"`
+	BaseURL            *string                `yaml:"base_url"`
+	CredentialsFile    *string                `yaml:"credentials_file"`
+	ReadBack           *bool                  `yaml:"read_back"`
+	Channex            *models.ChannexMapping `yaml:"channex"`
+	BasePath           *string                `yaml:"base_path"`
+	RatePerMinute      *int                   `yaml:"rate_per_minute"`
+	Window             *string                `yaml:"window"`
+	Burst              *int                   `yaml:"burst"`
+	Shares             *shareEntry            `yaml:"shares"`
+	Scope              *models.LimitScope     `yaml:"scope"`
+	DailyQuota         *int                   `yaml:"daily_quota"`
+	QuotaUnit          *models.QuotaUnit      `yaml:"quota_unit"`
+	HorizonDays        *int                   `yaml:"horizon_days"`
+	MaxLinesPerRequest *int                   `yaml:"max_lines_per_request"`
+	MaxRetryAfter      *string                `yaml:"max_retry_after"`
 	// PriorityReserve is no longer supported: it is read only to refuse it by name.
 	PriorityReserve *int    `yaml:"priority_reserve"`
 	BreakerFailures *int    `yaml:"breaker_failures"`
@@ -59,8 +60,8 @@ type shareEntry struct {
 // environment overrides read through getenv (nil skips them; tests pass a map's
 // lookup instead of os.Getenv). Every problem is reported, each naming
 // the file or variable it came from, so an operator fixes them in one pass.
-func LoadChannels(path string, getenv func(string) string) ([]ChannelConfig, error) {
-	channels := DefaultChannels()
+func LoadChannels(path string, getenv func(string) string) ([]models.ChannelConfig, error) {
+	channels := models.DefaultChannels()
 	// sources records, per channel, where its non-default values came from, so a
 	// validation error can name them.
 	sources := make([][]string, len(channels))
@@ -92,11 +93,11 @@ func LoadChannels(path string, getenv func(string) string) ([]ChannelConfig, err
 			seen[e.Slug] = true
 			i, ok := index[e.Slug]
 			if !ok {
-				perMinute := DefaultRatePerMinute
+				perMinute := models.DefaultRatePerMinute
 				if e.RatePerMinute != nil {
 					perMinute = *e.RatePerMinute
 				}
-				channels = append(channels, NewChannelConfig(e.Slug, perMinute))
+				channels = append(channels, models.NewChannelConfig(e.Slug, perMinute))
 				sources = append(sources, nil)
 				i = len(channels) - 1
 				index[e.Slug] = i
@@ -156,7 +157,7 @@ var errPriorityReserve = errors.New("priority_reserve: no longer supported (the 
 	"urgent work takes the earliest slot held by less urgent work); remove it")
 
 // applyTo copies the fields e sets onto c.
-func (e channelEntry) applyTo(c *ChannelConfig) error {
+func (e channelEntry) applyTo(c *models.ChannelConfig) error {
 	if e.PriorityReserve != nil {
 		return errPriorityReserve
 	}
@@ -169,8 +170,8 @@ func (e channelEntry) applyTo(c *ChannelConfig) error {
 		c.Protocol = *e.Protocol
 		// A protocol brings its own defaults; fields set below still win.
 		c.ReadBack = c.Protocol.HasReadBack()
-		if c.Protocol == ProtocolChannex {
-			def := NewChannexChannel(c.Slug, ChannexMapping{})
+		if c.Protocol == models.ProtocolChannex {
+			def := models.NewChannexChannel(c.Slug, models.ChannexMapping{})
 			c.RatePerMinute, c.Burst, c.Shares, c.Scope = def.RatePerMinute, def.Burst, def.Shares, def.Scope
 		}
 	}
@@ -243,7 +244,7 @@ func (e channelEntry) applyTo(c *ChannelConfig) error {
 
 // applyChannelEnv applies the environment overrides of c and returns the names of
 // the variables it used and the problems it found.
-func applyChannelEnv(c *ChannelConfig, getenv func(string) string) (used []string, errs []error) {
+func applyChannelEnv(c *models.ChannelConfig, getenv func(string) string) (used []string, errs []error) {
 	prefix := EnvChannelPrefix + strings.ToUpper(c.Slug) + "_"
 	ints := []struct {
 		name string
@@ -275,7 +276,7 @@ func applyChannelEnv(c *ChannelConfig, getenv func(string) string) (used []strin
 		used = append(used, prefix+"CREDENTIALS_FILE")
 	}
 	if val := strings.TrimSpace(getenv(prefix + "SCOPE")); val != "" {
-		c.Scope = LimitScope(val)
+		c.Scope = models.LimitScope(val)
 		used = append(used, prefix+"SCOPE")
 	}
 	if val := strings.TrimSpace(getenv(prefix + "BREAKER_COOLDOWN")); val != "" {
