@@ -176,7 +176,7 @@ func (s Settings) String() string {
 		MaskURL(s.RedisURL), MaskURL(s.DatabaseURL), s.TemporalAddress, s.TemporalNamespace, s.TaskQueue, s.ChannelURL,
 		s.ChannelsFile, token, s.TokenFile, s.KeyPrefix, s.HTTPTimeout, s.MetricsAddr, s.ChunkSize, s.MaxInFlight,
 		s.MaxActivities, s.ShutdownTimeout, s.TemporalTLS.CertFile, s.TemporalTLS.KeyFile, s.TemporalTLS.CAFile,
-		s.TemporalAPIKeyFile, s.Zones.Default(), len(s.Zones.byProperty))
+		s.TemporalAPIKeyFile, s.Zones.Default(), s.Zones.Listed())
 }
 
 // masked stands in for a hidden secret, or for a whole connection string that
