@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/paritysync/paritysync/models"
 	"io"
 	"os"
 	"strconv"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/paritysync/paritysync/models"
 )
 
 // EnvChannelPrefix starts every per-channel environment override:

@@ -1,13 +1,14 @@
 package config
 
 import (
-	"github.com/paritysync/paritysync/models"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/paritysync/paritysync/models"
 )
 
 func writeChannels(t *testing.T, yaml string) string {

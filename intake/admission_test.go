@@ -186,7 +186,7 @@ func TestPropertyBackoffRefusesItsChanges(t *testing.T) {
 		return ""
 	})
 	require.NoError(t, err)
-	set := models.DefaultSettings()
+	set := config.DefaultSettings()
 	set.KeyPrefix = prefix
 	srv, err := NewServer(Config{Settings: set, Channels: chs, MaxBatchBody: 8 << 20},
 		nil, rdb, nil, keys, slog.New(slog.NewTextHandler(io.Discard, nil)))

@@ -75,7 +75,7 @@ func startStack(t *testing.T, edit ...func(*Config)) *stack {
 		}
 		_ = rdb.Close()
 	})
-	s := models.DefaultSettings()
+	s := config.DefaultSettings()
 	s.TemporalAddress, s.TemporalNamespace, s.TaskQueue, s.KeyPrefix, s.RedisURL = srv.FrontendHostPort(), srv.Namespace(), queue, prefix, redisURL
 	s.DatabaseURL = storetest.Schema(t, "intake")
 	chs, err := config.LoadChannels("", func(k string) string {

@@ -199,7 +199,7 @@ func serverWith(t *testing.T, keysPath string, rdb redis.UniversalClient, prefix
 	require.NoError(t, err)
 	chs, err := config.LoadChannels("", func(string) string { return "" })
 	require.NoError(t, err)
-	set := models.DefaultSettings()
+	set := config.DefaultSettings()
 	if prefix != "" {
 		set.KeyPrefix = prefix
 	}

@@ -9,7 +9,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/paritysync/paritysync/config"
-	"github.com/paritysync/paritysync/models"
 )
 
 // Dynamic shell completion: the output formats, the channels of the channel
@@ -27,7 +26,7 @@ func completeOutput(*cobra.Command, []string, string) ([]string, cobra.ShellComp
 // channelNames are the configured channels' slugs, or none when the configuration
 // cannot be read (completion never fails loudly).
 func (c *cli) channelNames() []string {
-	s, err := models.LoadSettings(c.getenv)
+	s, err := config.LoadSettings(c.getenv)
 	if err != nil {
 		return nil
 	}

@@ -113,7 +113,7 @@ func workerEnv(t *testing.T, ratePerMinute int) map[string]string {
 	for _, c := range chs {
 		creds[c.Slug] = channels.StaticCredential("e2e-token")
 	}
-	v, err := models.NewValidator(chs, models.DefaultSettings().PropertyPattern, time.Now)
+	v, err := models.NewValidator(chs, config.DefaultSettings().PropertyPattern, time.Now)
 	require.NoError(t, err)
 	acts := &activities.Activities{Limiter: limiter.New(rdb, chs, limiter.Options{Prefix: prefix, Lease: 15 * time.Second}),
 		Client: channels.New(http.DefaultClient, simSrv.URL, creds, chs, 10*time.Second), Tokens: creds, Store: st,

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/paritysync/paritysync/config"
-	"github.com/paritysync/paritysync/models"
 )
 
 // TestStackEnvIsWhatTheStarterNeeds runs `scripts/stack.sh env` (what `make up`
@@ -50,7 +49,7 @@ func TestStackEnvIsWhatTheStarterNeeds(t *testing.T) {
 	require.True(t, strings.HasPrefix(env["PATH"], bin+":"), "the stack's binaries first on PATH: %s", env["PATH"])
 
 	getenv := func(k string) string { return env[k] }
-	s, err := models.LoadSettings(getenv)
+	s, err := config.LoadSettings(getenv)
 	require.NoError(t, err)
 	require.Equal(t, "postgres://postgres@127.0.0.1:5432/paritysync_stack?sslmode=disable", s.DatabaseURL,
 		"the database make up creates, not the starter's default")

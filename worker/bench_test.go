@@ -28,6 +28,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/devtest"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
@@ -95,7 +96,7 @@ type bench struct {
 // stack starts a stack with the worker's default chunk size (the end-to-end tests
 // use small chunks to exercise many children; a benchmark measures the product).
 func (b *bench) stack(o stackOptions) *e2eStack {
-	env := map[string]string{"PARITYSYNC_CHUNK_SIZE": fmt.Sprint(models.DefaultSettings().ChunkSize)}
+	env := map[string]string{"PARITYSYNC_CHUNK_SIZE": fmt.Sprint(config.DefaultSettings().ChunkSize)}
 	for k, v := range o.Env {
 		env[k] = v
 	}
