@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sample"
 )
 
 func writeChannels(t *testing.T, yaml string) string {
@@ -291,7 +292,7 @@ func TestDemoChannelsCoverTheSample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mu := range models.SampleBatchFor(300, models.DateOf(testNow()), 1, 1, []string{"channex_demo"}) {
+	for _, mu := range sample.BatchFor(300, models.DateOf(testNow()), 1, 1, []string{"channex_demo"}) {
 		generic := mu
 		generic.Channel = "expedia"
 		if len(plain.Validate(generic)) > 0 {

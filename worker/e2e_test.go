@@ -33,6 +33,7 @@ import (
 	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sample"
 	"github.com/paritysync/paritysync/otasim/sim"
 	"github.com/paritysync/paritysync/workflows"
 )
@@ -265,7 +266,7 @@ func TestEndToEnd(t *testing.T) {
 	s := startShortStack(t, srv, map[string]int{"booking_com": 30, "expedia": 20, "agoda": 40})
 	today := models.DateOf(time.Now())
 
-	ms := models.SampleBatch(300, today, time.Now().Unix(), 1)
+	ms := sample.Batch(300, today, time.Now().Unix(), 1)
 	invalid := 0
 	v, err := models.NewValidator(models.DefaultChannels(), "", time.Now)
 	require.NoError(t, err)
