@@ -217,18 +217,19 @@ const (
 
 // simulateTrace replays trace through the limiter the workers run — the same Lua
 // script, on the Redis rdb, under a key prefix of its own that it deletes at the
-// end — with every duration divided by speed: each channel's window and the
-// limiter's margin (which the limiter only ever adds), its lease and age, and the
-// trace's own times. Each request asks when it arrives and again when its held
-// slot (or a back-off) comes, and is sent when the limiter says so. The times
-// reported are trace times: a request's arrival when it went at once, else the
-// slot the limiter held for it (the wait it gave, from when it was asked), each
-// exact to about speed milliseconds.
+// end — speed times faster than the trace: each channel's window and margin, the
+// limiter's lease and age, and the trace's own times are divided by speed. Each
+// request asks when it arrives and again when its held slot (or a back-off)
+// comes, and is sent when the limiter says so. The times reported are trace
+// times: a request's arrival when it went at once, else the slot the limiter held
+// for it (the wait it gave, from when it was asked), each exact to about speed
+// milliseconds.
 //
-// Replayed, the window and margin are one span, split anew: the margin a request
-// may come late to its slot (the limiter counts (slot − window − margin, slot])
-// becomes simLateness of real time, so a busy machine does not lose a slot that a
-// worker would have kept, and the window is the rest.
+// The limiter counts a channel's window and margin as one span, (slot − window −
+// margin, slot]; the margin alone is how late a request may come to its slot and
+// keep it. Replayed, that span is divided by speed and split anew: the margin is
+// simLateness of real time (less on a very short window), so a busy machine does
+// not lose a slot a worker would have kept, and the window is the rest.
 func simulateTrace(ctx context.Context, rdb redis.UniversalClient, chs []models.ChannelConfig, trace []traceRequest,
 	speed int) (res []simChannel, err error) {
 	if speed < 1 {
