@@ -176,11 +176,13 @@ type simChannel struct {
 }
 
 // simEvent is a request asking the limiter at a point of trace time: its arrival,
-// or the slot (or the end of the wait) the limiter gave it.
+// or the slot (or the end of the wait) the limiter gave it; held is true for the
+// slot the limiter holds for it.
 type simEvent struct {
-	at  time.Duration
-	req int
-	seq int
+	at   time.Duration
+	req  int
+	seq  int
+	held bool
 }
 
 type simQueue []simEvent
@@ -221,9 +223,9 @@ const (
 // limiter's lease and age, and the trace's own times are divided by speed. Each
 // request asks when it arrives and again when its held slot (or a back-off)
 // comes, and is sent when the limiter says so. The times reported are trace
-// times: a request's arrival when it went at once, else the slot the limiter held
-// for it (the wait it gave, from when it was asked), each exact to about speed
-// milliseconds.
+// times: when a request asked and was let go at once, else the slot the limiter
+// held for it (the wait it gave, from when it was asked), each exact to about
+// speed milliseconds.
 //
 // The limiter counts a channel's window and margin as one span, (slot − window −
 // margin, slot]; the margin alone is how late a request may come to its slot and
@@ -312,9 +314,12 @@ func simulateTrace(ctx context.Context, rdb redis.UniversalClient, chs []models.
 		sc := out[t.Channel]
 		switch d.State {
 		case limiter.Send:
-			// Sent when it asked: on arrival, or at the slot it held. The
-			// replay's own lateness is not the limiter's.
-			now = ev.at
+			// A held slot is sent at that slot, which is what the limiter counts;
+			// a request due when it asked is sent then, and a replay later than its
+			// resolution (a millisecond of real time) to ask is not a wait.
+			if ev.held || now-ev.at < k*time.Millisecond {
+				now = ev.at
+			}
 			sc.Sent++
 			sc.sends = append(sc.sends, now)
 			mm := minute(sc, now)
@@ -335,7 +340,7 @@ func simulateTrace(ctx context.Context, rdb redis.UniversalClient, chs []models.
 			minute(sc, now).Refused++
 		default:
 			seq++
-			heap.Push(q, simEvent{at: now + max(d.Wait, time.Millisecond)*k, req: ev.req, seq: seq})
+			heap.Push(q, simEvent{at: now + max(d.Wait, time.Millisecond)*k, req: ev.req, seq: seq, held: d.State == limiter.Wait})
 		}
 	}
 	for _, slug := range sortedChannelKeys(out) {
