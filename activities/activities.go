@@ -15,6 +15,7 @@ import (
 
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
@@ -292,7 +293,7 @@ func (a *Activities) storeChunks(ctx context.Context, batchID string, reqs []mod
 	plan *models.BatchPlan, counts map[string]*models.ChannelCounts, decided map[updateKey]bool) error {
 	size := a.ChunkSize
 	if size <= 0 {
-		size = models.DefaultSettings().ChunkSize
+		size = config.DefaultSettings().ChunkSize
 	}
 	type group struct {
 		channel  string

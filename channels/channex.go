@@ -13,6 +13,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/paritysync/paritysync/channels/wire"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -34,28 +35,28 @@ func (channex) encode(cfg models.ChannelConfig, req models.ChannelRequest, _ tim
 	}
 	var err error
 	if req.Family == models.FamilyAvailability {
-		c.path = models.ChannexAvailabilityPath
-		body := models.ChannexValues[models.ChannexAvailability]{Values: make([]models.ChannexAvailability, len(req.Lines))}
+		c.path = wire.ChannexAvailabilityPath
+		body := wire.ChannexValues[wire.ChannexAvailability]{Values: make([]wire.ChannexAvailability, len(req.Lines))}
 		for i, l := range req.Lines {
 			id, ok := prop.RoomTypes[l.RoomTypeCode]
 			if !ok {
 				return call{}, fmt.Errorf("lines[%d]: room type %s has no Channex id", i, l.RoomTypeCode)
 			}
-			v := models.ChannexAvailability{PropertyID: prop.PropertyID, RoomTypeID: id, Availability: l.Inventory}
+			v := wire.ChannexAvailability{PropertyID: prop.PropertyID, RoomTypeID: id, Availability: l.Inventory}
 			v.Date, v.DateFrom, v.DateTo = dateRange(l)
 			body.Values[i] = v
 		}
 		c.body, err = json.Marshal(body)
 		return c, checkChannexSize(c, err)
 	}
-	c.path = models.ChannexRestrictionsPath
-	body := models.ChannexValues[models.ChannexRestriction]{Values: make([]models.ChannexRestriction, len(req.Lines))}
+	c.path = wire.ChannexRestrictionsPath
+	body := wire.ChannexValues[wire.ChannexRestriction]{Values: make([]wire.ChannexRestriction, len(req.Lines))}
 	for i, l := range req.Lines {
 		id, ok := prop.RatePlans[models.RatePlanKey(l.RoomTypeCode, l.RatePlanCode)]
 		if !ok {
 			return call{}, fmt.Errorf("lines[%d]: rate plan %s/%s has no Channex id", i, l.RoomTypeCode, l.RatePlanCode)
 		}
-		v := models.ChannexRestriction{PropertyID: prop.PropertyID, RatePlanID: id, StopSell: l.StopSell,
+		v := wire.ChannexRestriction{PropertyID: prop.PropertyID, RatePlanID: id, StopSell: l.StopSell,
 			MinStayArrival: l.MinLOS, MaxStay: l.MaxLOS, ClosedToArrival: l.CTA, ClosedToDeparture: l.CTD}
 		if l.Amount != nil {
 			if l.Currency != prop.Currency {
@@ -79,14 +80,14 @@ func checkChannexSize(c call, err error) error {
 	if err != nil {
 		return err
 	}
-	if len(c.body) > models.ChannexMaxBodyBytes {
-		return fmt.Errorf("body of %d bytes, Channex takes at most %d: lower max_lines_per_request", len(c.body), models.ChannexMaxBodyBytes)
+	if len(c.body) > wire.ChannexMaxBodyBytes {
+		return fmt.Errorf("body of %d bytes, Channex takes at most %d: lower max_lines_per_request", len(c.body), wire.ChannexMaxBodyBytes)
 	}
 	return nil
 }
 
 func (channex) authorize(h http.Header, secret string) {
-	h.Set(models.ChannexAPIKeyHeader, secret)
+	h.Set(wire.ChannexAPIKeyHeader, secret)
 	h.Set("Accept", "application/json")
 }
 
@@ -167,10 +168,10 @@ func (channex) interpret(out *PushResponse, c call, _ http.Header, raw []byte) {
 }
 
 // decodeChannexResponse reads a Channex answer.
-func decodeChannexResponse(raw []byte) (models.ChannexResponse, error) {
-	var resp models.ChannexResponse
+func decodeChannexResponse(raw []byte) (wire.ChannexResponse, error) {
+	var resp wire.ChannexResponse
 	if err := json.Unmarshal(raw, &resp); err != nil {
-		return models.ChannexResponse{}, err
+		return wire.ChannexResponse{}, err
 	}
 	return resp, nil
 }
@@ -178,13 +179,13 @@ func decodeChannexResponse(raw []byte) (models.ChannexResponse, error) {
 // matchWarning finds the change objects a warning names: by the echoed rate plan or
 // room type id and dates. Channex applies change objects in order and they may
 // repeat, so every match counts.
-func matchWarning(c call, w models.ChannexWarning) []int {
+func matchWarning(c call, w wire.ChannexWarning) []int {
 	if c.body == nil {
 		return nil
 	}
 	var units []int
 	if w.RatePlanID != "" {
-		var body models.ChannexValues[models.ChannexRestriction]
+		var body wire.ChannexValues[wire.ChannexRestriction]
 		if json.Unmarshal(c.body, &body) != nil {
 			return nil
 		}
@@ -196,7 +197,7 @@ func matchWarning(c call, w models.ChannexWarning) []int {
 		return units
 	}
 	if w.RoomTypeID != "" {
-		var body models.ChannexValues[models.ChannexAvailability]
+		var body wire.ChannexValues[wire.ChannexAvailability]
 		if json.Unmarshal(c.body, &body) != nil {
 			return nil
 		}
@@ -226,7 +227,7 @@ func warningText(raw json.RawMessage) string {
 	return string(raw)
 }
 
-func channexErrorText(e *models.ChannexError) string {
+func channexErrorText(e *wire.ChannexError) string {
 	msg := e.Code
 	if e.Title != "" {
 		msg += ": " + e.Title
@@ -248,14 +249,14 @@ func (channex) readBack(ctx context.Context, r reader, property string, from, to
 		"filter[date][gte]":   {from.String()},
 		"filter[date][lte]":   {to.String()},
 	}
-	var avail models.ChannexAvailabilityState
-	if err := r.get(ctx, "read "+cfg.Slug+" availability", models.ChannexAvailabilityPath, q,
+	var avail wire.ChannexAvailabilityState
+	if err := r.get(ctx, "read "+cfg.Slug+" availability", wire.ChannexAvailabilityPath, q,
 		func(b []byte) error { return json.Unmarshal(b, &avail) }); err != nil {
 		return models.ARIState{}, err
 	}
-	q.Set("filter[restrictions]", models.ChannexReadRestrictions)
-	var restr models.ChannexRestrictionsState
-	if err := r.get(ctx, "read "+cfg.Slug+" restrictions", models.ChannexRestrictionsPath, q,
+	q.Set("filter[restrictions]", wire.ChannexReadRestrictions)
+	var restr wire.ChannexRestrictionsState
+	if err := r.get(ctx, "read "+cfg.Slug+" restrictions", wire.ChannexRestrictionsPath, q,
 		func(b []byte) error { return json.Unmarshal(b, &restr) }); err != nil {
 		return models.ARIState{}, err
 	}

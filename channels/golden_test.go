@@ -14,6 +14,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/paritysync/paritysync/channels/wire"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -198,7 +199,7 @@ func decodeChannexBack(t *testing.T, cfg models.ChannelConfig, f models.Family, 
 	}
 	var out []models.ARILine
 	if f == models.FamilyAvailability {
-		var v models.ChannexValues[models.ChannexAvailability]
+		var v wire.ChannexValues[wire.ChannexAvailability]
 		if err := json.Unmarshal(body, &v); err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +213,7 @@ func decodeChannexBack(t *testing.T, cfg models.ChannelConfig, f models.Family, 
 		}
 		return out
 	}
-	var v models.ChannexValues[models.ChannexRestriction]
+	var v wire.ChannexValues[wire.ChannexRestriction]
 	if err := json.Unmarshal(body, &v); err != nil {
 		t.Fatal(err)
 	}
@@ -232,13 +233,13 @@ func decodeChannexBack(t *testing.T, cfg models.ChannelConfig, f models.Family, 
 }
 
 func decodeOTABack(t *testing.T, f models.Family, body []byte, c call) []models.ARILine {
-	line := func(ctl models.OTAStatusApplicationControl) models.ARILine {
+	line := func(ctl wire.OTAStatusApplicationControl) models.ARILine {
 		return models.ARILine{RoomTypeCode: ctl.InvTypeCode, RatePlanCode: ctl.RatePlanCode, From: ctl.Start, To: ctl.End}
 	}
 	var out []models.ARILine
 	switch f {
 	case models.FamilyRates:
-		var m models.OTAHotelRateAmountNotifRQ
+		var m wire.OTAHotelRateAmountNotifRQ
 		if err := xml.Unmarshal(body, &m); err != nil {
 			t.Fatal(err)
 		}
@@ -252,7 +253,7 @@ func decodeOTABack(t *testing.T, f models.Family, body []byte, c call) []models.
 			out = append(out, l)
 		}
 	case models.FamilyAvailability:
-		var m models.OTAHotelInvCountNotifRQ
+		var m wire.OTAHotelInvCountNotifRQ
 		if err := xml.Unmarshal(body, &m); err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +264,7 @@ func decodeOTABack(t *testing.T, f models.Family, body []byte, c call) []models.
 			out = append(out, l)
 		}
 	default:
-		var m models.OTAHotelAvailNotifRQ
+		var m wire.OTAHotelAvailNotifRQ
 		if err := xml.Unmarshal(body, &m); err != nil {
 			t.Fatal(err)
 		}
@@ -276,7 +277,7 @@ func decodeOTABack(t *testing.T, f models.Family, body []byte, c call) []models.
 			l := &out[c.line(i)]
 			if am.LengthsOfStay != nil {
 				for _, los := range am.LengthsOfStay.LengthOfStay {
-					if los.MinMaxMessageType == models.OTASetMinLOS {
+					if los.MinMaxMessageType == wire.OTASetMinLOS {
 						l.MinLOS = ptr(los.Time)
 					} else {
 						l.MaxLOS = ptr(los.Time)
@@ -284,13 +285,13 @@ func decodeOTABack(t *testing.T, f models.Family, body []byte, c call) []models.
 				}
 			}
 			if rs := am.RestrictionStatus; rs != nil {
-				closed := rs.Status == models.OTAStatusClose
+				closed := rs.Status == wire.OTAStatusClose
 				switch rs.Restriction {
 				case "":
 					l.StopSell = &closed
-				case models.OTARestrictionArrival:
+				case wire.OTARestrictionArrival:
 					l.CTA = &closed
-				case models.OTARestrictionDepart:
+				case wire.OTARestrictionDepart:
 					l.CTD = &closed
 				}
 			}
@@ -299,10 +300,10 @@ func decodeOTABack(t *testing.T, f models.Family, body []byte, c call) []models.
 	return out
 }
 
-func checkOTAHeader(t *testing.T, h models.OTAHeader, hotel string) {
+func checkOTAHeader(t *testing.T, h wire.OTAHeader, hotel string) {
 	t.Helper()
-	if len(h.EchoToken) != 64 || h.TimeStamp != "2030-04-01T09:30:00Z" || h.Version != models.OTAVersion || hotel != "prop_0a1b2c3d" {
-		t.Errorf("header %+v hotel %s: want the idempotency key as EchoToken, the send time, version %s", h, hotel, models.OTAVersion)
+	if len(h.EchoToken) != 64 || h.TimeStamp != "2030-04-01T09:30:00Z" || h.Version != wire.OTAVersion || hotel != "prop_0a1b2c3d" {
+		t.Errorf("header %+v hotel %s: want the idempotency key as EchoToken, the send time, version %s", h, hotel, wire.OTAVersion)
 	}
 }
 
@@ -312,7 +313,7 @@ func TestEchoTokenIsTheIdempotencyKey(t *testing.T) {
 	req := goldenRequests()[models.FamilyRates]
 	c1, _ := openTravel{}.encode(goldenConfig(models.ProtocolOpenTravel), req, goldenNow)
 	c2, _ := openTravel{}.encode(goldenConfig(models.ProtocolOpenTravel), req, goldenNow.Add(time.Minute))
-	var m1, m2 models.OTAHotelRateAmountNotifRQ
+	var m1, m2 wire.OTAHotelRateAmountNotifRQ
 	_ = xml.Unmarshal(c1.body, &m1)
 	_ = xml.Unmarshal(c2.body, &m2)
 	if m1.EchoToken != req.IdempotencyKey() || m2.EchoToken != m1.EchoToken || m1.TimeStamp == m2.TimeStamp {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paritysync/paritysync/channels/wire"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -122,7 +123,7 @@ func TestChannexClassification(t *testing.T) {
 			if !equalInts(lines, tc.failed) {
 				t.Errorf("failed lines %v, want %v", lines, tc.failed)
 			}
-			if got.Class == ClassThrottled && (got.ServerWait || got.HasRateLimit || !strings.Contains(got.Message, models.ChannexTooManyRequests)) {
+			if got.Class == ClassThrottled && (got.ServerWait || got.HasRateLimit || !strings.Contains(got.Message, wire.ChannexTooManyRequests)) {
 				t.Errorf("429: %+v; want no server wait, no rate limit, Channex's code in the message", got)
 			}
 			if got.Class == ClassPartial && (got.Accepted != 2 || got.ConfirmationID != "t-1" || !strings.Contains(got.Failed[0].Message, "rate: must be greater than 0")) {

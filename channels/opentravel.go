@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/paritysync/paritysync/channels/wire"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -26,12 +27,12 @@ import (
 type openTravel struct{}
 
 func (openTravel) encode(_ models.ChannelConfig, req models.ChannelRequest, now time.Time) (call, error) {
-	hdr := models.OTAHeader{EchoToken: req.IdempotencyKey(), TimeStamp: now.UTC().Format(time.RFC3339),
-		Version: models.OTAVersion}
-	c := call{method: http.MethodPost, path: models.OTAPathPrefix + models.OTAMessage(req.Family),
+	hdr := wire.OTAHeader{EchoToken: req.IdempotencyKey(), TimeStamp: now.UTC().Format(time.RFC3339),
+		Version: wire.OTAVersion}
+	c := call{method: http.MethodPost, path: wire.OTAPathPrefix + wire.OTAMessage(req.Family),
 		contentType: "application/xml; charset=utf-8", echo: hdr.EchoToken}
-	control := func(l models.ARILine) models.OTAStatusApplicationControl {
-		return models.OTAStatusApplicationControl{Start: l.From, End: l.To, InvTypeCode: l.RoomTypeCode, RatePlanCode: l.RatePlanCode}
+	control := func(l models.ARILine) wire.OTAStatusApplicationControl {
+		return wire.OTAStatusApplicationControl{Start: l.From, End: l.To, InvTypeCode: l.RoomTypeCode, RatePlanCode: l.RatePlanCode}
 	}
 	unit := func(line int, v int64) {
 		c.units = append(c.units, line)
@@ -54,7 +55,7 @@ func (openTravel) encode(_ models.ChannelConfig, req models.ChannelRequest, now 
 	var msg any
 	switch req.Family {
 	case models.FamilyRates:
-		rq := models.OTAHotelRateAmountNotifRQ{OTAHeader: hdr, RateAmountMessages: models.OTARateAmountMessages{HotelCode: req.PropertyID}}
+		rq := wire.OTAHotelRateAmountNotifRQ{OTAHeader: hdr, RateAmountMessages: wire.OTARateAmountMessages{HotelCode: req.PropertyID}}
 		for i, l := range req.Lines {
 			if l.Amount == nil {
 				return call{}, fmt.Errorf("lines[%d]: rates line without amount", i)
@@ -62,29 +63,29 @@ func (openTravel) encode(_ models.ChannelConfig, req models.ChannelRequest, now 
 			if !models.FitsMinorUnits(*l.Amount, l.Currency) {
 				return call{}, fmt.Errorf("lines[%d]: amount %s has more places than %s allows", i, l.Amount, l.Currency)
 			}
-			rq.RateAmountMessages.Messages = append(rq.RateAmountMessages.Messages, models.OTARateAmountMessage{
+			rq.RateAmountMessages.Messages = append(rq.RateAmountMessages.Messages, wire.OTARateAmountMessage{
 				StatusApplicationControl: control(l),
-				Rates: []models.OTARate{{BaseByGuestAmts: []models.OTABaseByGuestAmt{{
+				Rates: []wire.OTARate{{BaseByGuestAmts: []wire.OTABaseByGuestAmt{{
 					AmountAfterTax: models.FormatAmount(*l.Amount, l.Currency), CurrencyCode: l.Currency}}}},
 			})
 			unit(i, l.Version)
 		}
 		msg = rq
 	case models.FamilyAvailability:
-		rq := models.OTAHotelInvCountNotifRQ{OTAHeader: hdr, Inventories: models.OTAInventories{HotelCode: req.PropertyID}}
+		rq := wire.OTAHotelInvCountNotifRQ{OTAHeader: hdr, Inventories: wire.OTAInventories{HotelCode: req.PropertyID}}
 		for i, l := range req.Lines {
 			if l.Inventory == nil {
 				return call{}, fmt.Errorf("lines[%d]: availability line without inventory", i)
 			}
-			rq.Inventories.Inventories = append(rq.Inventories.Inventories, models.OTAInventory{
+			rq.Inventories.Inventories = append(rq.Inventories.Inventories, wire.OTAInventory{
 				StatusApplicationControl: control(l),
-				InvCounts:                []models.OTAInvCount{{CountType: models.OTACountTypeAvailable, Count: *l.Inventory}},
+				InvCounts:                []wire.OTAInvCount{{CountType: wire.OTACountTypeAvailable, Count: *l.Inventory}},
 			})
 			unit(i, l.Version)
 		}
 		msg = rq
 	default:
-		rq := models.OTAHotelAvailNotifRQ{OTAHeader: hdr, AvailStatusMessages: models.OTAAvailStatusMessages{HotelCode: req.PropertyID}}
+		rq := wire.OTAHotelAvailNotifRQ{OTAHeader: hdr, AvailStatusMessages: wire.OTAAvailStatusMessages{HotelCode: req.PropertyID}}
 		for i, l := range req.Lines {
 			for _, m := range availMessages(l) {
 				m.StatusApplicationControl = control(l)
@@ -96,7 +97,7 @@ func (openTravel) encode(_ models.ChannelConfig, req models.ChannelRequest, now 
 	}
 	body, err := xml.Marshal(msg)
 	if err != nil {
-		return call{}, fmt.Errorf("encode %s: %w", models.OTAMessage(req.Family), err)
+		return call{}, fmt.Errorf("encode %s: %w", wire.OTAMessage(req.Family), err)
 	}
 	c.body = append([]byte(xml.Header), body...)
 	return c, nil
@@ -105,41 +106,41 @@ func (openTravel) encode(_ models.ChannelConfig, req models.ChannelRequest, now 
 // availMessages are the AvailStatusMessages of one restrictions line: a message
 // holds at most one RestrictionStatus, so the first carries the lengths of stay and
 // the first status, and each further status takes its own message.
-func availMessages(l models.ARILine) []models.OTAAvailStatusMessage {
+func availMessages(l models.ARILine) []wire.OTAAvailStatusMessage {
 	status := func(b bool) string {
 		if b {
-			return models.OTAStatusClose
+			return wire.OTAStatusClose
 		}
-		return models.OTAStatusOpen
+		return wire.OTAStatusOpen
 	}
-	var statuses []*models.OTARestrictionStatus
+	var statuses []*wire.OTARestrictionStatus
 	if l.StopSell != nil {
-		statuses = append(statuses, &models.OTARestrictionStatus{Status: status(*l.StopSell)})
+		statuses = append(statuses, &wire.OTARestrictionStatus{Status: status(*l.StopSell)})
 	}
 	if l.CTA != nil {
-		statuses = append(statuses, &models.OTARestrictionStatus{Restriction: models.OTARestrictionArrival, Status: status(*l.CTA)})
+		statuses = append(statuses, &wire.OTARestrictionStatus{Restriction: wire.OTARestrictionArrival, Status: status(*l.CTA)})
 	}
 	if l.CTD != nil {
-		statuses = append(statuses, &models.OTARestrictionStatus{Restriction: models.OTARestrictionDepart, Status: status(*l.CTD)})
+		statuses = append(statuses, &wire.OTARestrictionStatus{Restriction: wire.OTARestrictionDepart, Status: status(*l.CTD)})
 	}
-	var los *models.OTALengthsOfStay
+	var los *wire.OTALengthsOfStay
 	if l.MinLOS != nil || l.MaxLOS != nil {
-		los = &models.OTALengthsOfStay{}
+		los = &wire.OTALengthsOfStay{}
 		if l.MinLOS != nil {
-			los.LengthOfStay = append(los.LengthOfStay, models.OTALengthOfStay{MinMaxMessageType: models.OTASetMinLOS, Time: *l.MinLOS, TimeUnit: models.OTATimeUnitDay})
+			los.LengthOfStay = append(los.LengthOfStay, wire.OTALengthOfStay{MinMaxMessageType: wire.OTASetMinLOS, Time: *l.MinLOS, TimeUnit: wire.OTATimeUnitDay})
 		}
 		if l.MaxLOS != nil {
-			los.LengthOfStay = append(los.LengthOfStay, models.OTALengthOfStay{MinMaxMessageType: models.OTASetMaxLOS, Time: *l.MaxLOS, TimeUnit: models.OTATimeUnitDay})
+			los.LengthOfStay = append(los.LengthOfStay, wire.OTALengthOfStay{MinMaxMessageType: wire.OTASetMaxLOS, Time: *l.MaxLOS, TimeUnit: wire.OTATimeUnitDay})
 		}
 	}
-	first := models.OTAAvailStatusMessage{LengthsOfStay: los}
+	first := wire.OTAAvailStatusMessage{LengthsOfStay: los}
 	if len(statuses) > 0 {
 		first.RestrictionStatus = statuses[0]
 		statuses = statuses[1:]
 	}
-	out := []models.OTAAvailStatusMessage{first}
+	out := []wire.OTAAvailStatusMessage{first}
 	for _, s := range statuses {
-		out = append(out, models.OTAAvailStatusMessage{RestrictionStatus: s})
+		out = append(out, wire.OTAAvailStatusMessage{RestrictionStatus: s})
 	}
 	return out
 }
@@ -160,7 +161,7 @@ func (openTravel) interpret(out *PushResponse, c call, _ http.Header, raw []byte
 		}
 		return
 	}
-	want := strings.TrimPrefix(c.path, models.OTAPathPrefix) + "RS"
+	want := strings.TrimPrefix(c.path, wire.OTAPathPrefix) + "RS"
 	switch {
 	case err != nil:
 		// Whether the message applied is unknown; the same message again is safe.
@@ -213,13 +214,13 @@ func (openTravel) interpret(out *PushResponse, c call, _ http.Header, raw []byte
 // errors refresh the credential, processing and application errors are the
 // channel's own trouble and transient, anything else (business rule, required field,
 // …) is a rejection.
-func otaErrorClass(errs []models.OTAIssue) Class {
+func otaErrorClass(errs []wire.OTAIssue) Class {
 	class := ClassRejected
 	for _, e := range errs {
 		switch strings.TrimSpace(e.Type) {
-		case models.OTAErrorAuthentication, models.OTAErrorAuthenticationTimeout:
+		case wire.OTAErrorAuthentication, wire.OTAErrorAuthenticationTimeout:
 			return ClassAuthExpired
-		case models.OTAErrorProcessingException, models.OTAErrorApplication:
+		case wire.OTAErrorProcessingException, wire.OTAErrorApplication:
 			class = ClassTransient
 		default:
 			// One refused error among transient ones still means the message as
@@ -230,7 +231,7 @@ func otaErrorClass(errs []models.OTAIssue) Class {
 	return class
 }
 
-func otaIssueText(e models.OTAIssue) string {
+func otaIssueText(e wire.OTAIssue) string {
 	parts := []string{}
 	if e.Code != "" {
 		parts = append(parts, e.Code)
@@ -252,18 +253,18 @@ var errNotOTAResponse = errors.New("not an OpenTravel response")
 
 // decodeOTAResponse reads an …RS answer in the OpenTravel namespace; the decoder
 // never resolves external entities, and trailing elements are refused.
-func decodeOTAResponse(raw []byte) (models.OTAResponse, error) {
-	var resp models.OTAResponse
+func decodeOTAResponse(raw []byte) (wire.OTAResponse, error) {
+	var resp wire.OTAResponse
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return resp, errEmptyAnswer
 	}
 	dec := xml.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(&resp); err != nil {
-		return models.OTAResponse{}, err
+		return wire.OTAResponse{}, err
 	}
-	if resp.XMLName.Space != models.OTANamespace || !strings.HasPrefix(resp.XMLName.Local, "OTA_") ||
+	if resp.XMLName.Space != wire.OTANamespace || !strings.HasPrefix(resp.XMLName.Local, "OTA_") ||
 		!strings.HasSuffix(resp.XMLName.Local, "RS") {
-		return models.OTAResponse{}, fmt.Errorf("%w: root <%s>", errNotOTAResponse, resp.XMLName.Local)
+		return wire.OTAResponse{}, fmt.Errorf("%w: root <%s>", errNotOTAResponse, resp.XMLName.Local)
 	}
 	for {
 		tok, err := dec.Token()
@@ -271,12 +272,12 @@ func decodeOTAResponse(raw []byte) (models.OTAResponse, error) {
 			return resp, nil
 		}
 		if err != nil {
-			return models.OTAResponse{}, err
+			return wire.OTAResponse{}, err
 		}
 		switch tok.(type) {
 		case xml.CharData, xml.Comment, xml.ProcInst:
 		default:
-			return models.OTAResponse{}, errors.New("trailing data after the response")
+			return wire.OTAResponse{}, errors.New("trailing data after the response")
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/channels/opentraveltest"
+	"github.com/paritysync/paritysync/channels/wire"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
 )
@@ -48,7 +49,7 @@ func (o *otaRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(rec.Code)
 	_, _ = w.Write(rec.Body.Bytes())
-	_, msg, ok := strings.Cut(r.URL.Path, models.OTAPathPrefix)
+	_, msg, ok := strings.Cut(r.URL.Path, wire.OTAPathPrefix)
 	if !ok {
 		return
 	}
@@ -124,7 +125,7 @@ func TestOpenTravelBodiesValidateAgainstTheSchemas(t *testing.T) {
 	}
 	// Requests the client never sends, for the simulator's answers to them.
 	raw := func(ctype, auth, msg, body string) {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/"+ota+models.OTAPathPrefix+msg, strings.NewReader(body))
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/"+ota+wire.OTAPathPrefix+msg, strings.NewReader(body))
 		req.Header.Set("Content-Type", ctype)
 		if auth != "" {
 			req.SetBasicAuth("hotel-user", auth)
@@ -139,10 +140,10 @@ func TestOpenTravelBodiesValidateAgainstTheSchemas(t *testing.T) {
 	if err := s.SetFaults(sim.Faults{}); err != nil {
 		t.Fatal(err)
 	}
-	raw("application/xml", "", models.OTARateAmountNotif, `<x/>`)                                       // 401
-	raw("text/plain", "sim-secret", models.OTAInvCountNotif, `<x/>`)                                    // 415
-	raw("application/xml", "sim-secret", models.OTAAvailNotif, `<OTA_HotelAvailNotifRQ xmlns="urn:x">`) // malformed: a long decoder error
-	raw("application/xml", "sim-secret", models.OTAAvailNotif, `<OTA_HotelAvailNotifRQ xmlns="http://www.opentravel.org/OTA/2003/05" EchoToken="e" TimeStamp="2030-04-01T12:00:00Z" Version="1.000"><AvailStatusMessages HotelCode="h"/></OTA_HotelAvailNotifRQ>`)
+	raw("application/xml", "", wire.OTARateAmountNotif, `<x/>`)                                       // 401
+	raw("text/plain", "sim-secret", wire.OTAInvCountNotif, `<x/>`)                                    // 415
+	raw("application/xml", "sim-secret", wire.OTAAvailNotif, `<OTA_HotelAvailNotifRQ xmlns="urn:x">`) // malformed: a long decoder error
+	raw("application/xml", "sim-secret", wire.OTAAvailNotif, `<OTA_HotelAvailNotifRQ xmlns="http://www.opentravel.org/OTA/2003/05" EchoToken="e" TimeStamp="2030-04-01T12:00:00Z" Version="1.000"><AvailStatusMessages HotelCode="h"/></OTA_HotelAvailNotifRQ>`)
 
 	// Every kind of answer was seen, so the validation below covers them.
 	kinds := map[string]int{}
@@ -181,7 +182,7 @@ func TestOpenTravelBodiesValidateAgainstTheSchemas(t *testing.T) {
 			add(answers2003, x.message+"RS", name, x.resp)
 		}
 	}
-	for _, msg := range []string{models.OTARateAmountNotif, models.OTAAvailNotif, models.OTAInvCountNotif} {
+	for _, msg := range []string{wire.OTARateAmountNotif, wire.OTAAvailNotif, wire.OTAInvCountNotif} {
 		for _, release := range []string{"ota2017b", "ota2003b"} {
 			opentraveltest.Validate(t, release, msg+"RQ", requestsBy[msg+"RQ"])
 		}
@@ -189,8 +190,8 @@ func TestOpenTravelBodiesValidateAgainstTheSchemas(t *testing.T) {
 		opentraveltest.Validate(t, "ota2003b", msg+"RS", answers2003[msg+"RS"])
 	}
 	// The golden request bodies, too.
-	for f, file := range map[string]string{models.OTARateAmountNotif: "opentravel_rates.xml",
-		models.OTAAvailNotif: "opentravel_restrictions.xml", models.OTAInvCountNotif: "opentravel_availability.xml"} {
+	for f, file := range map[string]string{wire.OTARateAmountNotif: "opentravel_rates.xml",
+		wire.OTAAvailNotif: "opentravel_restrictions.xml", wire.OTAInvCountNotif: "opentravel_availability.xml"} {
 		doc, err := os.ReadFile(filepath.Join("testdata", file))
 		if err != nil {
 			t.Fatal(err)

@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/redistest"
-	"github.com/paritysync/paritysync/models"
 )
 
 func TestRedisOptionsSingleNode(t *testing.T) {
@@ -92,7 +92,7 @@ func TestScanKeysOnOneNode(t *testing.T) {
 }
 
 func TestTemporalOptionsPlainByDefault(t *testing.T) {
-	s := models.DefaultSettings()
+	s := config.DefaultSettings()
 	o, err := TemporalOptions(s, client.Options{})
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:7233", o.HostPort)
@@ -106,9 +106,9 @@ func TestTemporalOptionsTLSAndAPIKeyFromFiles(t *testing.T) {
 	certFile, keyFile := writeSelfSigned(t, dir)
 	keyPath := filepath.Join(dir, "api-key")
 	require.NoError(t, os.WriteFile(keyPath, []byte("tk-secret-value\n"), 0o600))
-	s := models.DefaultSettings()
+	s := config.DefaultSettings()
 	s.TemporalAddress = "ns.acct.tmprl.cloud:7233"
-	s.TemporalTLS = models.TemporalTLS{CertFile: certFile, KeyFile: keyFile, CAFile: certFile, ServerName: "ns.acct.tmprl.cloud"}
+	s.TemporalTLS = config.TemporalTLS{CertFile: certFile, KeyFile: keyFile, CAFile: certFile, ServerName: "ns.acct.tmprl.cloud"}
 	s.TemporalAPIKeyFile = keyPath
 	o, err := TemporalOptions(s, client.Options{})
 	require.NoError(t, err)
@@ -122,7 +122,7 @@ func TestTemporalOptionsTLSAndAPIKeyFromFiles(t *testing.T) {
 func TestTemporalOptionsAPIKeyAloneTurnsTLSOn(t *testing.T) {
 	keyPath := filepath.Join(t.TempDir(), "api-key")
 	require.NoError(t, os.WriteFile(keyPath, []byte("tk-secret-value"), 0o600))
-	s := models.DefaultSettings()
+	s := config.DefaultSettings()
 	s.TemporalAPIKeyFile = keyPath
 	o, err := TemporalOptions(s, client.Options{})
 	require.NoError(t, err)
@@ -137,17 +137,17 @@ func TestTemporalOptionsErrorsNameTheVariable(t *testing.T) {
 	notPEM := filepath.Join(dir, "ca.txt")
 	require.NoError(t, os.WriteFile(notPEM, []byte("tk-secret-value"), 0o600))
 	for name, tc := range map[string]struct {
-		set  func(*models.Settings)
+		set  func(*config.Settings)
 		want string
 	}{
-		"missing cert": {func(s *models.Settings) {
+		"missing cert": {func(s *config.Settings) {
 			s.TemporalTLS.CertFile, s.TemporalTLS.KeyFile = dir+"/nope.pem", dir+"/nope.key"
 		}, "TEMPORAL_TLS_CERT/TEMPORAL_TLS_KEY"},
-		"CA not PEM":    {func(s *models.Settings) { s.TemporalTLS.CAFile = notPEM }, "TEMPORAL_TLS_CA " + notPEM + ": no PEM certificate"},
-		"missing key":   {func(s *models.Settings) { s.TemporalAPIKeyFile = dir + "/nope" }, "TEMPORAL_API_KEY_FILE"},
-		"empty API key": {func(s *models.Settings) { s.TemporalAPIKeyFile = empty }, "the file is empty"},
+		"CA not PEM":    {func(s *config.Settings) { s.TemporalTLS.CAFile = notPEM }, "TEMPORAL_TLS_CA " + notPEM + ": no PEM certificate"},
+		"missing key":   {func(s *config.Settings) { s.TemporalAPIKeyFile = dir + "/nope" }, "TEMPORAL_API_KEY_FILE"},
+		"empty API key": {func(s *config.Settings) { s.TemporalAPIKeyFile = empty }, "the file is empty"},
 	} {
-		s := models.DefaultSettings()
+		s := config.DefaultSettings()
 		tc.set(&s)
 		_, err := TemporalOptions(s, client.Options{})
 		require.Error(t, err, name)
@@ -158,7 +158,7 @@ func TestTemporalOptionsErrorsNameTheVariable(t *testing.T) {
 
 func TestSettingsWantCertAndKeyTogether(t *testing.T) {
 	env := map[string]string{"TEMPORAL_TLS_CERT": "/etc/c.pem"}
-	_, err := models.LoadSettings(func(k string) string { return env[k] })
+	_, err := config.LoadSettings(func(k string) string { return env[k] })
 	require.Error(t, err)
 	require.True(t, strings.Contains(err.Error(), "TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY: set both or neither"), err.Error())
 }

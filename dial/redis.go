@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/config"
 )
 
 // RedisConfig is what REDIS_URL describes: one node, or a cluster.
@@ -50,7 +50,7 @@ func ParseRedisURL(raw string) (RedisConfig, error) {
 	path, query, _ := strings.Cut(tail, "?")
 	q, err := url.ParseQuery(query)
 	if err != nil {
-		return RedisConfig{}, fmt.Errorf("REDIS_URL %s: options: %w", MaskRedisURL(raw), models.MaskError(err, raw))
+		return RedisConfig{}, fmt.Errorf("REDIS_URL %s: options: %w", MaskRedisURL(raw), config.MaskError(err, raw))
 	}
 	addrs := strings.Split(hosts, ",")
 	cluster := len(addrs) > 1 || q.Has("addr") || q.Get("cluster") == "true"
@@ -58,7 +58,7 @@ func ParseRedisURL(raw string) (RedisConfig, error) {
 	if !cluster {
 		o, err := redis.ParseURL(scheme + "://" + userinfo + hosts + path + encodeQuery(q))
 		if err != nil {
-			return RedisConfig{}, fmt.Errorf("REDIS_URL %s: %w", MaskRedisURL(raw), models.MaskError(err, raw))
+			return RedisConfig{}, fmt.Errorf("REDIS_URL %s: %w", MaskRedisURL(raw), config.MaskError(err, raw))
 		}
 		return RedisConfig{Node: o}, nil
 	}
@@ -75,7 +75,7 @@ func ParseRedisURL(raw string) (RedisConfig, error) {
 	}
 	o, err := redis.ParseClusterURL(scheme + "://" + userinfo + strings.TrimSpace(addrs[0]) + encodeQuery(q))
 	if err != nil {
-		return RedisConfig{}, fmt.Errorf("REDIS_URL %s: %w", MaskRedisURL(raw), models.MaskError(err, raw))
+		return RedisConfig{}, fmt.Errorf("REDIS_URL %s: %w", MaskRedisURL(raw), config.MaskError(err, raw))
 	}
 	return RedisConfig{Cluster: o}, nil
 }
@@ -175,8 +175,8 @@ func IsUnreachable(err error) bool {
 }
 
 // MaskRedisURL hides the password of a Redis URL in either form; it is
-// models.MaskURL, the one masking of every connection string.
-func MaskRedisURL(raw string) string { return models.MaskURL(raw) }
+// config.MaskURL, the one masking of every connection string.
+func MaskRedisURL(raw string) string { return config.MaskURL(raw) }
 
 // ForEachMaster calls fn with every master of a cluster, or with the one node of a
 // single-node client; a SCAN has to visit each master to see every key. fn runs

@@ -11,7 +11,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/config"
 )
 
 // TemporalOptions completes base with the address, namespace and the connection
@@ -27,7 +27,7 @@ import (
 //
 // Files are read here, so a missing or unreadable one is an error at start naming
 // the variable; their contents never appear in an error or a log.
-func TemporalOptions(s models.Settings, base client.Options) (client.Options, error) {
+func TemporalOptions(s config.Settings, base client.Options) (client.Options, error) {
 	o := base
 	o.HostPort, o.Namespace = s.TemporalAddress, s.TemporalNamespace
 	t := s.TemporalTLS
@@ -78,7 +78,7 @@ func readAPIKey(path string) (string, error) {
 
 // Temporal dials the Temporal frontend with TemporalOptions, within 10 s, so an
 // unreachable or misconfigured server is one error at start.
-func Temporal(ctx context.Context, s models.Settings, base client.Options) (client.Client, error) {
+func Temporal(ctx context.Context, s config.Settings, base client.Options) (client.Client, error) {
 	o, err := TemporalOptions(s, base)
 	if err != nil {
 		return nil, err

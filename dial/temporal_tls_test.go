@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/config"
 )
 
 // frontend is the one RPC a Temporal client makes when it dials.
@@ -117,9 +117,9 @@ func TestTemporalDialsOverMutualTLSWithAnAPIKey(t *testing.T) {
 	keyFile := filepath.Join(t.TempDir(), "api-key")
 	require.NoError(t, os.WriteFile(keyFile, []byte("tk-first\n"), 0o600))
 
-	s := models.DefaultSettings()
+	s := config.DefaultSettings()
 	s.TemporalAddress = addr
-	s.TemporalTLS = models.TemporalTLS{CertFile: p.certFile, KeyFile: p.keyFile, CAFile: p.caFile, ServerName: "temporal.test"}
+	s.TemporalTLS = config.TemporalTLS{CertFile: p.certFile, KeyFile: p.keyFile, CAFile: p.caFile, ServerName: "temporal.test"}
 	s.TemporalAPIKeyFile = keyFile
 	c, err := Temporal(context.Background(), s, client.Options{})
 	require.NoError(t, err, "dial over mutual TLS")
@@ -141,7 +141,7 @@ func TestTemporalDialsOverMutualTLSWithAnAPIKey(t *testing.T) {
 	noCert.TemporalTLS.CertFile, noCert.TemporalTLS.KeyFile = "", ""
 	noCA := s
 	noCA.TemporalTLS.CAFile = ""
-	for name, bad := range map[string]models.Settings{"no client certificate": noCert, "no CA": noCA} {
+	for name, bad := range map[string]config.Settings{"no client certificate": noCert, "no CA": noCA} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := Temporal(ctx, bad, client.Options{})
 		cancel()

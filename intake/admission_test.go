@@ -15,6 +15,7 @@ import (
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
@@ -178,14 +179,14 @@ func TestPropertyBackoffRefusesItsChanges(t *testing.T) {
 	rdb, prefix := testRedis(t)
 	keys, err := newKeyring(writeKeys(t), nil)
 	require.NoError(t, err)
-	chs, err := models.LoadChannels("", func(k string) string {
+	chs, err := config.LoadChannels("", func(k string) string {
 		if k == "PARITYSYNC_CHANNEL_EXPEDIA_SCOPE" {
 			return "property"
 		}
 		return ""
 	})
 	require.NoError(t, err)
-	set := models.DefaultSettings()
+	set := config.DefaultSettings()
 	set.KeyPrefix = prefix
 	srv, err := NewServer(Config{Settings: set, Channels: chs, MaxBatchBody: 8 << 20},
 		nil, rdb, nil, keys, slog.New(slog.NewTextHandler(io.Discard, nil)))

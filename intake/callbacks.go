@@ -22,7 +22,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/paritysync/paritysync/activities/store"
-	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/config"
 )
 
 // Completion callbacks. A batch posted with callback_url=<URL> receives one signed
@@ -135,7 +135,7 @@ func checkAllowEntry(a string) error {
 func (c *callbackConfig) checkCallback(tenant, raw string) string {
 	u, err := url.Parse(raw)
 	if len(raw) > 2048 || err != nil || u.Host == "" || u.User != nil || u.Fragment != "" ||
-		(u.Scheme != "https" && u.Scheme != "http") || models.MaskURL(raw) != raw {
+		(u.Scheme != "https" && u.Scheme != "http") || config.MaskURL(raw) != raw {
 		// The URL travels in the workflow's input: nothing in it may be a secret
 		// (a password, or a query parameter named like one).
 		return ruleCallbackURL

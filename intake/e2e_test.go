@@ -23,6 +23,7 @@ import (
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/activities/store/storetest"
 	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/devtest"
 	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/limiter"
@@ -76,10 +77,10 @@ func startStack(t *testing.T, edit ...func(*Config)) *stack {
 		}
 		_ = rdb.Close()
 	})
-	s := models.DefaultSettings()
+	s := config.DefaultSettings()
 	s.TemporalAddress, s.TemporalNamespace, s.TaskQueue, s.KeyPrefix, s.RedisURL = srv.FrontendHostPort(), srv.Namespace(), queue, prefix, redisURL
 	s.DatabaseURL = storetest.Schema(t, "intake")
-	chs, err := models.LoadChannels("", func(k string) string {
+	chs, err := config.LoadChannels("", func(k string) string {
 		if strings.HasSuffix(k, "_RATE_PER_MINUTE") {
 			return "600"
 		}

@@ -35,8 +35,8 @@ import (
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial"
-	"github.com/paritysync/paritysync/models"
 )
 
 func main() {
@@ -54,15 +54,15 @@ func main() {
 // connections. ready, when set, receives the listening address.
 func run(ctx context.Context, getenv func(string) string, ready chan<- string) error {
 	dial.QuietRedisLogs()
-	s, err := models.LoadSettings(getenv)
+	s, err := config.LoadSettings(getenv)
 	if err != nil {
 		return err
 	}
-	chs, err := models.LoadChannels(s.ChannelsFile, getenv)
+	chs, err := config.LoadChannels(s.ChannelsFile, getenv)
 	if err != nil {
 		return err
 	}
-	is, err := models.LoadIntakeSettings(getenv)
+	is, err := config.LoadIntakeSettings(getenv)
 	if err != nil {
 		return err
 	}
@@ -93,7 +93,7 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- string) e
 	defer rdb.Close()
 	st, err := store.Open(ctx, s.DatabaseURL)
 	if err != nil {
-		return fmt.Errorf("postgres at %s: %w", models.MaskURL(s.DatabaseURL), err)
+		return fmt.Errorf("postgres at %s: %w", config.MaskURL(s.DatabaseURL), err)
 	}
 	defer st.Close()
 	srv, err := NewServer(cfg, tc, rdb, st, keys, log)

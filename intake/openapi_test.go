@@ -25,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -196,9 +197,9 @@ func serverWith(t *testing.T, keysPath string, rdb redis.UniversalClient, prefix
 	t.Helper()
 	keys, err := newKeyring(keysPath, nil)
 	require.NoError(t, err)
-	chs, err := models.LoadChannels("", func(string) string { return "" })
+	chs, err := config.LoadChannels("", func(string) string { return "" })
 	require.NoError(t, err)
-	set := models.DefaultSettings()
+	set := config.DefaultSettings()
 	if prefix != "" {
 		set.KeyPrefix = prefix
 	}

@@ -26,6 +26,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
@@ -44,7 +45,7 @@ const (
 
 // Config is what the server needs besides its connections.
 type Config struct {
-	Settings       models.Settings
+	Settings       config.Settings
 	Channels       []models.ChannelConfig
 	MaxBatchBody   int64
 	MaxChangeBody  int64

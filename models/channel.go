@@ -23,8 +23,8 @@ const (
 	QuotaLines    QuotaUnit = "lines"
 )
 
-// FamilyShares splits a channel's per-minute ceiling between its endpoint families,
-// in percent; the three sum to 100.
+// FamilyShares weighs a channel's endpoint families, in percent, when they compete
+// for the channel's one schedule (weights, not partitions); the three sum to 100.
 type FamilyShares struct {
 	Rates        int `yaml:"rates" json:"rates"`
 	Availability int `yaml:"availability" json:"availability"`
@@ -84,9 +84,8 @@ type ChannelConfig struct {
 	// (DefaultWindow) unless the channel declares another, as tests with a short
 	// window do; zero means DefaultWindow. See WindowLength.
 	Window time.Duration `yaml:"window" json:"window"`
-	// Burst is the depth of the token buckets. The buckets refill at
-	// RatePerMinute−Burst so that a full burst plus a minute of refill never
-	// exceeds the ceiling in a sliding window.
+	// Burst is how many requests may go back to back before the limiter's pace
+	// (one per (window + margin) / RatePerMinute) holds; bulk work never takes it.
 	Burst  int          `yaml:"burst" json:"burst"`
 	Shares FamilyShares `yaml:"shares" json:"shares"`
 	Scope  LimitScope   `yaml:"scope" json:"scope"`
@@ -97,9 +96,6 @@ type ChannelConfig struct {
 	MaxLinesPerRequest int       `yaml:"max_lines_per_request" json:"max_lines_per_request"`
 	// MaxRetryAfter caps how long a Retry-After or a denied token may make us wait.
 	MaxRetryAfter time.Duration `yaml:"max_retry_after" json:"max_retry_after"`
-	// PriorityReserve is how many tokens only priority 1 may take; 0 means a fifth
-	// of the burst, at least one.
-	PriorityReserve int `yaml:"priority_reserve" json:"priority_reserve"`
 	// BreakerFailures is how many 5xx answers or timeouts in a row open the
 	// channel's circuit breaker; BreakerCooldown how long it stays open before one
 	// probe request may test the channel.
@@ -110,17 +106,6 @@ type ChannelConfig struct {
 	// leased for the HTTP timeout plus this long, so a newer version is never sent
 	// while the channel may still apply an older one after it.
 	MaxApplyDelay time.Duration `yaml:"max_apply_delay" json:"max_apply_delay"`
-}
-
-// FamilyBudget is the refill rate (tokens per minute) and depth of family f's bucket.
-func (c ChannelConfig) FamilyBudget(f Family) (perMinute float64, burst int) {
-	share := float64(c.Shares.Of(f)) / 100
-	refill := float64(c.RatePerMinute - c.Burst)
-	burst = int(float64(c.Burst) * share)
-	if burst < 1 {
-		burst = 1
-	}
-	return refill * share, burst
 }
 
 // WindowOf names the rate-limit window family f counts in on a channel that limits
@@ -140,14 +125,6 @@ func (c ChannelConfig) WindowLength() time.Duration {
 		return DefaultWindow
 	}
 	return c.Window
-}
-
-// Reserve is the effective priority reserve of a bucket of depth burst.
-func (c ChannelConfig) Reserve(burst int) int {
-	if c.PriorityReserve > 0 {
-		return min(c.PriorityReserve, burst)
-	}
-	return max(1, burst/5)
 }
 
 // Cost is what request r takes from the daily quota.

@@ -2,7 +2,6 @@ package models
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 )
 
@@ -106,21 +105,5 @@ func TestPlanInFlightCountsThePropertiesWithWork(t *testing.T) {
 	want := []ChannelInFlight{{Channel: "channex", Properties: 50, InFlight: 9}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("PlanInFlight = %v, want %v", got, want)
-	}
-}
-
-func TestLoadSettingsReadsMaxInFlight(t *testing.T) {
-	env := map[string]string{}
-	getenv := func(k string) string { return env[k] }
-	if s, err := LoadSettings(getenv); err != nil || s.MaxInFlight != DefaultMaxInFlight {
-		t.Fatalf("default: %d, %v", s.MaxInFlight, err)
-	}
-	env["PARITYSYNC_MAX_INFLIGHT"] = "64"
-	if s, err := LoadSettings(getenv); err != nil || s.MaxInFlight != 64 {
-		t.Fatalf("PARITYSYNC_MAX_INFLIGHT=64: %d, %v", s.MaxInFlight, err)
-	}
-	env["PARITYSYNC_MAX_INFLIGHT"] = "0"
-	if _, err := LoadSettings(getenv); err == nil || !strings.Contains(err.Error(), "PARITYSYNC_MAX_INFLIGHT: must be a positive integer") {
-		t.Fatalf("PARITYSYNC_MAX_INFLIGHT=0: want the rule named, got %v", err)
 	}
 }

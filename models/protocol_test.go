@@ -16,47 +16,6 @@ func testChannexMapping() ChannexMapping {
 	}}
 }
 
-const channexYAML = `
-channels:
-  - slug: channex_eu
-    protocol: channex
-    base_url: https://staging.channex.io
-    credentials_file: /run/secrets/channex_eu
-    channex:
-      properties:
-        prop_0a1b2c3d:
-          property_id: 716305c4-561a-4561-a187-7f5b8aeb5920
-          currency: EUR
-          room_types: {DLXKING: 994d1375-dbbd-4072-8724-b2ab32ce781b}
-          rate_plans: {DLXKING/BAR_FLEX: bab451e7-9ab1-4cc4-aa16-107bf7bbabb2}
-  - slug: booking_xml
-    protocol: opentravel
-    credentials_file: /run/secrets/booking_xml
-`
-
-func TestLoadChannelsProtocols(t *testing.T) {
-	got, err := LoadChannels(writeChannels(t, channexYAML), env(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := ChannelMap(got)
-	cx := m["channex_eu"]
-	if cx.Protocol != ProtocolChannex || cx.Scope != ScopeProperty || !cx.ReadBack ||
-		cx.BaseURL != "https://staging.channex.io" || cx.BasePath != "" || cx.CredentialsFile != "/run/secrets/channex_eu" {
-		t.Errorf("channex channel = %+v", cx)
-	}
-	if id, ok := cx.Channex.RatePlanID("prop_0a1b2c3d", "DLXKING", "BAR_FLEX"); !ok || id != "bab451e7-9ab1-4cc4-aa16-107bf7bbabb2" {
-		t.Errorf("rate plan id %q, %v", id, ok)
-	}
-	ota := m["booking_xml"]
-	if ota.Protocol != ProtocolOpenTravel || ota.ReadBack {
-		t.Errorf("opentravel channel: protocol %s read_back %v; want opentravel without read-back", ota.Protocol, ota.ReadBack)
-	}
-	if m["expedia"].Protocol != ProtocolParitySync || !m["expedia"].ReadBack {
-		t.Errorf("default channel protocol %s read_back %v", m["expedia"].Protocol, m["expedia"].ReadBack)
-	}
-}
-
 func TestChannelValidateNamesProtocolFieldAndRule(t *testing.T) {
 	cases := []struct {
 		name string
@@ -134,38 +93,6 @@ func TestValidateRejectsWhatChannexCannotTake(t *testing.T) {
 		c.mod(&m)
 		if ve := v.Validate(m); !ve.Has(c.field, c.rule) {
 			t.Errorf("%s: %v, want %s: %s", c.name, ve, c.field, c.rule)
-		}
-	}
-}
-
-// TestDemoChannelsCoverTheSample: make demo spreads a sample batch over
-// deploy/channels.demo.yaml's Channex channel, so its mapping must cover every
-// code of the sample.
-func TestDemoChannelsCoverTheSample(t *testing.T) {
-	chs, err := LoadChannels("../deploy/channels.demo.yaml", env(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := ChannelMap(chs)
-	if m["channex_demo"].Protocol != ProtocolChannex || m["ota_demo"].Protocol != ProtocolOpenTravel {
-		t.Fatalf("demo channels: %+v", m)
-	}
-	v, err := NewValidator(chs, "", testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain, err := NewValidator(DefaultChannels(), "", testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mu := range SampleBatchFor(300, DateOf(testNow()), 1, 1, []string{"channex_demo"}) {
-		generic := mu
-		generic.Channel = "expedia"
-		if len(plain.Validate(generic)) > 0 {
-			continue // one of the sample's deliberately invalid rows
-		}
-		if ve := v.Validate(mu); ve != nil {
-			t.Errorf("sample mutation %s refused on channex_demo: %v", mu.ID, ve)
 		}
 	}
 }

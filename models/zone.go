@@ -68,6 +68,9 @@ func (z PropertyZones) Default() *time.Location {
 	return z.fallback
 }
 
+// Listed is how many properties have a zone of their own.
+func (z PropertyZones) Listed() int { return len(z.byProperty) }
+
 // Of is property's time zone.
 func (z PropertyZones) Of(property string) *time.Location {
 	if loc, ok := z.byProperty[property]; ok {

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/config"
 )
 
 // Dynamic shell completion: the output formats, the channels of the channel
@@ -26,11 +26,11 @@ func completeOutput(*cobra.Command, []string, string) ([]string, cobra.ShellComp
 // channelNames are the configured channels' slugs, or none when the configuration
 // cannot be read (completion never fails loudly).
 func (c *cli) channelNames() []string {
-	s, err := models.LoadSettings(c.getenv)
+	s, err := config.LoadSettings(c.getenv)
 	if err != nil {
 		return nil
 	}
-	chs, err := models.LoadChannels(s.ChannelsFile, c.getenv)
+	chs, err := config.LoadChannels(s.ChannelsFile, c.getenv)
 	if err != nil {
 		return nil
 	}

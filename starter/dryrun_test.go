@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
 )
@@ -49,7 +50,7 @@ func TestBatchStartDryRunPrintsRequestsAndTimeAndStartsNothing(t *testing.T) {
 	require.Len(t, r.Rejected, 1)
 	require.Equal(t, "inventory", r.Rejected[0].Field)
 	require.Equal(t, 3, r.Requests)
-	chs, err := models.LoadChannels("", func(string) string { return "" })
+	chs, err := config.LoadChannels("", func(string) string { return "" })
 	require.NoError(t, err)
 	for _, p := range r.Channels {
 		cfg := models.ChannelMap(chs)[p.Channel]

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/interceptor"
 
 	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
@@ -17,7 +18,7 @@ import (
 
 // deps are the connections a command needs; each is opened on first use.
 type deps struct {
-	settings models.Settings
+	settings config.Settings
 	channels []models.ChannelConfig
 	tc       client.Client
 	rdb      redis.UniversalClient
@@ -27,11 +28,11 @@ type deps struct {
 }
 
 func (c *cli) deps() (*deps, error) {
-	s, err := models.LoadSettings(c.getenv)
+	s, err := config.LoadSettings(c.getenv)
 	if err != nil {
 		return nil, configError{err}
 	}
-	chs, err := models.LoadChannels(s.ChannelsFile, c.getenv)
+	chs, err := config.LoadChannels(s.ChannelsFile, c.getenv)
 	if err != nil {
 		return nil, configError{err}
 	}
@@ -77,7 +78,7 @@ func (d *deps) store(ctx context.Context) (*store.Store, error) {
 	}
 	st, err := store.Open(ctx, d.settings.DatabaseURL)
 	if err != nil {
-		return nil, &dial.UnreachableError{What: "postgres at " + models.MaskURL(d.settings.DatabaseURL), Err: err}
+		return nil, &dial.UnreachableError{What: "postgres at " + config.MaskURL(d.settings.DatabaseURL), Err: err}
 	}
 	d.st = st
 	return st, nil

@@ -27,6 +27,7 @@ import (
 
 	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/devtest"
 	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/intake/ops"
@@ -98,7 +99,7 @@ func workerEnv(t *testing.T, ratePerMinute int) map[string]string {
 		}
 		_ = rdb.Close()
 	})
-	chs, err := models.LoadChannels("", func(k string) string {
+	chs, err := config.LoadChannels("", func(k string) string {
 		if strings.HasSuffix(k, "_RATE_PER_MINUTE") {
 			return strconv.Itoa(ratePerMinute)
 		}
@@ -112,7 +113,7 @@ func workerEnv(t *testing.T, ratePerMinute int) map[string]string {
 	for _, c := range chs {
 		creds[c.Slug] = channels.StaticCredential("e2e-token")
 	}
-	v, err := models.NewValidator(chs, models.DefaultSettings().PropertyPattern, time.Now)
+	v, err := models.NewValidator(chs, config.DefaultSettings().PropertyPattern, time.Now)
 	require.NoError(t, err)
 	acts := &activities.Activities{Limiter: limiter.New(rdb, chs, limiter.Options{Prefix: prefix, Lease: 15 * time.Second}),
 		Client: channels.New(http.DefaultClient, simSrv.URL, creds, chs, 10*time.Second), Tokens: creds, Store: st,

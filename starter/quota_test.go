@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/dial/testenv"
@@ -176,7 +177,7 @@ func TestQuotaShowsPropertyBackoffs(t *testing.T) {
 	env, prefix := quotaEnv(t, testRedisURL())
 	cleanPrefix(t, rdb, prefix)
 	env["PARITYSYNC_CHANNEL_EXPEDIA_SCOPE"] = "property"
-	chs, err := models.LoadChannels("", func(k string) string { return env[k] })
+	chs, err := config.LoadChannels("", func(k string) string { return env[k] })
 	require.NoError(t, err)
 	lim := limiter.New(rdb, chs, limiter.Options{Prefix: prefix})
 	require.NoError(t, lim.BackoffScope(ctx, "expedia", "prop_00000007", models.FamilyAvailability, time.Minute))

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sample"
 )
 
 func (c *cli) sampleCmd() *cobra.Command {
@@ -32,12 +33,12 @@ func (c *cli) sampleCmd() *cobra.Command {
 	cmd.Flags().IntVarP(&n, "mutations", "n", 300, "how many mutations")
 	cmd.Flags().StringVar(&file, "out", "", "write to this file instead of stdout")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "random seed: the same seed writes the same batch")
-	cmd.Flags().StringVar(&chans, "channels", strings.Join(models.SampleChannels, ","), "comma-separated channels to spread the sample over")
+	cmd.Flags().StringVar(&chans, "channels", strings.Join(sample.Channels, ","), "comma-separated channels to spread the sample over")
 	return cmd
 }
 
 func (c *cli) sample(n int, file string, seed uint64, chans []string) error {
-	ms := models.SampleBatchFor(n, models.DateOf(time.Now()), time.Now().Unix(), seed, chans)
+	ms := sample.BatchFor(n, models.DateOf(time.Now()), time.Now().Unix(), seed, chans)
 	var w io.Writer = c.stdout
 	if file != "" {
 		f, err := os.Create(file)

@@ -13,42 +13,57 @@ import (
 	"strings"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
 
 func (c *cli) simulateCmd() *cobra.Command {
 	var file string
+	var speed int
 	cmd := &cobra.Command{
-		Use:   "simulate --trace FILE",
-		Short: "Replay a request trace through the real limiter on a virtual clock and print sends per minute",
+		Use:   "simulate --trace FILE [--speed N]",
+		Short: "Replay a request trace through the real limiter, sped up, and print sends per minute",
 		Long: `Replay a trace of channel requests through the limiter the workers run — the same
-Lua script, on an in-memory Redis whose clock the simulation moves — against the
-configured channels, and print per minute how many requests arrived, how many were
-sent, how many of those waited, and the longest wait. A request the limiter gives a
-slot waits for it, as a workflow's timer would; a request the daily quota refuses
-is counted as refused. Nothing touches the real Redis or any channel.
+Lua script, on the configured Redis (REDIS_URL) under a key prefix of its own,
+deleted at the end — against the configured channels, and print per minute how many
+requests arrived, how many were sent, how many of those waited, and the longest
+wait. A request the limiter gives a slot waits for it, as a workflow's timer would;
+a request the daily quota refuses is counted as refused. No channel is called and
+no key of the workers is touched.
+
+The replay runs --speed times faster than the trace (60: a minute of trace takes a
+second): every window, the limiter's margin and the trace's times are divided by it,
+so each time it reports (a request's slot) is exact to about --speed milliseconds.
 
 The trace is a CSV with a header row: at_seconds (offset from the start of the
 trace), channel, family (rates, availability or restrictions), property_id, and
 optionally priority (1 urgent … 5 bulk, default 3) and cost (default 1).`,
 		Example: `  starter simulate --trace requests.csv
-  starter simulate --trace requests.csv --output json`,
+  starter simulate --trace requests.csv --speed 10 --output json`,
 		Args: noArgs,
-		RunE: func(*cobra.Command, []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			trace, err := readTrace(file)
 			if err != nil {
 				return dataError{err}
+			}
+			if speed < 1 {
+				return usageError{fmt.Sprintf("--speed %d: want >= 1", speed)}
 			}
 			d, err := c.deps()
 			if err != nil {
 				return err
 			}
-			res, err := simulateTrace(d.channels, trace)
+			defer d.close()
+			rdb, err := d.redis(cmd.Context())
+			if err != nil {
+				return err
+			}
+			res, err := simulateTrace(cmd.Context(), rdb, d.channels, trace, speed)
 			if err != nil {
 				return err
 			}
@@ -56,6 +71,7 @@ optionally priority (1 urgent … 5 bulk, default 3) and cost (default 1).`,
 		},
 	}
 	cmd.Flags().StringVar(&file, "trace", "", "the request trace, one request per row, with a header row (required)")
+	speedFlag(cmd, &speed)
 	required(cmd, "trace")
 	return cmd
 }
@@ -155,13 +171,18 @@ type simChannel struct {
 	MostInWindow int         `json:"most_in_any_60s"`
 	Minutes      []simMinute `json:"minutes"`
 	sends        []time.Duration
+	// sendAt is when each sent request of the trace (by index) went out.
+	sendAt map[int]time.Duration
 }
 
-// simEvent is a request asking the limiter at a point of virtual time.
+// simEvent is a request asking the limiter at a point of trace time: its arrival,
+// or the slot (or the end of the wait) the limiter gave it; held is true for the
+// slot the limiter holds for it.
 type simEvent struct {
-	at  time.Duration
-	req int
-	seq int
+	at   time.Duration
+	req  int
+	seq  int
+	held bool
 }
 
 type simQueue []simEvent
@@ -182,20 +203,68 @@ func (q *simQueue) Pop() any {
 	return e
 }
 
-// simulateTrace replays trace through the limiter on an in-memory Redis whose clock
-// it moves from event to event: each request asks when it arrives and again when
-// its held slot (or a back-off) comes, and is sent when the limiter says so.
-func simulateTrace(chs []models.ChannelConfig, trace []traceRequest) ([]simChannel, error) {
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		return nil, fmt.Errorf("simulate: in-memory redis: %w", err)
+// DefaultSimSpeed is how many times faster than the trace a simulation runs: a
+// minute of trace takes a second.
+const DefaultSimSpeed = 60
+
+// simMargin, simLease and simMaxAge are the limiter's own defaults (limiter.New)
+// of the options that measure time, which a simulation divides by its speed;
+// simLateness is the most a replayed request may come late to its slot.
+const (
+	simMargin   = 500 * time.Millisecond
+	simLease    = 30 * time.Second
+	simMaxAge   = 10 * time.Minute
+	simLateness = 100 * time.Millisecond
+)
+
+// simulateTrace replays trace through the limiter the workers run — the same Lua
+// script, on the Redis rdb, under a key prefix of its own that it deletes at the
+// end — speed times faster than the trace: each channel's window and margin, the
+// limiter's lease and age, and the trace's own times are divided by speed. Each
+// request asks when it arrives and again when its held slot (or a back-off)
+// comes, and is sent when the limiter says so. The times reported are trace
+// times: when a request asked and was let go at once, else the slot the limiter
+// held for it (the wait it gave, from when it was asked), each exact to about
+// speed milliseconds.
+//
+// The limiter counts a channel's window and margin as one span, (slot − window −
+// margin, slot]; the margin alone is how late a request may come to its slot and
+// keep it. Replayed, that span is divided by speed and split anew: the margin is
+// simLateness of real time (less on a very short window), so a busy machine does
+// not lose a slot a worker would have kept, and the window is the rest.
+func simulateTrace(ctx context.Context, rdb redis.UniversalClient, chs []models.ChannelConfig, trace []traceRequest,
+	speed int) (res []simChannel, err error) {
+	if speed < 1 {
+		return nil, fmt.Errorf("simulate: speed %d: want >= 1", speed)
 	}
-	defer m.Close()
-	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	m.SetTime(t0)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer rdb.Close()
-	lim := limiter.New(rdb, chs, limiter.Options{Prefix: "simulate:"})
+	k := time.Duration(speed)
+	margin := simLateness
+	for _, c := range chs {
+		margin = min(margin, (c.WindowLength()+simMargin)/k/4)
+	}
+	margin = max(margin, time.Millisecond)
+	scaled := make([]models.ChannelConfig, len(chs))
+	for i, c := range chs {
+		c.Window = max((c.WindowLength()+simMargin)/k-margin, time.Millisecond)
+		scaled[i] = c
+	}
+	prefix := "simulate:" + uuid.NewString() + ":"
+	lim := limiter.New(rdb, scaled, limiter.Options{Prefix: prefix,
+		Margin: margin, Lease: max(simLease/k, time.Millisecond), MaxAge: max(simMaxAge/k, time.Millisecond)})
+	defer func() {
+		// The keys expire on their own; deleting them leaves nothing behind now.
+		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		keys, e := dial.ScanKeys(cleanup, rdb, prefix+"*")
+		for _, key := range keys {
+			if e == nil {
+				e = rdb.Del(cleanup, key).Err()
+			}
+		}
+		if e != nil && err == nil {
+			err = fmt.Errorf("simulate: delete the keys under %s: %w", prefix, e)
+		}
+	}()
 	byChannel := models.ChannelMap(chs)
 
 	out := map[string]*simChannel{}
@@ -221,15 +290,20 @@ func simulateTrace(chs []models.ChannelConfig, trace []traceRequest) ([]simChann
 		minute(sc, t.At).Arrived++
 		heap.Push(q, simEvent{at: t.At, req: i, seq: i})
 	}
-	ctx := context.Background()
-	now, seq := time.Duration(0), len(trace)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	start, seq := time.Now(), len(trace)
 	for q.Len() > 0 {
 		ev := heap.Pop(q).(simEvent)
-		if ev.at > now {
-			m.FastForward(ev.at - now)
-			now = ev.at
-			m.SetTime(t0.Add(now))
+		if wait := time.Until(start.Add(ev.at / k)); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-timer.C:
+			}
 		}
+		now := time.Since(start) * k
 		t := trace[ev.req]
 		r := limiter.Request{Channel: t.Channel, Family: t.Family, Property: t.Property, Priority: t.Priority,
 			Cost: t.Cost, ID: strconv.Itoa(ev.req)}
@@ -240,6 +314,12 @@ func simulateTrace(chs []models.ChannelConfig, trace []traceRequest) ([]simChann
 		sc := out[t.Channel]
 		switch d.State {
 		case limiter.Send:
+			// A held slot is sent at that slot, which is what the limiter counts;
+			// a request due when it asked is sent then, and a replay later than its
+			// resolution (a millisecond of real time) to ask is not a wait.
+			if ev.held || now-ev.at < k*time.Millisecond {
+				now = ev.at
+			}
 			sc.Sent++
 			sc.sends = append(sc.sends, now)
 			mm := minute(sc, now)
@@ -248,6 +328,10 @@ func simulateTrace(chs []models.ChannelConfig, trace []traceRequest) ([]simChann
 				mm.Delayed++
 				mm.MaxWaitS = max(mm.MaxWaitS, wait.Seconds())
 			}
+			if sc.sendAt == nil {
+				sc.sendAt = make(map[int]time.Duration)
+			}
+			sc.sendAt[ev.req] = now
 			if err := lim.Release(ctx, r); err != nil {
 				return nil, fmt.Errorf("simulate: %w", err)
 			}
@@ -256,10 +340,9 @@ func simulateTrace(chs []models.ChannelConfig, trace []traceRequest) ([]simChann
 			minute(sc, now).Refused++
 		default:
 			seq++
-			heap.Push(q, simEvent{at: now + max(d.Wait, time.Millisecond), req: ev.req, seq: seq})
+			heap.Push(q, simEvent{at: now + max(d.Wait, time.Millisecond)*k, req: ev.req, seq: seq, held: d.State == limiter.Wait})
 		}
 	}
-	var res []simChannel
 	for _, slug := range sortedChannelKeys(out) {
 		sc := out[slug]
 		sc.MostInWindow = mostIn(sc.sends, time.Minute)
@@ -275,6 +358,12 @@ func sortedChannelKeys(m map[string]*simChannel) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// speedFlag adds --speed, how many times faster than real time a simulation runs.
+func speedFlag(cmd *cobra.Command, speed *int) {
+	cmd.Flags().IntVar(speed, "speed", DefaultSimSpeed,
+		"run the limiter this many times faster than real time (a minute of trace per 60/N seconds)")
 }
 
 // mostIn is the most times in any window of length w (counted as the tests count).

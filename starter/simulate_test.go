@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/paritysync/paritysync/dial/redistest"
 )
 
 // burstTrace is a 10-minute burst pattern on one channel: every 2 minutes a burst of
@@ -27,7 +29,8 @@ func burstTrace() string {
 
 func TestSimulateReplaysATraceThroughTheRealLimiter(t *testing.T) {
 	path := writeFile(t, burstTrace())
-	env := map[string]string{"PARITYSYNC_CHANNEL_EXPEDIA_RATE_PER_MINUTE": "30", "PARITYSYNC_CHANNEL_EXPEDIA_BURST": "3"}
+	env := map[string]string{"PARITYSYNC_CHANNEL_EXPEDIA_RATE_PER_MINUTE": "30", "PARITYSYNC_CHANNEL_EXPEDIA_BURST": "3",
+		"REDIS_URL": redistest.Reachable(t)}
 	code, out, errOut := runCLI(t, env, "simulate", "--trace", path, "--output", "json")
 	require.Equal(t, exitOK, code, errOut)
 	var res []simChannel

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/config"
 )
 
 // TestStackEnvIsWhatTheStarterNeeds runs `scripts/stack.sh env` (what `make up`
@@ -49,13 +49,13 @@ func TestStackEnvIsWhatTheStarterNeeds(t *testing.T) {
 	require.True(t, strings.HasPrefix(env["PATH"], bin+":"), "the stack's binaries first on PATH: %s", env["PATH"])
 
 	getenv := func(k string) string { return env[k] }
-	s, err := models.LoadSettings(getenv)
+	s, err := config.LoadSettings(getenv)
 	require.NoError(t, err)
 	require.Equal(t, "postgres://postgres@127.0.0.1:5432/paritysync_stack?sslmode=disable", s.DatabaseURL,
 		"the database make up creates, not the starter's default")
 	require.Equal(t, "127.0.0.1:7233", s.TemporalAddress)
 	require.Equal(t, "redis://127.0.0.1:6379/0", s.RedisURL)
-	chs, err := models.LoadChannels(s.ChannelsFile, getenv)
+	chs, err := config.LoadChannels(s.ChannelsFile, getenv)
 	require.NoError(t, err, "the demo channels load, with their credential files")
 	slugs := map[string]bool{}
 	for _, c := range chs {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/paritysync/paritysync/channels"
@@ -105,17 +107,18 @@ func (c *cli) retryAfter(value string, now time.Time, maxWait time.Duration) err
 func (c *cli) smoothCmd() *cobra.Command {
 	var file string
 	var window time.Duration
-	var used int
+	var used, speed int
 	cmd := &cobra.Command{
-		Use:   "smooth --csv FILE [--window DURATION] [--used N]",
+		Use:   "smooth --csv FILE [--window DURATION] [--used N] [--speed N]",
 		Short: "Print the send plan the burst smoother would make for a CSV of changes",
 		Long: `Plan a CSV of changes as paritysync would send them, without sending anything:
 the channel's smoother gathers them into batches of at most ` + strconv.Itoa(models.MaxInlineMutations) + ` mutations;
 each batch is validated (rejections are listed), merged into channel requests
-(models.Coalesce, the code the worker runs) and sent, urgent first within a batch,
-as fast as each endpoint family's bucket allows: a full burst at once, then at the
-family's refill rate, or spread evenly over --window when that is slower. The plan
-assumes the channel is otherwise idle; the quota columns add the plan to --used.
+(models.Coalesce, the code the worker runs) and timed by replaying them through the
+limiter the workers run, as 'simulate' does (on REDIS_URL under a key prefix of its
+own, --speed times faster than real time): urgent first within a batch, all asking
+at once, or spread evenly over --window. The plan assumes the channel is otherwise
+idle; the quota columns add the plan to --used.
 
 The CSV has a header row naming mutation fields, as in the JSON form: id,
 property_id, room_type_code, rate_plan_code, channel, stay_date, amount, currency,
@@ -124,16 +127,20 @@ Empty cells are "not changed".`,
 		Example: `  starter smooth --csv changes.csv
   starter smooth --csv changes.csv --window 2m --output json`,
 		Args: noArgs,
-		RunE: func(*cobra.Command, []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			if window < 0 || used < 0 {
 				return usageError{"smooth: --window and --used must not be negative"}
 			}
-			return c.smooth(file, window, used)
+			if speed < 1 {
+				return usageError{fmt.Sprintf("--speed %d: want >= 1", speed)}
+			}
+			return c.smooth(cmd.Context(), file, window, used, speed)
 		},
 	}
 	cmd.Flags().StringVar(&file, "csv", "", "the changes, one mutation per row, with a header row (required)")
 	cmd.Flags().DurationVar(&window, "window", 0, "spread each channel's sends over at least this long (0: as fast as the budget allows)")
 	cmd.Flags().IntVar(&used, "used", 0, "daily quota already used, to show the tier the plan reaches")
+	speedFlag(cmd, &speed)
 	required(cmd, "csv")
 	return cmd
 }
@@ -148,6 +155,9 @@ type plannedSend struct {
 	Lines     int           `json:"lines"`
 	Mutations int           `json:"mutations"`
 	Cost      int           `json:"cost"`
+	// Refused is true for a request the daily quota refused in the replay: it has
+	// no send time.
+	Refused bool `json:"refused,omitempty"`
 }
 
 // channelPlan is one channel's part of the plan.
@@ -165,7 +175,7 @@ type channelPlan struct {
 	Sends           []plannedSend      `json:"sends"`
 }
 
-func (c *cli) smooth(file string, window time.Duration, used int) error {
+func (c *cli) smooth(ctx context.Context, file string, window time.Duration, used, speed int) error {
 	ms, err := readChangesCSV(file)
 	if err != nil {
 		return dataError{err}
@@ -179,7 +189,15 @@ func (c *cli) smooth(file string, window time.Duration, used int) error {
 		return configError{fmt.Errorf("PARITYSYNC_PROPERTY_PATTERN: %w", err)}
 	}
 	v.Zones = d.settings.Zones
-	plans := planSends(ms, d.channels, v, window, used)
+	defer d.close()
+	rdb, err := d.redis(ctx)
+	if err != nil {
+		return err
+	}
+	plans, err := planSends(ctx, rdb, ms, d.channels, v, window, used, speed)
+	if err != nil {
+		return err
+	}
 	if c.json() {
 		return c.writeJSON(plans)
 	}
@@ -189,7 +207,11 @@ func (c *cli) smooth(file string, window time.Duration, used int) error {
 			seconds(p.FinishesSeconds).Round(100*time.Millisecond), used+p.Cost, p.DailyQuota, p.QuotaAfterPct)
 		t := newTable(c.stdout, "  at\tbatch\tpriority\tfamily\tproperty\tlines\tmutations\tcost", 0)
 		for _, s := range p.Sends {
-			t.row("  +%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d", seconds(s.AtSeconds).Round(100*time.Millisecond), s.Batch, s.Priority,
+			at := "+" + seconds(s.AtSeconds).Round(100*time.Millisecond).String()
+			if s.Refused {
+				at = "refused"
+			}
+			t.row("  %s\t%d\t%d\t%s\t%s\t%d\t%d\t%d", at, s.Batch, s.Priority,
 				s.Family, s.Property, s.Lines, s.Mutations, s.Cost)
 		}
 		if err := t.flush(); err != nil {
@@ -202,8 +224,11 @@ func (c *cli) smooth(file string, window time.Duration, used int) error {
 	return nil
 }
 
-// planSends is the send plan per channel, in configuration order.
-func planSends(ms []models.Mutation, channels []models.ChannelConfig, v *models.Validator, window time.Duration, used int) []channelPlan {
+// planSends is the send plan per channel, in configuration order: the requests the
+// smoother's batches coalesce into, timed by replaying them through the limiter on
+// rdb (simulateTrace), all arriving at once or spread evenly over window.
+func planSends(ctx context.Context, rdb redis.UniversalClient, ms []models.Mutation, channels []models.ChannelConfig,
+	v *models.Validator, window time.Duration, used, speed int) ([]channelPlan, error) {
 	byChannel := map[string][]models.Mutation{}
 	var unknown []models.Rejection
 	for _, m := range ms {
@@ -211,6 +236,9 @@ func planSends(ms []models.Mutation, channels []models.ChannelConfig, v *models.
 	}
 	cfgs := models.ChannelMap(channels)
 	var plans []channelPlan
+	var trace []traceRequest
+	// first is the index in trace of each plan's first request.
+	var first []int
 	for _, ch := range channels {
 		list := byChannel[ch.Slug]
 		delete(byChannel, ch.Slug)
@@ -241,19 +269,46 @@ func planSends(ms []models.Mutation, channels []models.ChannelConfig, v *models.
 				batchOf = append(batchOf, p.Batches)
 			}
 		}
-		at := pace(ch, reqs, window)
+		var spacing time.Duration
+		if window > 0 && len(reqs) > 0 {
+			spacing = window / time.Duration(len(reqs))
+		}
+		first = append(first, len(trace))
 		for i, r := range reqs {
 			cost := ch.Cost(r)
 			p.Cost += cost
-			p.Sends = append(p.Sends, plannedSend{AtSeconds: at[i].Seconds(), Batch: batchOf[i], Priority: r.Priority,
+			p.Sends = append(p.Sends, plannedSend{Batch: batchOf[i], Priority: r.Priority,
 				Family: r.Family, Property: r.PropertyID, Lines: len(r.Lines), Mutations: len(r.Refs), Cost: cost})
-			p.FinishesSeconds = max(p.FinishesSeconds, at[i].Seconds())
+			trace = append(trace, traceRequest{At: time.Duration(i) * spacing, Channel: ch.Slug, Family: r.Family,
+				Property: r.PropertyID, Priority: r.Priority, Cost: cost})
 		}
 		p.Requests = len(reqs)
 		if ch.DailyQuota > 0 {
 			p.QuotaAfterPct = float64(used+p.Cost) * 100 / float64(ch.DailyQuota)
 		}
 		plans = append(plans, p)
+	}
+	if len(trace) > 0 {
+		sims, err := simulateTrace(ctx, rdb, channels, trace, speed)
+		if err != nil {
+			return nil, err
+		}
+		sendAt := map[string]map[int]time.Duration{}
+		for _, sc := range sims {
+			sendAt[sc.Channel] = sc.sendAt
+		}
+		for n := range plans {
+			p := &plans[n]
+			for i := range p.Sends {
+				at, ok := sendAt[p.Channel][first[n]+i]
+				if !ok {
+					p.Sends[i].Refused = true
+					continue
+				}
+				p.Sends[i].AtSeconds = at.Seconds()
+				p.FinishesSeconds = max(p.FinishesSeconds, at.Seconds())
+			}
+		}
 	}
 	for _, m := range ms {
 		if _, ok := byChannel[m.Channel]; ok {
@@ -264,39 +319,7 @@ func planSends(ms []models.Mutation, channels []models.ChannelConfig, v *models.
 	if len(unknown) > 0 {
 		plans = append(plans, channelPlan{Channel: "(unknown)", Mutations: len(unknown), Rejected: unknown, Sends: []plannedSend{}})
 	}
-	return plans
-}
-
-// pace gives each request its send time on an otherwise idle channel: each endpoint
-// family's bucket (per property on a per-property channel) starts full with its
-// burst and refills at the family's rate (ChannelConfig.FamilyBudget, the budget the
-// limiter enforces); with a window, sends are at least window/len(reqs) apart.
-func pace(ch models.ChannelConfig, reqs []models.ChannelRequest, window time.Duration) []time.Duration {
-	at := make([]time.Duration, len(reqs))
-	taken := map[string]int{}
-	var spacing time.Duration
-	if window > 0 && len(reqs) > 0 {
-		spacing = window / time.Duration(len(reqs))
-	}
-	var last time.Duration
-	for i, r := range reqs {
-		perMinute, burst := ch.FamilyBudget(r.Family)
-		bucket := string(r.Family)
-		if ch.Scope == models.ScopeProperty {
-			bucket += "/" + r.PropertyID
-		}
-		n := taken[bucket]
-		taken[bucket]++
-		var t time.Duration
-		if n >= burst && perMinute > 0 {
-			t = time.Duration(float64(n-burst+1) * float64(time.Minute) / perMinute)
-		}
-		if i > 0 {
-			t = max(t, last+spacing)
-		}
-		at[i], last = t, t
-	}
-	return at
+	return plans, nil
 }
 
 // csvInts and csvBools are the CSV columns that are not strings in the JSON form.

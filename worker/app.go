@@ -19,6 +19,7 @@ import (
 	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
@@ -28,10 +29,10 @@ import (
 // Getenv reads one environment variable; tests pass their own.
 type Getenv func(string) string
 
-// config is the effective configuration: process settings and channel limits.
-type config struct {
+// effectiveConfig is the effective configuration: process settings and channel limits.
+type effectiveConfig struct {
 	fx.Out
-	Settings models.Settings
+	Settings config.Settings
 	Channels []models.ChannelConfig
 }
 
@@ -48,14 +49,14 @@ func newApp(getenv Getenv, extra ...fx.Option) *fx.App {
 	return fx.New(append(opts, extra...)...)
 }
 
-func loadConfig(getenv Getenv) (config, error) {
-	s, err := models.LoadSettings(getenv)
+func loadConfig(getenv Getenv) (effectiveConfig, error) {
+	s, err := config.LoadSettings(getenv)
 	if err != nil {
-		return config{}, startupError{err}
+		return effectiveConfig{}, startupError{err}
 	}
-	chs, err := models.LoadChannels(s.ChannelsFile, getenv)
+	chs, err := config.LoadChannels(s.ChannelsFile, getenv)
 	if err != nil {
-		return config{}, startupError{err}
+		return effectiveConfig{}, startupError{err}
 	}
 	slog.Info("effective config", "settings", s.String())
 	for _, c := range chs {
@@ -63,12 +64,12 @@ func loadConfig(getenv Getenv) (config, error) {
 			"scope", c.Scope, "daily_quota", c.DailyQuota, "quota_unit", c.QuotaUnit,
 			"max_lines_per_request", c.MaxLinesPerRequest, "horizon_days", c.HorizonDays)
 	}
-	return config{Settings: s, Channels: chs}, nil
+	return effectiveConfig{Settings: s, Channels: chs}, nil
 }
 
 // newRedis connects (a cluster when REDIS_URL names several addresses) and pings,
 // so an unreachable Redis stops the worker at start.
-func newRedis(lc fx.Lifecycle, s models.Settings) (redis.UniversalClient, error) {
+func newRedis(lc fx.Lifecycle, s config.Settings) (redis.UniversalClient, error) {
 	rdb, err := dial.Redis(context.Background(), s.RedisURL)
 	if err != nil {
 		return nil, startupError{err}
@@ -79,7 +80,7 @@ func newRedis(lc fx.Lifecycle, s models.Settings) (redis.UniversalClient, error)
 
 // newTemporal dials the Temporal frontend, so an unreachable server stops the worker
 // at start.
-func newTemporal(lc fx.Lifecycle, s models.Settings, sdkMetrics client.MetricsHandler) (client.Client, error) {
+func newTemporal(lc fx.Lifecycle, s config.Settings, sdkMetrics client.MetricsHandler) (client.Client, error) {
 	c, err := dial.Temporal(context.Background(), s, client.Options{
 		Logger:         tlog.NewStructuredLogger(slog.Default()),
 		MetricsHandler: sdkMetrics,
@@ -97,7 +98,7 @@ func newTemporal(lc fx.Lifecycle, s models.Settings, sdkMetrics client.MetricsHa
 // newLimiter builds the limiter and checks that every channel's budget (rate,
 // burst, scope, window) is the one the other workers on this Redis use: a worker
 // that would split a channel's budget stops at start, naming the channel and field.
-func newLimiter(rdb redis.UniversalClient, s models.Settings, chs []models.ChannelConfig) (*limiter.Limiter, error) {
+func newLimiter(rdb redis.UniversalClient, s config.Settings, chs []models.ChannelConfig) (*limiter.Limiter, error) {
 	lim := limiter.New(rdb, chs, limiter.Options{Prefix: s.KeyPrefix, PausePoll: s.PausePoll,
 		Lease: s.HTTPTimeout + 5*time.Second, Zones: s.Zones})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -111,7 +112,7 @@ func newLimiter(rdb redis.UniversalClient, s models.Settings, chs []models.Chann
 // newCredentials gives every channel its own credential: its credentials_file, or
 // else the shared PARITYSYNC_TOKEN_FILE or PARITYSYNC_TOKEN. A channel with none,
 // or whose file cannot be read, stops the worker at start, naming the channel.
-func newCredentials(s models.Settings, chs []models.ChannelConfig) (channels.Credentials, error) {
+func newCredentials(s config.Settings, chs []models.ChannelConfig) (channels.Credentials, error) {
 	var shared channels.Credential
 	sharedFrom := ""
 	switch {
@@ -140,7 +141,7 @@ func newCredentials(s models.Settings, chs []models.ChannelConfig) (channels.Cre
 			creds[c.Slug] = shared
 		default:
 			errs = append(errs, fmt.Errorf("channel %s: no credential: set its credentials_file (or %s%s_CREDENTIALS_FILE), "+
-				"or the shared PARITYSYNC_TOKEN_FILE or PARITYSYNC_TOKEN", c.Slug, models.EnvChannelPrefix, strings.ToUpper(c.Slug)))
+				"or the shared PARITYSYNC_TOKEN_FILE or PARITYSYNC_TOKEN", c.Slug, config.EnvChannelPrefix, strings.ToUpper(c.Slug)))
 			continue
 		}
 		slog.Info("channel credential", "slug", c.Slug, "protocol", c.Protocol, "from", from)
@@ -151,14 +152,14 @@ func newCredentials(s models.Settings, chs []models.ChannelConfig) (channels.Cre
 	return creds, nil
 }
 
-func newChannelClient(s models.Settings, creds channels.Credentials, chs []models.ChannelConfig) *channels.Client {
+func newChannelClient(s config.Settings, creds channels.Credentials, chs []models.ChannelConfig) *channels.Client {
 	hc := &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
 	}}
 	return channels.New(hc, s.ChannelURL, creds, chs, s.HTTPTimeout)
 }
 
-func newActivities(s models.Settings, chs []models.ChannelConfig, st *store.Store, lim *limiter.Limiter,
+func newActivities(s config.Settings, chs []models.ChannelConfig, st *store.Store, lim *limiter.Limiter,
 	cc *channels.Client, creds channels.Credentials, m *activities.Metrics) (*activities.Activities, error) {
 	v, err := models.NewValidator(chs, s.PropertyPattern, time.Now)
 	if err != nil {
@@ -174,7 +175,7 @@ func newActivities(s models.Settings, chs []models.ChannelConfig, st *store.Stor
 
 // newWorker registers everything on the task queue; the worker starts in a
 // non-blocking hook and, on stop, lets in-flight activities finish.
-func newWorker(lc fx.Lifecycle, c client.Client, s models.Settings, acts *activities.Activities) worker.Worker {
+func newWorker(lc fx.Lifecycle, c client.Client, s config.Settings, acts *activities.Activities) worker.Worker {
 	w := worker.New(c, s.TaskQueue, worker.Options{
 		MaxConcurrentActivityExecutionSize: s.MaxActivities,
 		WorkerStopTimeout:                  s.ShutdownTimeout,

@@ -28,8 +28,10 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/devtest"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sample"
 	"github.com/paritysync/paritysync/otasim/sim"
 	"github.com/paritysync/paritysync/workflows"
 )
@@ -95,7 +97,7 @@ type bench struct {
 // stack starts a stack with the worker's default chunk size (the end-to-end tests
 // use small chunks to exercise many children; a benchmark measures the product).
 func (b *bench) stack(o stackOptions) *e2eStack {
-	env := map[string]string{"PARITYSYNC_CHUNK_SIZE": fmt.Sprint(models.DefaultSettings().ChunkSize)}
+	env := map[string]string{"PARITYSYNC_CHUNK_SIZE": fmt.Sprint(config.DefaultSettings().ChunkSize)}
 	for k, v := range o.Env {
 		env[k] = v
 	}
@@ -439,7 +441,7 @@ func (b *bench) cost() {
 	// A realistic batch: the sample generator's 2,000 mutations on the default channels.
 	s2 := b.stack(stackOptions{})
 	id2 := "bench-sample-" + uuid.NewString()[:8]
-	sample := models.SampleBatch(2000, models.DateOf(time.Now()), time.Now().Unix(), 1)
+	sample := sample.Batch(2000, models.DateOf(time.Now()), time.Now().Unix(), 1)
 	st2 := waitBatch(b.t, s2.startMutations(b.t, id2, sample), 10*time.Minute)
 	a2, e2 := historyCost(b.t, s2.tc, id2)
 	b.row("realistic sample, 2,000 mutations on the default channels",

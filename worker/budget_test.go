@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/redistest"
 
 	"github.com/paritysync/paritysync/limiter"
@@ -16,7 +17,7 @@ import (
 // channel and the field; one with the same budget starts.
 func TestWorkerRefusesToSplitAChannelsBudget(t *testing.T) {
 	rdb, prefix := redistest.Client(t, "budget")
-	s := models.Settings{KeyPrefix: prefix}
+	s := config.Settings{KeyPrefix: prefix}
 	first := models.NewChannelConfig("expedia", 60)
 	if _, err := newLimiter(rdb, s, []models.ChannelConfig{first}); err != nil {
 		t.Fatalf("first worker: %v", err)

@@ -15,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/testenv"
 	"github.com/paritysync/paritysync/models"
 )
@@ -416,7 +417,7 @@ func TestComposeWorkerEnvironment(t *testing.T) {
 	w := service(t, f, "worker")
 	env := envOf(t, w)
 
-	s, err := models.LoadSettings(func(name string) string { return env[name] })
+	s, err := config.LoadSettings(func(name string) string { return env[name] })
 	if err != nil {
 		t.Fatalf("worker environment rejected by LoadSettings: %v", err)
 	}
@@ -435,7 +436,7 @@ func TestComposeWorkerEnvironment(t *testing.T) {
 	if err != nil || channelURL.Host != "otasim:8090" {
 		t.Errorf("PARITYSYNC_CHANNEL_URL=%q, want http://otasim:8090", s.ChannelURL)
 	}
-	if _, err := models.LoadChannels(s.ChannelsFile, func(name string) string { return env[name] }); err != nil {
+	if _, err := config.LoadChannels(s.ChannelsFile, func(name string) string { return env[name] }); err != nil {
 		t.Errorf("worker environment rejected by LoadChannels: %v", err)
 	}
 
@@ -470,8 +471,8 @@ func TestComposeWorkerEnvironmentIsRead(t *testing.T) {
 		read[name] = true
 		return env[name]
 	}
-	// loadConfig is the worker's own path through models.LoadSettings and
-	// models.LoadChannels.
+	// loadConfig is the worker's own path through config.LoadSettings and
+	// config.LoadChannels.
 	if _, err := loadConfig(getenv); err != nil {
 		t.Fatalf("loadConfig: %v", err)
 	}
@@ -489,7 +490,7 @@ func TestComposeWorkerEnvironmentIsRead(t *testing.T) {
 
 // TestComposeIntake holds the intake service to what intake reads: every
 // paritysync, Redis and Temporal variable it sets is read by intake's own loaders
-// (models.LoadSettings, LoadChannels, LoadIntakeSettings) and accepted by them; it
+// (config.LoadSettings, LoadChannels, LoadIntakeSettings) and accepted by them; it
 // reaches the same PostgreSQL, Redis and Temporal as the worker; its API keys file
 // is a Compose secret mounted where PARITYSYNC_API_KEYS_FILE says, from a file
 // that exists; and it starts after the worker, which applies the migrations.
@@ -502,14 +503,14 @@ func TestComposeIntake(t *testing.T) {
 		read[name] = true
 		return env[name]
 	}
-	set, err := models.LoadSettings(getenv)
+	set, err := config.LoadSettings(getenv)
 	if err != nil {
 		t.Fatalf("intake environment rejected by LoadSettings: %v", err)
 	}
-	if _, err := models.LoadChannels(set.ChannelsFile, getenv); err != nil {
+	if _, err := config.LoadChannels(set.ChannelsFile, getenv); err != nil {
 		t.Fatalf("intake environment rejected by LoadChannels: %v", err)
 	}
-	is, err := models.LoadIntakeSettings(getenv)
+	is, err := config.LoadIntakeSettings(getenv)
 	if err != nil {
 		t.Fatalf("intake environment rejected by LoadIntakeSettings: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -20,7 +21,7 @@ func TestCredentialsArePerChannelWithTheSharedOneAsDefault(t *testing.T) {
 	cx := models.NewChannelConfig("cx", 60)
 	cx.CredentialsFile = key
 	chs := []models.ChannelConfig{models.NewChannelConfig("expedia", 60), cx}
-	creds, err := newCredentials(models.Settings{Token: "shared-secret"}, chs)
+	creds, err := newCredentials(config.Settings{Token: "shared-secret"}, chs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func TestWorkerRefusesAChannelWithoutCredential(t *testing.T) {
 	missing.CredentialsFile = filepath.Join(dir, "absent")
 	bare := models.NewChannelConfig("expedia", 60)
 
-	_, err := newCredentials(models.Settings{}, []models.ChannelConfig{withFile, missing, bare})
+	_, err := newCredentials(config.Settings{}, []models.ChannelConfig{withFile, missing, bare})
 	var se startupError
 	if !errors.As(err, &se) {
 		t.Fatalf("error %v, want a startup error", err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sample"
 	"github.com/paritysync/paritysync/otasim/sim"
 	"github.com/paritysync/paritysync/workflows"
 )
@@ -213,7 +214,7 @@ func TestDurableRedisLossMidBatch(t *testing.T) {
 	const burst = 2 // startShortStack: max(2, limit/10)
 	s := startShortStack(t, srv, limits)
 	st := s.openStore(t)
-	ms := models.SampleBatch(1000, models.DateOf(time.Now()), time.Now().Unix(), 3)
+	ms := sample.Batch(1000, models.DateOf(time.Now()), time.Now().Unix(), 3)
 	batchID := "redis-loss-" + uuid.NewString()[:8]
 	key, err := st.SaveBatch(context.Background(), batchID, ms)
 	require.NoError(t, err)
@@ -275,7 +276,7 @@ func TestDurableWorkerStoppedMidBatch(t *testing.T) {
 		env["PARITYSYNC_SHUTDOWN_TIMEOUT"] = "1ms"
 	})
 	st := s.openStore(t)
-	ms := models.SampleBatch(400, models.DateOf(time.Now()), time.Now().Unix(), 5)
+	ms := sample.Batch(400, models.DateOf(time.Now()), time.Now().Unix(), 5)
 	batchID := "worker-stop-" + uuid.NewString()[:8]
 	run := s.startBatch(t, models.BatchSyncInput{BatchID: batchID, Mutations: ms, Retry: models.DefaultRetryPolicy()})
 

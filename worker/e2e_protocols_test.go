@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/paritysync/paritysync/activities/store/storetest"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
@@ -108,7 +109,7 @@ func TestEndToEndProtocols(t *testing.T) {
 		// A schema of its own on the local PostgreSQL, dropped at the end.
 		"PARITYSYNC_DATABASE_URL": storetest.Schema(t, "e2e"),
 	}
-	chs, err := models.LoadChannels(chFile, s.getenv)
+	chs, err := config.LoadChannels(chFile, s.getenv)
 	require.NoError(t, err)
 	simChs := make([]models.ChannelConfig, len(chs))
 	for i, c := range chs {

@@ -27,11 +27,13 @@ import (
 
 	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/activities/store/storetest"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/devtest"
 	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sample"
 	"github.com/paritysync/paritysync/otasim/sim"
 	"github.com/paritysync/paritysync/workflows"
 )
@@ -163,7 +165,7 @@ func startStackWith(t *testing.T, srv *devtest.Env, o stackOptions) *e2eStack {
 	for _, f := range o.Edit {
 		f(s.env)
 	}
-	chs, err := models.LoadChannels(s.env["PARITYSYNC_CHANNELS_FILE"], s.getenv)
+	chs, err := config.LoadChannels(s.env["PARITYSYNC_CHANNELS_FILE"], s.getenv)
 	require.NoError(t, err)
 	// The simulator enforces exactly the limits (and windows) the worker is
 	// configured with.
@@ -264,7 +266,7 @@ func TestEndToEnd(t *testing.T) {
 	s := startShortStack(t, srv, map[string]int{"booking_com": 30, "expedia": 20, "agoda": 40})
 	today := models.DateOf(time.Now())
 
-	ms := models.SampleBatch(300, today, time.Now().Unix(), 1)
+	ms := sample.Batch(300, today, time.Now().Unix(), 1)
 	invalid := 0
 	v, err := models.NewValidator(models.DefaultChannels(), "", time.Now)
 	require.NoError(t, err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/channels/opentraveltest"
+	"github.com/paritysync/paritysync/channels/wire"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
 )
@@ -189,7 +190,7 @@ func validateOpenTravel(t *testing.T, xs []exchange) int {
 	}
 	n := 0
 	for i, x := range xs {
-		_, msg, ok := strings.Cut(x.path, models.OTAPathPrefix)
+		_, msg, ok := strings.Cut(x.path, wire.OTAPathPrefix)
 		if !ok {
 			continue
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sample"
 	"github.com/paritysync/paritysync/otasim/sim"
 )
 
@@ -126,7 +127,7 @@ func TestBatchLifecycle(t *testing.T) {
 	})
 
 	t.Run("same id twice, other content, cancel, re-run", func(t *testing.T) {
-		ms := models.SampleBatch(600, today, time.Now().Unix(), 11)
+		ms := sample.Batch(600, today, time.Now().Unix(), 11)
 		file := writeBatchFile(t, ms)
 		id := "life-" + uuid.NewString()[:8]
 		out, code := s.starter(t, bin, "batch", "start", "--file", file, "--id", id)
@@ -184,7 +185,7 @@ func TestBatchLifecycle(t *testing.T) {
 	})
 
 	t.Run("a terminated batch's waiting updates are closed by cancel", func(t *testing.T) {
-		ms := models.SampleBatch(300, today, time.Now().Unix()+100, 13)
+		ms := sample.Batch(300, today, time.Now().Unix()+100, 13)
 		id := "term-" + uuid.NewString()[:8]
 		s.startBatch(t, models.BatchSyncInput{BatchID: id, Mutations: ms, Retry: models.DefaultRetryPolicy()})
 		require.Eventually(t, func() bool { return storedTotal(t, st, id).Committed > 0 }, 2*time.Minute, 200*time.Millisecond)

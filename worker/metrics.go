@@ -20,6 +20,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/paritysync/paritysync/activities"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
@@ -40,7 +41,7 @@ var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10,
 // process, paritysync's own counters and gauges, and the Temporal SDK's metrics
 // (through its OpenTelemetry handler and the OpenTelemetry Prometheus exporter).
 // The listener opens at start so a taken port is reported at once.
-func newMetrics(lc fx.Lifecycle, s models.Settings) (metricsOut, error) {
+func newMetrics(lc fx.Lifecycle, s config.Settings) (metricsOut, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	exporter, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/fx/fxtest"
 	"gopkg.in/yaml.v3"
 
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
@@ -132,7 +133,7 @@ func (f fakeStatus) Status(_ context.Context, channel string) (limiter.Status, e
 
 func TestDashboardAndAlertMetricsExistInAScrape(t *testing.T) {
 	lc := fxtest.NewLifecycle(t)
-	s := models.DefaultSettings()
+	s := config.DefaultSettings()
 	s.MetricsAddr = "127.0.0.1:0"
 	m, err := newMetrics(lc, s)
 	require.NoError(t, err)

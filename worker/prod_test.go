@@ -21,6 +21,7 @@ import (
 
 	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sample"
 )
 
 // TestProd runs the production-topology scenarios (prod_topology_test.go), each a
@@ -143,7 +144,7 @@ func startProdBatch(t *testing.T, s *prodStack, seed uint64) *batchRun {
 	t.Helper()
 	st := s.store
 	b := &batchRun{id: "prod-" + uuid.NewString()[:8],
-		ms: models.SampleBatch(prodMutations, models.DateOf(time.Now()), time.Now().UnixNano(), seed)}
+		ms: sample.Batch(prodMutations, models.DateOf(time.Now()), time.Now().UnixNano(), seed)}
 	b.want = expectedUpdates(t, b.ms)
 	key, err := st.SaveBatch(context.Background(), b.id, b.ms)
 	require.NoError(t, err)

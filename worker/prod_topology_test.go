@@ -34,6 +34,7 @@ import (
 
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/activities/store/storetest"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
@@ -423,7 +424,7 @@ func (p *prodTopology) newProdStack(t *testing.T, o stackOptions, hold time.Dura
 	for _, f := range o.Edit {
 		f(s.env)
 	}
-	chs, err := models.LoadChannels(s.env["PARITYSYNC_CHANNELS_FILE"], s.getenv)
+	chs, err := config.LoadChannels(s.env["PARITYSYNC_CHANNELS_FILE"], s.getenv)
 	require.NoError(t, err)
 	s.sim = sim.New(sim.Config{Channels: chs, StaticTokens: []string{"prod-token"}})
 	t.Cleanup(func() {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -66,18 +67,18 @@ func readmeConfig(t *testing.T) []configRow {
 // loaded is everything the worker and the starter make of an environment. The
 // zones are compared by name: "UTC" loaded and the built-in UTC are one zone.
 type loaded struct {
-	Settings models.Settings
+	Settings config.Settings
 	Zone     string
 	Channels []models.ChannelConfig
 }
 
 func load(t *testing.T, getenv func(string) string) loaded {
 	t.Helper()
-	s, err := models.LoadSettings(getenv)
+	s, err := config.LoadSettings(getenv)
 	if err != nil {
 		t.Fatalf("LoadSettings: %v", err)
 	}
-	chs, err := models.LoadChannels(s.ChannelsFile, getenv)
+	chs, err := config.LoadChannels(s.ChannelsFile, getenv)
 	if err != nil {
 		t.Fatalf("LoadChannels: %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sample"
 )
 
 // maxSmootherPayload is the most bytes any payload of a smoother's history may
@@ -232,7 +233,7 @@ func longChanges(t *testing.T, channel string, n int) []models.Mutation {
 	out := make([]models.Mutation, 0, n)
 	today := models.DateOf(time.Now())
 	for seed := uint64(1); len(out) < n; seed++ {
-		for _, m := range models.SampleBatchFor(n, today, time.Now().UnixNano(), seed, []string{channel}) {
+		for _, m := range sample.BatchFor(n, today, time.Now().UnixNano(), seed, []string{channel}) {
 			if len(out) == n {
 				break
 			}

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sample"
 )
 
 func TestBatchPayloadAndChunksSurviveUntilReleased(t *testing.T) {
 	ctx := context.Background()
 	s := testStore(t)
 	batchID := "reconcile/2026-11-30/booking" // slashes in a batch id
-	ms := models.SampleBatch(600, night, 3, 1)
+	ms := sample.Batch(600, night, 3, 1)
 	key, err := s.SaveBatch(ctx, batchID, ms)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/paritysync/paritysync/activities/store/storetest"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sample"
 )
 
 // footprint is what batches of mutations cost in PostgreSQL after they ran through
@@ -84,7 +85,7 @@ func measureFootprint(tb testing.TB, n, rounds int) footprint {
 				f.timings = append(f.timings, fmt.Sprintf("%s %s", what, time.Since(start).Round(time.Millisecond)))
 			}
 		}
-		ms := models.SampleBatch(n, today, int64(2*round), 7)
+		ms := sample.Batch(n, today, int64(2*round), 7)
 		f.requests = runBatch(tb, s, batchID, ms, lap)
 		if round == 1 {
 			must(s.pool.QueryRow(ctx, `SELECT count(*) FROM cells`).Scan(&f.cells))

@@ -7,10 +7,10 @@ import (
 
 	"go.uber.org/fx"
 
-	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/config"
 )
 
-// Module provides the worker's *Store from models.Settings: opened and migrated
+// Module provides the worker's *Store from config.Settings: opened and migrated
 // when constructed, so an unreachable database or a failed migration stops the
 // worker at start, and closed at stop.
 var Module = fx.Module("store", fx.Provide(provide))
@@ -19,7 +19,7 @@ var Module = fx.Module("store", fx.Provide(provide))
 // another worker's lock is included.
 const startTimeout = time.Minute
 
-func provide(lc fx.Lifecycle, s models.Settings) (*Store, error) {
+func provide(lc fx.Lifecycle, s config.Settings) (*Store, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	st, err := Open(ctx, s.DatabaseURL)
@@ -28,7 +28,7 @@ func provide(lc fx.Lifecycle, s models.Settings) (*Store, error) {
 	}
 	if err := st.Migrate(ctx); err != nil {
 		st.Close()
-		return nil, fmt.Errorf("postgres at %s: %w", models.MaskURL(s.DatabaseURL), err)
+		return nil, fmt.Errorf("postgres at %s: %w", config.MaskURL(s.DatabaseURL), err)
 	}
 	lc.Append(fx.StopHook(st.Close))
 	return st, nil

@@ -6,13 +6,13 @@ import (
 
 	"go.uber.org/fx"
 
-	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/config"
 )
 
 func TestModuleOpensAndMigratesAtStart(t *testing.T) {
 	url := testSchema(t)
 	var st *Store
-	app := fx.New(fx.NopLogger, fx.Supply(models.Settings{DatabaseURL: url}), Module, fx.Populate(&st))
+	app := fx.New(fx.NopLogger, fx.Supply(config.Settings{DatabaseURL: url}), Module, fx.Populate(&st))
 	if err := app.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestModuleOpensAndMigratesAtStart(t *testing.T) {
 }
 
 func TestModuleFailsOnAnUnreachableDatabase(t *testing.T) {
-	app := fx.New(fx.NopLogger, fx.Supply(models.Settings{DatabaseURL: "postgres://postgres@127.0.0.1:1/none?connect_timeout=2"}), Module,
+	app := fx.New(fx.NopLogger, fx.Supply(config.Settings{DatabaseURL: "postgres://postgres@127.0.0.1:1/none?connect_timeout=2"}), Module,
 		fx.Invoke(func(*Store) {}))
 	if app.Err() == nil {
 		t.Fatal("the module started without a database")

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -63,21 +64,21 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	return s
 }
 
-// Open connects to the database at url (models.Settings.DatabaseURL, from
+// Open connects to the database at url (config.Settings.DatabaseURL, from
 // PARITYSYNC_DATABASE_URL) and returns a store that owns the pool; Close releases it.
 // A search_path query parameter selects the schema.
 func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("parse database url %s: %w", models.MaskURL(url), models.MaskError(err, url))
+		return nil, fmt.Errorf("parse database url %s: %w", config.MaskURL(url), config.MaskError(err, url))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to postgres %s: %w", models.MaskURL(url), models.MaskError(err, url))
+		return nil, fmt.Errorf("connect to postgres %s: %w", config.MaskURL(url), config.MaskError(err, url))
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to postgres %s: %w", models.MaskURL(url), models.MaskError(err, url))
+		return nil, fmt.Errorf("connect to postgres %s: %w", config.MaskURL(url), config.MaskError(err, url))
 	}
 	return New(pool, opts...), nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
+	"github.com/paritysync/paritysync/channels/wire"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -44,11 +45,11 @@ func (s *Simulator) serveChannex(w http.ResponseWriter, r *http.Request, ch *cha
 }
 
 func channexError(status int, code, title string, details any) reply {
-	e := &models.ChannexError{Code: code, Title: title}
+	e := &wire.ChannexError{Code: code, Title: title}
 	if details != nil {
 		e.Details, _ = json.Marshal(details)
 	}
-	return jsonReply(status, models.ChannexResponse{Errors: e})
+	return jsonReply(status, wire.ChannexResponse{Errors: e})
 }
 
 func channexInvalid(msg string) reply {
@@ -57,7 +58,7 @@ func channexInvalid(msg string) reply {
 
 // channexPush decides one POST under s.mu.
 func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, body []byte, readErr error, now time.Time, f Faults) reply {
-	if !s.tokenValid(r.Header.Get(models.ChannexAPIKeyHeader), now) {
+	if !s.tokenValid(r.Header.Get(wire.ChannexAPIKeyHeader), now) {
 		ch.stats.AuthFailures++
 		return channexError(http.StatusUnauthorized, "unauthorized", "Unauthorized", nil)
 	}
@@ -96,13 +97,13 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 			return ch.throttle(key, http.StatusServiceUnavailable, s.stormUntil.Sub(now), now)
 		}
 		ch.stats.Throttled++
-		return channexError(http.StatusTooManyRequests, models.ChannexTooManyRequests, "Too Many Requests", nil)
+		return channexError(http.StatusTooManyRequests, wire.ChannexTooManyRequests, "Too Many Requests", nil)
 	}
 	win := ch.window(ch.windows, key)
 	if win.count(now) >= ch.cfg.RatePerMinute {
 		ch.stats.Throttled++
 		// Channex says nothing about when to come back.
-		return channexError(http.StatusTooManyRequests, models.ChannexTooManyRequests, "Too Many Requests", nil)
+		return channexError(http.StatusTooManyRequests, wire.ChannexTooManyRequests, "Too Many Requests", nil)
 	}
 	win.add(now)
 
@@ -124,8 +125,8 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 	}
 
 	if rep, bad := s.badBody(ch, f, func() (reply, reply) {
-		good := jsonReply(http.StatusOK, models.ChannexResponse{Data: []models.ChannexTask{{ID: uuid.NewString(), Type: "task"}},
-			Meta: &models.ChannexMeta{Message: "Success"}})
+		good := jsonReply(http.StatusOK, wire.ChannexResponse{Data: []wire.ChannexTask{{ID: uuid.NewString(), Type: "task"}},
+			Meta: &wire.ChannexMeta{Message: "Success"}})
 		return good, channexInvalid("injected error inside a 200")
 	}); bad {
 		return rep
@@ -136,7 +137,7 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 	if drift || injected {
 		ch.stats.FaultsInjected++
 	}
-	var warnings []models.ChannexWarning
+	var warnings []wire.ChannexWarning
 	for i, u := range units {
 		problem := u.problem
 		if problem == "" && ch.cfg.Channex.Properties != nil {
@@ -153,9 +154,9 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 			u.apply(ch)
 		}
 	}
-	resp := models.ChannexResponse{Data: []models.ChannexTask{}, Meta: &models.ChannexMeta{Message: "Success", Warnings: warnings}}
+	resp := wire.ChannexResponse{Data: []wire.ChannexTask{}, Meta: &wire.ChannexMeta{Message: "Success", Warnings: warnings}}
 	if len(warnings) < len(units) {
-		resp.Data = append(resp.Data, models.ChannexTask{ID: uuid.NewString(), Type: "task"})
+		resp.Data = append(resp.Data, wire.ChannexTask{ID: uuid.NewString(), Type: "task"})
 	}
 	if len(warnings) == 0 {
 		ch.stats.Accepted++
@@ -188,9 +189,9 @@ type channexUnit struct {
 	problem  string
 }
 
-func (u channexUnit) warning(msg string) models.ChannexWarning {
-	w := models.ChannexWarning{PropertyID: u.property, Date: u.date, DateFrom: u.from, DateTo: u.to}
-	if u.endpoint == models.ChannexAvailabilityPath {
+func (u channexUnit) warning(msg string) wire.ChannexWarning {
+	w := wire.ChannexWarning{PropertyID: u.property, Date: u.date, DateFrom: u.from, DateTo: u.to}
+	if u.endpoint == wire.ChannexAvailabilityPath {
 		w.RoomTypeID = u.id
 	} else {
 		w.RatePlanID = u.id
@@ -204,7 +205,7 @@ func (u channexUnit) warning(msg string) models.ChannexWarning {
 func (u channexUnit) apply(ch *channel) {
 	write := func(fam models.Family, l models.ARILine) {
 		l.Version = u.version
-		if u.endpoint == models.ChannexAvailabilityPath {
+		if u.endpoint == wire.ChannexAvailabilityPath {
 			l.RoomTypeCode = u.id
 		} else {
 			l.RatePlanCode = u.id
@@ -221,7 +222,7 @@ func (u channexUnit) apply(ch *channel) {
 	}
 	l := u.line
 	switch {
-	case u.endpoint == models.ChannexAvailabilityPath:
+	case u.endpoint == wire.ChannexAvailabilityPath:
 		write(models.FamilyAvailability, models.ARILine{Inventory: l.Inventory})
 	default:
 		if l.Amount != nil {
@@ -250,8 +251,8 @@ func decodeChannex(m models.ChannexMapping, endpoint string, body []byte) ([]cha
 		u := channexUnit{endpoint: endpoint}
 		var dateFields struct{ date, from, to models.Date }
 		var days []string
-		if endpoint == models.ChannexAvailabilityPath {
-			var v models.ChannexAvailability
+		if endpoint == wire.ChannexAvailabilityPath {
+			var v wire.ChannexAvailability
 			if err := strictUnmarshal(raw, &v); err != nil {
 				return nil, fmt.Errorf("values[%d]: %s", i, cleanJSONError(err))
 			}
@@ -263,7 +264,7 @@ func decodeChannex(m models.ChannexMapping, endpoint string, body []byte) ([]cha
 				u.problem = fmt.Sprintf("availability: must be in 0..%d", maxInventory)
 			}
 		} else {
-			var v models.ChannexRestriction
+			var v wire.ChannexRestriction
 			if err := strictUnmarshal(raw, &v); err != nil {
 				return nil, fmt.Errorf("values[%d]: %s", i, cleanJSONError(err))
 			}
@@ -306,7 +307,7 @@ func decodeChannex(m models.ChannexMapping, endpoint string, body []byte) ([]cha
 // channexRestrictionProblem checks one restrictions change object and fills the rate
 // into l. Channex knows each rate plan's currency; the simulator knows it when its
 // channel has a mapping, and otherwise bounds places by the most any currency has.
-func channexRestrictionProblem(m models.ChannexMapping, v models.ChannexRestriction, l *models.ARILine) string {
+func channexRestrictionProblem(m models.ChannexMapping, v wire.ChannexRestriction, l *models.ARILine) string {
 	if v.Rate != "" {
 		amt, err := decimal.NewFromString(v.Rate)
 		if err != nil {
@@ -357,7 +358,7 @@ func channexUnknownID(m models.ChannexMapping, u channexUnit) string {
 			continue
 		}
 		ids := p.RatePlans
-		if u.endpoint == models.ChannexAvailabilityPath {
+		if u.endpoint == wire.ChannexAvailabilityPath {
 			ids = p.RoomTypes
 		}
 		for _, id := range ids {
@@ -372,7 +373,7 @@ func channexUnknownID(m models.ChannexMapping, u channexUnit) string {
 
 // channexRead answers the read-back GETs, unlimited like the generic read.
 func (s *Simulator) channexRead(ch *channel, r *http.Request, endpoint string) reply {
-	if !s.tokenValid(r.Header.Get(models.ChannexAPIKeyHeader), s.now()) {
+	if !s.tokenValid(r.Header.Get(wire.ChannexAPIKeyHeader), s.now()) {
 		ch.stats.AuthFailures++
 		return channexError(http.StatusUnauthorized, "unauthorized", "Unauthorized", nil)
 	}
@@ -389,8 +390,8 @@ func (s *Simulator) channexRead(ch *channel, r *http.Request, endpoint string) r
 		return channexInvalid(fmt.Sprintf("filter[date]: at most %d nights", maxStateNights))
 	}
 	in := func(d models.Date) bool { return !d.Before(from) && !d.After(to) }
-	if endpoint == models.ChannexAvailabilityPath {
-		st := models.ChannexAvailabilityState{Data: map[string]map[models.Date]int{}}
+	if endpoint == wire.ChannexAvailabilityPath {
+		st := wire.ChannexAvailabilityState{Data: map[string]map[models.Date]int{}}
 		for k, c := range ch.cells[prop] {
 			if k.room != "" && in(k.date) && c.cell.Inventory != nil {
 				if st.Data[k.room] == nil {
@@ -406,12 +407,12 @@ func (s *Simulator) channexRead(ch *channel, r *http.Request, endpoint string) r
 		return channexInvalid("filter[restrictions]: required")
 	}
 	has := func(name string) bool { return slices.Contains(want, name) }
-	st := models.ChannexRestrictionsState{Data: map[string]map[models.Date]models.ChannexDay{}}
+	st := wire.ChannexRestrictionsState{Data: map[string]map[models.Date]wire.ChannexDay{}}
 	for k, c := range ch.cells[prop] {
 		if k.rate == "" || !in(k.date) {
 			continue
 		}
-		var d models.ChannexDay
+		var d wire.ChannexDay
 		if has("rate") && c.cell.Amount != nil {
 			d.Rate = c.cell.Amount.String()
 		}
@@ -431,7 +432,7 @@ func (s *Simulator) channexRead(ch *channel, r *http.Request, endpoint string) r
 			d.ClosedToDeparture = c.cell.CTD
 		}
 		if st.Data[k.rate] == nil {
-			st.Data[k.rate] = map[models.Date]models.ChannexDay{}
+			st.Data[k.rate] = map[models.Date]wire.ChannexDay{}
 		}
 		st.Data[k.rate][k.date] = d
 	}

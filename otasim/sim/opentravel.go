@@ -13,6 +13,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/paritysync/paritysync/channels/wire"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -38,7 +39,7 @@ const (
 const otaMaxEchoToken = 128
 
 func (s *Simulator) serveOpenTravel(w http.ResponseWriter, r *http.Request, ch *channel, msg string) {
-	if msg != models.OTARateAmountNotif && msg != models.OTAAvailNotif && msg != models.OTAInvCountNotif {
+	if msg != wire.OTARateAmountNotif && msg != wire.OTAAvailNotif && msg != wire.OTAInvCountNotif {
 		writeJSON(w, http.StatusNotFound, models.ARIError{Error: models.ErrorInvalid, Message: "path: no such OpenTravel message"})
 		return
 	}
@@ -53,19 +54,19 @@ func (s *Simulator) serveOpenTravel(w http.ResponseWriter, r *http.Request, ch *
 }
 
 // otaAnswer builds an …RS answer.
-func otaAnswer(status int, msg, echo, correlation string, now time.Time, success bool, warnings, errs []models.OTAIssue) reply {
-	resp := models.OTAResponse{
-		XMLName:   xml.Name{Space: models.OTANamespace, Local: msg + "RS"},
-		OTAHeader: models.OTAHeader{EchoToken: echo, CorrelationID: correlation, TimeStamp: now.UTC().Format(time.RFC3339), Version: models.OTAVersion},
+func otaAnswer(status int, msg, echo, correlation string, now time.Time, success bool, warnings, errs []wire.OTAIssue) reply {
+	resp := wire.OTAResponse{
+		XMLName:   xml.Name{Space: wire.OTANamespace, Local: msg + "RS"},
+		OTAHeader: wire.OTAHeader{EchoToken: echo, CorrelationID: correlation, TimeStamp: now.UTC().Format(time.RFC3339), Version: wire.OTAVersion},
 	}
 	// Success (with Warnings only when there are some), or Errors: never an empty
 	// element, which no OpenTravel schema allows.
 	if len(errs) > 0 {
-		resp.Errors = &models.OTAErrors{Error: otaIssues(errs)}
+		resp.Errors = &wire.OTAErrors{Error: otaIssues(errs)}
 	} else if success {
 		resp.Success = &struct{}{}
 		if len(warnings) > 0 {
-			resp.Warnings = &models.OTAWarnings{Warning: otaIssues(warnings)}
+			resp.Warnings = &wire.OTAWarnings{Warning: otaIssues(warnings)}
 		}
 	}
 	body, err := xml.Marshal(resp)
@@ -79,19 +80,19 @@ func otaAnswer(status int, msg, echo, correlation string, now time.Time, success
 
 // otaIssues fits each issue's ShortText to the schemas' 64 characters, moving a
 // longer one into the element's text.
-func otaIssues(in []models.OTAIssue) []models.OTAIssue {
+func otaIssues(in []wire.OTAIssue) []wire.OTAIssue {
 	out := slices.Clone(in)
 	for i, e := range out {
 		// The schemas count characters, not bytes.
-		if r := []rune(e.ShortText); len(r) > models.OTAShortTextMax {
-			out[i].Text, out[i].ShortText = e.ShortText, string(r[:models.OTAShortTextMax-1])+"…"
+		if r := []rune(e.ShortText); len(r) > wire.OTAShortTextMax {
+			out[i].Text, out[i].ShortText = e.ShortText, string(r[:wire.OTAShortTextMax-1])+"…"
 		}
 	}
 	return out
 }
 
 func otaError(status int, msg, echo string, now time.Time, typ, code, text string) reply {
-	return otaAnswer(status, msg, echo, "", now, false, nil, []models.OTAIssue{{Type: typ, Code: code, ShortText: text}})
+	return otaAnswer(status, msg, echo, "", now, false, nil, []wire.OTAIssue{{Type: typ, Code: code, ShortText: text}})
 }
 
 // otaUnit is one message of a request: the line it sets and its family.
@@ -106,14 +107,14 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 	user, pass, ok := r.BasicAuth()
 	if !ok || user == "" {
 		ch.stats.AuthFailures++
-		rep := otaError(http.StatusUnauthorized, msg, "", now, models.OTAErrorAuthentication, otaCodeAuth, "Basic credentials required")
+		rep := otaError(http.StatusUnauthorized, msg, "", now, wire.OTAErrorAuthentication, otaCodeAuth, "Basic credentials required")
 		rep.header.Set("WWW-Authenticate", `Basic realm="otasim"`)
 		return rep
 	}
 	if !s.tokenValid(pass, now) {
 		// Many OpenTravel endpoints say so inside a 200.
 		ch.stats.AuthFailures++
-		return otaError(http.StatusOK, msg, "", now, models.OTAErrorAuthentication, otaCodeAuth, "Authorization error")
+		return otaError(http.StatusOK, msg, "", now, wire.OTAErrorAuthentication, otaCodeAuth, "Authorization error")
 	}
 	if readErr != nil {
 		ch.stats.Invalid++
@@ -144,7 +145,7 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 	ch.arrive(key, now)
 	throttled := func(status int, wait time.Duration) reply {
 		t := ch.throttle(key, status, wait, now)
-		rep := otaError(status, msg, hdr.EchoToken, now, models.OTAErrorProcessingException, otaCodeUnableToProc, "too many requests")
+		rep := otaError(status, msg, hdr.EchoToken, now, wire.OTAErrorProcessingException, otaCodeUnableToProc, "too many requests")
 		rep.header.Set(models.HeaderRetryAfter, t.header.Get(models.HeaderRetryAfter))
 		return rep
 	}
@@ -178,10 +179,10 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 		ch.stats.FaultsInjected++
 		ch.stats.ServerErrors++
 		if s.rng.IntN(2) == 0 {
-			return otaError(http.StatusOK, msg, hdr.EchoToken, now, models.OTAErrorProcessingException, otaCodeUnableToProc, "injected processing error")
+			return otaError(http.StatusOK, msg, hdr.EchoToken, now, wire.OTAErrorProcessingException, otaCodeUnableToProc, "injected processing error")
 		}
 		statuses := []int{500, 502, 503, 504}
-		return otaError(statuses[s.rng.IntN(len(statuses))], msg, hdr.EchoToken, now, models.OTAErrorApplication, otaCodeUnableToProc, "injected server error")
+		return otaError(statuses[s.rng.IntN(len(statuses))], msg, hdr.EchoToken, now, wire.OTAErrorApplication, otaCodeUnableToProc, "injected server error")
 	}
 
 	if rep, bad := s.badBody(ch, f, func() (reply, reply) {
@@ -196,14 +197,14 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 	if drift || injected {
 		ch.stats.FaultsInjected++
 	}
-	var warnings []models.OTAIssue
+	var warnings []wire.OTAIssue
 	for i, u := range units {
 		problem := u.problem
 		if problem == "" && injected && (s.rng.IntN(2) == 0 || i == len(units)-1 && len(warnings) == 0) {
 			problem = "injected message failure"
 		}
 		if problem != "" {
-			warnings = append(warnings, models.OTAIssue{Type: otaTypeBizRule, Code: otaCodeInvalid, RPH: strconv.Itoa(i + 1), ShortText: problem})
+			warnings = append(warnings, wire.OTAIssue{Type: otaTypeBizRule, Code: otaCodeInvalid, RPH: strconv.Itoa(i + 1), ShortText: problem})
 			continue
 		}
 		if ch.receiveLine(hotel, u.family, u.line) {
@@ -225,7 +226,7 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 	if s.roll(f.CommitThen500Ratio) {
 		ch.stats.FaultsInjected++
 		ch.stats.ServerErrors++
-		return otaError(http.StatusInternalServerError, msg, hdr.EchoToken, now, models.OTAErrorApplication, otaCodeUnableToProc, "injected error after commit")
+		return otaError(http.StatusInternalServerError, msg, hdr.EchoToken, now, wire.OTAErrorApplication, otaCodeUnableToProc, "injected error after commit")
 	}
 	return rep
 }
@@ -233,8 +234,8 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 // decodeOTA reads the message named by the path. It returns the hotel, the header,
 // one unit per message and the content to key idempotency on: the message with its
 // TimeStamp cleared, as a retry is sent with a new one.
-func decodeOTA(msg string, body []byte) (hotel string, hdr models.OTAHeader, units []otaUnit, content []byte, err error) {
-	control := func(c models.OTAStatusApplicationControl, needPlan bool) (models.ARILine, string) {
+func decodeOTA(msg string, body []byte) (hotel string, hdr wire.OTAHeader, units []otaUnit, content []byte, err error) {
+	control := func(c wire.OTAStatusApplicationControl, needPlan bool) (models.ARILine, string) {
 		l := models.ARILine{RoomTypeCode: c.InvTypeCode, RatePlanCode: c.RatePlanCode, From: c.Start, To: c.End}
 		lim := models.ProtocolOpenTravel.CodeLimits()
 		switch {
@@ -255,8 +256,8 @@ func decodeOTA(msg string, body []byte) (hotel string, hdr models.OTAHeader, uni
 	}
 	var rq any
 	switch msg {
-	case models.OTARateAmountNotif:
-		var m models.OTAHotelRateAmountNotifRQ
+	case wire.OTARateAmountNotif:
+		var m wire.OTAHotelRateAmountNotifRQ
 		if err = decodeXMLStrict(body, &m); err != nil {
 			return
 		}
@@ -270,8 +271,8 @@ func decodeOTA(msg string, body []byte) (hotel string, hdr models.OTAHeader, uni
 		}
 		m.TimeStamp = ""
 		rq = m
-	case models.OTAAvailNotif:
-		var m models.OTAHotelAvailNotifRQ
+	case wire.OTAAvailNotif:
+		var m wire.OTAHotelAvailNotifRQ
 		if err = decodeXMLStrict(body, &m); err != nil {
 			return
 		}
@@ -286,7 +287,7 @@ func decodeOTA(msg string, body []byte) (hotel string, hdr models.OTAHeader, uni
 		m.TimeStamp = ""
 		rq = m
 	default:
-		var m models.OTAHotelInvCountNotifRQ
+		var m wire.OTAHotelInvCountNotifRQ
 		if err = decodeXMLStrict(body, &m); err != nil {
 			return
 		}
@@ -294,7 +295,7 @@ func decodeOTA(msg string, body []byte) (hotel string, hdr models.OTAHeader, uni
 		for _, inv := range m.Inventories.Inventories {
 			l, problem := control(inv.StatusApplicationControl, false)
 			if problem == "" {
-				if len(inv.InvCounts) != 1 || inv.InvCounts[0].CountType != models.OTACountTypeAvailable {
+				if len(inv.InvCounts) != 1 || inv.InvCounts[0].CountType != wire.OTACountTypeAvailable {
 					problem = "InvCounts: one InvCount with CountType 2 required"
 				} else if n := inv.InvCounts[0].Count; n < 0 || n > maxInventory {
 					problem = fmt.Sprintf("Count: must be in 0..%d", maxInventory)
@@ -343,7 +344,7 @@ func decodeXMLStrict(body []byte, v any) error {
 	}
 }
 
-func otaRate(m models.OTARateAmountMessage, l *models.ARILine) string {
+func otaRate(m wire.OTARateAmountMessage, l *models.ARILine) string {
 	if len(m.Rates) != 1 || len(m.Rates[0].BaseByGuestAmts) != 1 {
 		return "Rates: one Rate with one BaseByGuestAmt required"
 	}
@@ -362,20 +363,20 @@ func otaRate(m models.OTARateAmountMessage, l *models.ARILine) string {
 	return ""
 }
 
-func otaRestriction(m models.OTAAvailStatusMessage, l *models.ARILine) string {
+func otaRestriction(m wire.OTAAvailStatusMessage, l *models.ARILine) string {
 	if m.LengthsOfStay == nil && m.RestrictionStatus == nil {
 		return "nothing to change"
 	}
 	if m.LengthsOfStay != nil {
 		for _, los := range m.LengthsOfStay.LengthOfStay {
-			if los.Time < 1 || los.Time > maxLOS || (los.TimeUnit != "" && los.TimeUnit != models.OTATimeUnitDay) {
+			if los.Time < 1 || los.Time > maxLOS || (los.TimeUnit != "" && los.TimeUnit != wire.OTATimeUnitDay) {
 				return fmt.Sprintf("LengthOfStay: Time must be 1..%d days", maxLOS)
 			}
 			t := los.Time
 			switch los.MinMaxMessageType {
-			case models.OTASetMinLOS:
+			case wire.OTASetMinLOS:
 				l.MinLOS = &t
-			case models.OTASetMaxLOS:
+			case wire.OTASetMaxLOS:
 				l.MaxLOS = &t
 			default:
 				return "LengthOfStay: MinMaxMessageType must be SetMinLOS or SetMaxLOS"
@@ -388,18 +389,18 @@ func otaRestriction(m models.OTAAvailStatusMessage, l *models.ARILine) string {
 	if rs := m.RestrictionStatus; rs != nil {
 		var closed bool
 		switch rs.Status {
-		case models.OTAStatusClose:
+		case wire.OTAStatusClose:
 			closed = true
-		case models.OTAStatusOpen:
+		case wire.OTAStatusOpen:
 		default:
 			return "RestrictionStatus: Status must be Open or Close"
 		}
 		switch rs.Restriction {
 		case "":
 			l.StopSell = &closed
-		case models.OTARestrictionArrival:
+		case wire.OTARestrictionArrival:
 			l.CTA = &closed
-		case models.OTARestrictionDepart:
+		case wire.OTARestrictionDepart:
 			l.CTD = &closed
 		default:
 			return "RestrictionStatus: Restriction must be Arrival or Departure, or absent"

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/paritysync/paritysync/channels/wire"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -29,12 +30,12 @@ func (s *Simulator) serveProtocol(w http.ResponseWriter, r *http.Request) bool {
 		}
 		switch ch.cfg.Protocol {
 		case models.ProtocolChannex:
-			if rest == models.ChannexRestrictionsPath || rest == models.ChannexAvailabilityPath {
+			if rest == wire.ChannexRestrictionsPath || rest == wire.ChannexAvailabilityPath {
 				s.serveChannex(w, r, ch, rest)
 				return true
 			}
 		case models.ProtocolOpenTravel:
-			if msg, ok := strings.CutPrefix(rest, models.OTAPathPrefix); ok {
+			if msg, ok := strings.CutPrefix(rest, wire.OTAPathPrefix); ok {
 				s.serveOpenTravel(w, r, ch, msg)
 				return true
 			}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/paritysync/paritysync/channels/wire"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -54,7 +55,7 @@ func TestChannexEndpointsAreStrict(t *testing.T) {
 	if st := s.Stats()["cx"]; st.Limit != models.ChannexRequestsPerMinute {
 		t.Errorf("channex limit %d, want Channex's %d per property and endpoint", st.Limit, models.ChannexRequestsPerMinute)
 	}
-	hdr := map[string]string{"Content-Type": "application/json", models.ChannexAPIKeyHeader: token}
+	hdr := map[string]string{"Content-Type": "application/json", wire.ChannexAPIKeyHeader: token}
 	body := `{"values":[{"property_id":"p","rate_plan_id":"r","date":"2030-04-01","rate":"10.00"}]}`
 	if rec := send(s, http.MethodPost, "/cx/api/v1/restrictions", hdr, body); rec.Code != http.StatusUnprocessableEntity ||
 		!strings.Contains(rec.Body.String(), models.HeaderUnitVersions) {
@@ -75,7 +76,7 @@ func TestChannexEndpointsAreStrict(t *testing.T) {
 	if n := s.Stats()["cx"].NightsApplied - before; n != 2 {
 		t.Errorf("days sa,su over a week applied %d nights, want 2", n)
 	}
-	delete(hdr, models.ChannexAPIKeyHeader)
+	delete(hdr, wire.ChannexAPIKeyHeader)
 	if rec := send(s, http.MethodPost, "/cx/api/v1/restrictions", hdr, body); rec.Code != http.StatusUnauthorized {
 		t.Errorf("without key: %d", rec.Code)
 	}
@@ -89,7 +90,7 @@ func TestOpenTravelEndpointsAnswerInsideA200(t *testing.T) {
 	msg := `<OTA_HotelRateAmountNotifRQ xmlns="http://www.opentravel.org/OTA/2003/05" EchoToken="e1" TimeStamp="2030-03-10T12:00:00Z" Version="1.000">` +
 		`<RateAmountMessages HotelCode="h1"><RateAmountMessage><StatusApplicationControl Start="2030-04-01" End="2030-04-01" InvTypeCode="DBL" RatePlanCode="BAR"/>` +
 		`<Rates><Rate><BaseByGuestAmts><BaseByGuestAmt AmountAfterTax="12000.50" CurrencyCode="JPY"/></BaseByGuestAmts></Rate></Rates></RateAmountMessage></RateAmountMessages></OTA_HotelRateAmountNotifRQ>`
-	path := "/ox/ota/" + models.OTARateAmountNotif
+	path := "/ox/ota/" + wire.OTARateAmountNotif
 	hdr := map[string]string{"Content-Type": "application/xml"}
 	if rec := send(s, http.MethodPost, path, hdr, msg); rec.Code != http.StatusUnauthorized {
 		t.Errorf("without Basic credentials: %d, want 401", rec.Code)

@@ -1,4 +1,4 @@
-package models
+package config
 
 import (
 	"os"
@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sample"
 )
 
 func writeChannels(t *testing.T, yaml string) string {
@@ -27,7 +30,7 @@ func TestLoadChannelsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := ChannelMap(got)
+	m := models.ChannelMap(got)
 	for slug, perMinute := range map[string]int{"booking_com": 90, "expedia": 60, "agoda": 120} {
 		if m[slug].RatePerMinute != perMinute {
 			t.Errorf("%s rate = %d, want %d", slug, m[slug].RatePerMinute, perMinute)
@@ -55,23 +58,23 @@ channels:
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := ChannelMap(got)
+	m := models.ChannelMap(got)
 	exp := m["expedia"]
-	want := NewChannelConfig("expedia", 60)
+	want := models.NewChannelConfig("expedia", 60)
 	want.RatePerMinute, want.MaxRetryAfter, want.MaxApplyDelay = 40, 90*time.Second, 2*time.Second
-	want.Shares = FamilyShares{Rates: 40, Availability: 40, Restrictions: 20}
+	want.Shares = models.FamilyShares{Rates: 40, Availability: 40, Restrictions: 20}
 	if !reflect.DeepEqual(exp, want) {
 		t.Errorf("expedia = %+v\nwant      %+v", exp, want)
 	}
-	if !reflect.DeepEqual(m["booking_com"], NewChannelConfig("booking_com", 90)) {
+	if !reflect.DeepEqual(m["booking_com"], models.NewChannelConfig("booking_com", 90)) {
 		t.Errorf("booking_com changed: %+v", m["booking_com"])
 	}
 	hb, ok := m["hotelbeds"]
 	if !ok || len(got) != 4 || got[3].Slug != "hotelbeds" {
 		t.Fatalf("new channel not appended: %v", got)
 	}
-	wantHB := NewChannelConfig("hotelbeds", DefaultRatePerMinute)
-	wantHB.Burst, wantHB.Scope, wantHB.QuotaUnit = 3, ScopeProperty, QuotaLines
+	wantHB := models.NewChannelConfig("hotelbeds", models.DefaultRatePerMinute)
+	wantHB.Burst, wantHB.Scope, wantHB.QuotaUnit = 3, models.ScopeProperty, models.QuotaLines
 	if !reflect.DeepEqual(hb, wantHB) {
 		t.Errorf("hotelbeds = %+v\nwant        %+v", hb, wantHB)
 	}
@@ -83,7 +86,7 @@ func TestLoadChannelsNewChannelBurstFollowsItsRate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := ChannelMap(got)["trip_com"]; c.RatePerMinute != 300 || c.Burst != 30 || c.BasePath != "/trip_com" {
+	if c := models.ChannelMap(got)["trip_com"]; c.RatePerMinute != 300 || c.Burst != 30 || c.BasePath != "/trip_com" {
 		t.Errorf("trip_com = %+v", c)
 	}
 }
@@ -97,16 +100,16 @@ func TestLoadChannelsWindowOnlyFromTheChannelsEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := ChannelMap(got)
+	m := models.ChannelMap(got)
 	if w := m["agoda"].Window; w != 6*time.Second {
 		t.Errorf("agoda window = %s, want the declared 6s", w)
 	}
 	for _, slug := range []string{"booking_com", "expedia"} {
-		if w := m[slug].Window; w != DefaultWindow {
-			t.Errorf("%s window = %s, want %s", slug, w, DefaultWindow)
+		if w := m[slug].Window; w != models.DefaultWindow {
+			t.Errorf("%s window = %s, want %s", slug, w, models.DefaultWindow)
 		}
 	}
-	if w := (ChannelConfig{}).WindowLength(); w != time.Minute {
+	if w := (models.ChannelConfig{}).WindowLength(); w != time.Minute {
 		t.Errorf("zero config's window = %s, want 60s", w)
 	}
 }
@@ -123,14 +126,14 @@ func TestLoadChannelsEnvOverridesFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := ChannelMap(got)
+	m := models.ChannelMap(got)
 	if c := m["agoda"]; c.Burst != 15 || c.RatePerMinute != 100 {
 		t.Errorf("agoda = %+v", c)
 	}
 	if c := m["booking_com"]; c.DailyQuota != 1000 || c.MaxLinesPerRequest != 25 {
 		t.Errorf("booking_com = %+v", c)
 	}
-	if c := m["expedia"]; c.Scope != ScopeProperty {
+	if c := m["expedia"]; c.Scope != models.ScopeProperty {
 		t.Errorf("expedia scope = %s", c.Scope)
 	}
 }
@@ -165,6 +168,8 @@ func TestLoadChannelsNamesBadValues(t *testing.T) {
 			[]string{"channels file {path}: channel expedia: window must be > 0 and <= 1h0m0s"}},
 		{"file window above an hour", "channels:\n  - slug: expedia\n    window: 2h\n", nil,
 			[]string{"channels file {path}: channel expedia: window must be > 0 and <= 1h0m0s"}},
+		{"file priority_reserve, no longer supported", "channels:\n  - slug: expedia\n    priority_reserve: 2\n", nil,
+			[]string{"channels file {path}: channel expedia: priority_reserve: no longer supported"}},
 		{"file unknown key", "channels:\n  - slug: expedia\n    rate_per_min: 10\n", nil,
 			[]string{"channels file {path}:", "rate_per_min"}},
 		{"file wrong type", "channels:\n  - slug: expedia\n    burst: lots\n", nil,
@@ -225,3 +230,79 @@ func TestLoadChannelsEmptyFile(t *testing.T) {
 		t.Fatalf("got %v, %v", got, err)
 	}
 }
+
+const channexYAML = `
+channels:
+  - slug: channex_eu
+    protocol: channex
+    base_url: https://staging.channex.io
+    credentials_file: /run/secrets/channex_eu
+    channex:
+      properties:
+        prop_0a1b2c3d:
+          property_id: 716305c4-561a-4561-a187-7f5b8aeb5920
+          currency: EUR
+          room_types: {DLXKING: 994d1375-dbbd-4072-8724-b2ab32ce781b}
+          rate_plans: {DLXKING/BAR_FLEX: bab451e7-9ab1-4cc4-aa16-107bf7bbabb2}
+  - slug: booking_xml
+    protocol: opentravel
+    credentials_file: /run/secrets/booking_xml
+`
+
+func TestLoadChannelsProtocols(t *testing.T) {
+	got, err := LoadChannels(writeChannels(t, channexYAML), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := models.ChannelMap(got)
+	cx := m["channex_eu"]
+	if cx.Protocol != models.ProtocolChannex || cx.Scope != models.ScopeProperty || !cx.ReadBack ||
+		cx.BaseURL != "https://staging.channex.io" || cx.BasePath != "" || cx.CredentialsFile != "/run/secrets/channex_eu" {
+		t.Errorf("channex channel = %+v", cx)
+	}
+	if id, ok := cx.Channex.RatePlanID("prop_0a1b2c3d", "DLXKING", "BAR_FLEX"); !ok || id != "bab451e7-9ab1-4cc4-aa16-107bf7bbabb2" {
+		t.Errorf("rate plan id %q, %v", id, ok)
+	}
+	ota := m["booking_xml"]
+	if ota.Protocol != models.ProtocolOpenTravel || ota.ReadBack {
+		t.Errorf("opentravel channel: protocol %s read_back %v; want opentravel without read-back", ota.Protocol, ota.ReadBack)
+	}
+	if m["expedia"].Protocol != models.ProtocolParitySync || !m["expedia"].ReadBack {
+		t.Errorf("default channel protocol %s read_back %v", m["expedia"].Protocol, m["expedia"].ReadBack)
+	}
+}
+
+// TestDemoChannelsCoverTheSample: make demo spreads a sample batch over
+// deploy/channels.demo.yaml's Channex channel, so its mapping must cover every
+// code of the sample.
+func TestDemoChannelsCoverTheSample(t *testing.T) {
+	chs, err := LoadChannels("../deploy/channels.demo.yaml", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := models.ChannelMap(chs)
+	if m["channex_demo"].Protocol != models.ProtocolChannex || m["ota_demo"].Protocol != models.ProtocolOpenTravel {
+		t.Fatalf("demo channels: %+v", m)
+	}
+	v, err := models.NewValidator(chs, "", testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := models.NewValidator(models.DefaultChannels(), "", testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mu := range sample.BatchFor(300, models.DateOf(testNow()), 1, 1, []string{"channex_demo"}) {
+		generic := mu
+		generic.Channel = "expedia"
+		if len(plain.Validate(generic)) > 0 {
+			continue // one of the sample's deliberately invalid rows
+		}
+		if ve := v.Validate(mu); ve != nil {
+			t.Errorf("sample mutation %s refused on channex_demo: %v", mu.ID, ve)
+		}
+	}
+}
+
+// testNow is a fixed clock: 2026-03-10 23:30 UTC.
+var testNow = func() time.Time { return time.Date(2026, 3, 10, 23, 30, 0, 0, time.UTC) }

@@ -1,4 +1,4 @@
-package models
+package config
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/paritysync/paritysync/models"
 )
 
 func TestLoadSettingsRefusesAnHTTPTimeoutAPushCannotFit(t *testing.T) {
@@ -17,8 +19,8 @@ func TestLoadSettingsRefusesAnHTTPTimeoutAPushCannotFit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if s.HTTPTimeout+5*time.Second > PushActivityTimeout {
-		t.Fatalf("the default HTTP timeout %s leaves no room in the push activity's %s", s.HTTPTimeout, PushActivityTimeout)
+	if s.HTTPTimeout+5*time.Second > models.PushActivityTimeout {
+		t.Fatalf("the default HTTP timeout %s leaves no room in the push activity's %s", s.HTTPTimeout, models.PushActivityTimeout)
 	}
 	env["PARITYSYNC_HTTP_TIMEOUT"] = MaxHTTPTimeout.String()
 	if _, err := LoadSettings(getenv); err != nil {
@@ -100,5 +102,21 @@ func TestSettingsStringAndMaskErrorNeverPrintThePassword(t *testing.T) {
 		if !errors.Is(MaskError(perr, raw), perr) {
 			t.Error("MaskError keeps the error for errors.Is")
 		}
+	}
+}
+
+func TestLoadSettingsReadsMaxInFlight(t *testing.T) {
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	if s, err := LoadSettings(getenv); err != nil || s.MaxInFlight != models.DefaultMaxInFlight {
+		t.Fatalf("default: %d, %v", s.MaxInFlight, err)
+	}
+	env["PARITYSYNC_MAX_INFLIGHT"] = "64"
+	if s, err := LoadSettings(getenv); err != nil || s.MaxInFlight != 64 {
+		t.Fatalf("PARITYSYNC_MAX_INFLIGHT=64: %d, %v", s.MaxInFlight, err)
+	}
+	env["PARITYSYNC_MAX_INFLIGHT"] = "0"
+	if _, err := LoadSettings(getenv); err == nil || !strings.Contains(err.Error(), "PARITYSYNC_MAX_INFLIGHT: must be a positive integer") {
+		t.Fatalf("PARITYSYNC_MAX_INFLIGHT=0: want the rule named, got %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package models
+package config
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/paritysync/paritysync/models"
 )
 
 // EnvChannelPrefix starts every per-channel environment override:
@@ -24,27 +26,28 @@ type channelsFile struct {
 }
 
 type channelEntry struct {
-	Slug               string          `yaml:"slug"`
-	Protocol           *Protocol       `yaml:"protocol"`
-	BaseURL            *string         `yaml:"base_url"`
-	CredentialsFile    *string         `yaml:"credentials_file"`
-	ReadBack           *bool           `yaml:"read_back"`
-	Channex            *ChannexMapping `yaml:"channex"`
-	BasePath           *string         `yaml:"base_path"`
-	RatePerMinute      *int            `yaml:"rate_per_minute"`
-	Window             *string         `yaml:"window"`
-	Burst              *int            `yaml:"burst"`
-	Shares             *shareEntry     `yaml:"shares"`
-	Scope              *LimitScope     `yaml:"scope"`
-	DailyQuota         *int            `yaml:"daily_quota"`
-	QuotaUnit          *QuotaUnit      `yaml:"quota_unit"`
-	HorizonDays        *int            `yaml:"horizon_days"`
-	MaxLinesPerRequest *int            `yaml:"max_lines_per_request"`
-	MaxRetryAfter      *string         `yaml:"max_retry_after"`
-	PriorityReserve    *int            `yaml:"priority_reserve"`
-	BreakerFailures    *int            `yaml:"breaker_failures"`
-	BreakerCooldown    *string         `yaml:"breaker_cooldown"`
-	MaxApplyDelay      *string         `yaml:"max_apply_delay"`
+	Slug               string                 `yaml:"slug"`
+	Protocol           *models.Protocol       `yaml:"protocol"`
+	BaseURL            *string                `yaml:"base_url"`
+	CredentialsFile    *string                `yaml:"credentials_file"`
+	ReadBack           *bool                  `yaml:"read_back"`
+	Channex            *models.ChannexMapping `yaml:"channex"`
+	BasePath           *string                `yaml:"base_path"`
+	RatePerMinute      *int                   `yaml:"rate_per_minute"`
+	Window             *string                `yaml:"window"`
+	Burst              *int                   `yaml:"burst"`
+	Shares             *shareEntry            `yaml:"shares"`
+	Scope              *models.LimitScope     `yaml:"scope"`
+	DailyQuota         *int                   `yaml:"daily_quota"`
+	QuotaUnit          *models.QuotaUnit      `yaml:"quota_unit"`
+	HorizonDays        *int                   `yaml:"horizon_days"`
+	MaxLinesPerRequest *int                   `yaml:"max_lines_per_request"`
+	MaxRetryAfter      *string                `yaml:"max_retry_after"`
+	// PriorityReserve is no longer supported: it is read only to refuse it by name.
+	PriorityReserve *int    `yaml:"priority_reserve"`
+	BreakerFailures *int    `yaml:"breaker_failures"`
+	BreakerCooldown *string `yaml:"breaker_cooldown"`
+	MaxApplyDelay   *string `yaml:"max_apply_delay"`
 }
 
 type shareEntry struct {
@@ -58,8 +61,8 @@ type shareEntry struct {
 // environment overrides read through getenv (nil skips them; tests pass a map's
 // lookup instead of os.Getenv). Every problem is reported, each naming
 // the file or variable it came from, so an operator fixes them in one pass.
-func LoadChannels(path string, getenv func(string) string) ([]ChannelConfig, error) {
-	channels := DefaultChannels()
+func LoadChannels(path string, getenv func(string) string) ([]models.ChannelConfig, error) {
+	channels := models.DefaultChannels()
 	// sources records, per channel, where its non-default values came from, so a
 	// validation error can name them.
 	sources := make([][]string, len(channels))
@@ -91,11 +94,11 @@ func LoadChannels(path string, getenv func(string) string) ([]ChannelConfig, err
 			seen[e.Slug] = true
 			i, ok := index[e.Slug]
 			if !ok {
-				perMinute := DefaultRatePerMinute
+				perMinute := models.DefaultRatePerMinute
 				if e.RatePerMinute != nil {
 					perMinute = *e.RatePerMinute
 				}
-				channels = append(channels, NewChannelConfig(e.Slug, perMinute))
+				channels = append(channels, models.NewChannelConfig(e.Slug, perMinute))
 				sources = append(sources, nil)
 				i = len(channels) - 1
 				index[e.Slug] = i
@@ -148,8 +151,17 @@ func readChannelsFile(path string) ([]channelEntry, error) {
 	return f.Channels, nil
 }
 
+// errPriorityReserve refuses a channel file that still sets priority_reserve: the
+// token buckets it reserved tokens of are gone, and the limiter serves urgent work
+// first without it (it takes the earliest slot less urgent work holds).
+var errPriorityReserve = errors.New("priority_reserve: no longer supported (the limiter has no token reserve: " +
+	"urgent work takes the earliest slot held by less urgent work); remove it")
+
 // applyTo copies the fields e sets onto c.
-func (e channelEntry) applyTo(c *ChannelConfig) error {
+func (e channelEntry) applyTo(c *models.ChannelConfig) error {
+	if e.PriorityReserve != nil {
+		return errPriorityReserve
+	}
 	setInt := func(dst *int, src *int) {
 		if src != nil {
 			*dst = *src
@@ -159,8 +171,8 @@ func (e channelEntry) applyTo(c *ChannelConfig) error {
 		c.Protocol = *e.Protocol
 		// A protocol brings its own defaults; fields set below still win.
 		c.ReadBack = c.Protocol.HasReadBack()
-		if c.Protocol == ProtocolChannex {
-			def := NewChannexChannel(c.Slug, ChannexMapping{})
+		if c.Protocol == models.ProtocolChannex {
+			def := models.NewChannexChannel(c.Slug, models.ChannexMapping{})
 			c.RatePerMinute, c.Burst, c.Shares, c.Scope = def.RatePerMinute, def.Burst, def.Shares, def.Scope
 		}
 	}
@@ -197,7 +209,6 @@ func (e channelEntry) applyTo(c *ChannelConfig) error {
 	}
 	setInt(&c.HorizonDays, e.HorizonDays)
 	setInt(&c.MaxLinesPerRequest, e.MaxLinesPerRequest)
-	setInt(&c.PriorityReserve, e.PriorityReserve)
 	setInt(&c.BreakerFailures, e.BreakerFailures)
 	if e.BreakerCooldown != nil {
 		d, err := time.ParseDuration(*e.BreakerCooldown)
@@ -234,7 +245,7 @@ func (e channelEntry) applyTo(c *ChannelConfig) error {
 
 // applyChannelEnv applies the environment overrides of c and returns the names of
 // the variables it used and the problems it found.
-func applyChannelEnv(c *ChannelConfig, getenv func(string) string) (used []string, errs []error) {
+func applyChannelEnv(c *models.ChannelConfig, getenv func(string) string) (used []string, errs []error) {
 	prefix := EnvChannelPrefix + strings.ToUpper(c.Slug) + "_"
 	ints := []struct {
 		name string
@@ -266,7 +277,7 @@ func applyChannelEnv(c *ChannelConfig, getenv func(string) string) (used []strin
 		used = append(used, prefix+"CREDENTIALS_FILE")
 	}
 	if val := strings.TrimSpace(getenv(prefix + "SCOPE")); val != "" {
-		c.Scope = LimitScope(val)
+		c.Scope = models.LimitScope(val)
 		used = append(used, prefix+"SCOPE")
 	}
 	if val := strings.TrimSpace(getenv(prefix + "BREAKER_COOLDOWN")); val != "" {

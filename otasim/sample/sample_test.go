@@ -1,17 +1,19 @@
-package models
+package sample
 
 import (
 	"testing"
 	"time"
+
+	"github.com/paritysync/paritysync/models"
 )
 
 func TestSampleBatchHasItsInvalidRowsAndUrgentStops(t *testing.T) {
 	now := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
-	v, err := NewValidator(DefaultChannels(), "", func() time.Time { return now })
+	v, err := models.NewValidator(models.DefaultChannels(), "", func() time.Time { return now })
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := SampleBatch(1000, DateOf(now), 7, 1)
+	ms := Batch(1000, models.DateOf(now), 7, 1)
 	if len(ms) != 1000 {
 		t.Fatalf("got %d mutations, want 1000", len(ms))
 	}
@@ -24,7 +26,7 @@ func TestSampleBatchHasItsInvalidRowsAndUrgentStops(t *testing.T) {
 			continue
 		}
 		m.ApplyDefaults(func() string { return "c" })
-		if m.Priority == PriorityUrgent {
+		if m.Priority == models.PriorityUrgent {
 			urgent++
 		}
 	}
@@ -37,7 +39,7 @@ func TestSampleBatchHasItsInvalidRowsAndUrgentStops(t *testing.T) {
 	if len(ids) != len(ms) {
 		t.Errorf("ids are not unique")
 	}
-	co := Coalesce(ms, ChannelMap(DefaultChannels()))
+	co := models.Coalesce(ms, models.ChannelMap(models.DefaultChannels()))
 	if len(co.Requests) >= len(ms)/10 {
 		t.Errorf("runs of equal prices should coalesce: %d mutations into %d requests", len(ms), len(co.Requests))
 	}

@@ -1,6 +1,15 @@
-package models
+// Package wire holds the wire types of the Channex API and of OpenTravel 2003/05,
+// the two channel protocols paritysync speaks besides its own generic JSON (whose
+// ARIRequest and ARILine stay in models: every layer uses the line as the unit of
+// a channel request). The clients in channels/ and the simulator in otasim/ both
+// use them from here.
+package wire
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/paritysync/paritysync/models"
+)
 
 // Wire types of the Channex API (https://docs.channex.io), shared by the client in
 // channels/ and the simulator.
@@ -27,29 +36,29 @@ type ChannexValues[T any] struct {
 // Days). Absent fields are not changed. Rate is a decimal string in the rate plan's
 // currency.
 type ChannexRestriction struct {
-	PropertyID        string   `json:"property_id"`
-	RatePlanID        string   `json:"rate_plan_id"`
-	Date              Date     `json:"date,omitzero"`
-	DateFrom          Date     `json:"date_from,omitzero"`
-	DateTo            Date     `json:"date_to,omitzero"`
-	Days              []string `json:"days,omitempty"`
-	Rate              string   `json:"rate,omitempty"`
-	MinStayArrival    *int     `json:"min_stay_arrival,omitempty"`
-	MinStayThrough    *int     `json:"min_stay_through,omitempty"`
-	MaxStay           *int     `json:"max_stay,omitempty"`
-	ClosedToArrival   *bool    `json:"closed_to_arrival,omitempty"`
-	ClosedToDeparture *bool    `json:"closed_to_departure,omitempty"`
-	StopSell          *bool    `json:"stop_sell,omitempty"`
+	PropertyID        string      `json:"property_id"`
+	RatePlanID        string      `json:"rate_plan_id"`
+	Date              models.Date `json:"date,omitzero"`
+	DateFrom          models.Date `json:"date_from,omitzero"`
+	DateTo            models.Date `json:"date_to,omitzero"`
+	Days              []string    `json:"days,omitempty"`
+	Rate              string      `json:"rate,omitempty"`
+	MinStayArrival    *int        `json:"min_stay_arrival,omitempty"`
+	MinStayThrough    *int        `json:"min_stay_through,omitempty"`
+	MaxStay           *int        `json:"max_stay,omitempty"`
+	ClosedToArrival   *bool       `json:"closed_to_arrival,omitempty"`
+	ClosedToDeparture *bool       `json:"closed_to_departure,omitempty"`
+	StopSell          *bool       `json:"stop_sell,omitempty"`
 }
 
 // ChannexAvailability is one change object of POST /api/v1/availability.
 type ChannexAvailability struct {
-	PropertyID   string `json:"property_id"`
-	RoomTypeID   string `json:"room_type_id"`
-	Date         Date   `json:"date,omitzero"`
-	DateFrom     Date   `json:"date_from,omitzero"`
-	DateTo       Date   `json:"date_to,omitzero"`
-	Availability *int   `json:"availability"`
+	PropertyID   string      `json:"property_id"`
+	RoomTypeID   string      `json:"room_type_id"`
+	Date         models.Date `json:"date,omitzero"`
+	DateFrom     models.Date `json:"date_from,omitzero"`
+	DateTo       models.Date `json:"date_to,omitzero"`
+	Availability *int        `json:"availability"`
 }
 
 // ChannexResponse is the answer to an ARI update: one background task per property
@@ -74,12 +83,12 @@ type ChannexMeta struct {
 
 // ChannexWarning names a refused change object by its ids and dates, and why.
 type ChannexWarning struct {
-	PropertyID string `json:"property_id,omitempty"`
-	RatePlanID string `json:"rate_plan_id,omitempty"`
-	RoomTypeID string `json:"room_type_id,omitempty"`
-	Date       Date   `json:"date,omitzero"`
-	DateFrom   Date   `json:"date_from,omitzero"`
-	DateTo     Date   `json:"date_to,omitzero"`
+	PropertyID string      `json:"property_id,omitempty"`
+	RatePlanID string      `json:"rate_plan_id,omitempty"`
+	RoomTypeID string      `json:"room_type_id,omitempty"`
+	Date       models.Date `json:"date,omitzero"`
+	DateFrom   models.Date `json:"date_from,omitzero"`
+	DateTo     models.Date `json:"date_to,omitzero"`
 	// Warning is a message, or an object of field: [messages].
 	Warning json.RawMessage `json:"warning,omitempty"`
 }
@@ -94,7 +103,7 @@ type ChannexError struct {
 // ChannexRestrictionsState is the body of GET /api/v1/restrictions: per rate plan
 // id, per date, the values asked for in filter[restrictions].
 type ChannexRestrictionsState struct {
-	Data map[string]map[Date]ChannexDay `json:"data"`
+	Data map[string]map[models.Date]ChannexDay `json:"data"`
 }
 
 // ChannexDay is one rate plan's values on one date.
@@ -110,7 +119,7 @@ type ChannexDay struct {
 // ChannexAvailabilityState is the body of GET /api/v1/availability: per room type
 // id, per date, the availability.
 type ChannexAvailabilityState struct {
-	Data map[string]map[Date]int `json:"data"`
+	Data map[string]map[models.Date]int `json:"data"`
 }
 
 // ChannexReadRestrictions lists what paritysync reads back through

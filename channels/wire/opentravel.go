@@ -1,6 +1,10 @@
-package models
+package wire
 
-import "encoding/xml"
+import (
+	"encoding/xml"
+
+	"github.com/paritysync/paritysync/models"
+)
 
 // Wire types of the OpenTravel Alliance 2003/05 notifications paritysync sends, shared
 // by the client in channels/ and the simulator.
@@ -23,11 +27,11 @@ const (
 )
 
 // OTAMessage is the message name that carries family f.
-func OTAMessage(f Family) string {
+func OTAMessage(f models.Family) string {
 	switch f {
-	case FamilyAvailability:
+	case models.FamilyAvailability:
 		return OTAInvCountNotif
-	case FamilyRestrictions:
+	case models.FamilyRestrictions:
 		return OTAAvailNotif
 	}
 	return OTARateAmountNotif
@@ -54,10 +58,10 @@ type OTAHeader struct {
 // OTAStatusApplicationControl is the inventory, rate plan and inclusive dates a
 // message applies to.
 type OTAStatusApplicationControl struct {
-	Start        Date   `xml:"Start,attr"`
-	End          Date   `xml:"End,attr"`
-	InvTypeCode  string `xml:"InvTypeCode,attr,omitempty"`
-	RatePlanCode string `xml:"RatePlanCode,attr,omitempty"`
+	Start        models.Date `xml:"Start,attr"`
+	End          models.Date `xml:"End,attr"`
+	InvTypeCode  string      `xml:"InvTypeCode,attr,omitempty"`
+	RatePlanCode string      `xml:"RatePlanCode,attr,omitempty"`
 }
 
 // OTAHotelRateAmountNotifRQ sets rates.

@@ -1,4 +1,4 @@
-package models
+package config
 
 import (
 	"fmt"
@@ -7,17 +7,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/paritysync/paritysync/models"
 )
 
-// PushActivityTimeout is the StartToCloseTimeout of a push activity. It is also how
-// long Temporal takes to notice a worker that died with a push in flight and give
-// the push to another, so it is kept short: the channel call (MaxHTTPTimeout at
-// most), a wait of at most a couple of seconds for the request's slot, and the
-// records around the call.
-const PushActivityTimeout = 30 * time.Second
-
 // MaxHTTPTimeout is the longest PARITYSYNC_HTTP_TIMEOUT a push can fit in
-// PushActivityTimeout.
+// models.PushActivityTimeout.
 const MaxHTTPTimeout = 20 * time.Second
 
 // Settings is the process configuration of the worker and the starter: defaults,
@@ -45,7 +40,7 @@ type Settings struct {
 	MaxActivities      int           // PARITYSYNC_MAX_ACTIVITIES
 	ShutdownTimeout    time.Duration // PARITYSYNC_SHUTDOWN_TIMEOUT
 	// Zones decides each property's "today" for stay-date validation.
-	Zones PropertyZones // PARITYSYNC_TIME_ZONE, PARITYSYNC_PROPERTY_ZONES
+	Zones models.PropertyZones // PARITYSYNC_TIME_ZONE, PARITYSYNC_PROPERTY_ZONES
 	// PausePoll is how often work held by an operator pause that no resume signal
 	// ended asks the limiter again (PARITYSYNC_PAUSE_POLL).
 	PausePoll time.Duration
@@ -74,13 +69,13 @@ func DefaultSettings() Settings {
 		TemporalAddress:   "127.0.0.1:7233",
 		TemporalNamespace: "default",
 		TemporalUI:        "http://127.0.0.1:8233",
-		TaskQueue:         TaskQueue,
+		TaskQueue:         models.TaskQueue,
 		ChannelURL:        "http://127.0.0.1:8090",
 		KeyPrefix:         "paritysync:",
 		HTTPTimeout:       10 * time.Second,
 		MetricsAddr:       "127.0.0.1:9464",
 		ChunkSize:         100,
-		MaxInFlight:       DefaultMaxInFlight,
+		MaxInFlight:       models.DefaultMaxInFlight,
 		PropertyPattern:   `^prop_[0-9a-f]{8}$`,
 		MaxActivities:     32,
 		ShutdownTimeout:   30 * time.Second,
@@ -144,12 +139,12 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 	str("TEMPORAL_API_KEY_FILE", &s.TemporalAPIKeyFile)
 	if s.HTTPTimeout > MaxHTTPTimeout {
 		errs = append(errs, fmt.Sprintf("PARITYSYNC_HTTP_TIMEOUT: must be at most %s (a push, its wait for a slot, the call and its records, must end within the %s its activity is given)",
-			MaxHTTPTimeout, PushActivityTimeout))
+			MaxHTTPTimeout, models.PushActivityTimeout))
 	}
 	if (s.TemporalTLS.CertFile == "") != (s.TemporalTLS.KeyFile == "") {
 		errs = append(errs, "TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY: set both or neither")
 	}
-	zones, err := ParsePropertyZones(getenv("PARITYSYNC_TIME_ZONE"), getenv("PARITYSYNC_PROPERTY_ZONES"))
+	zones, err := models.ParsePropertyZones(getenv("PARITYSYNC_TIME_ZONE"), getenv("PARITYSYNC_PROPERTY_ZONES"))
 	if err != nil {
 		errs = append(errs, err.Error())
 	}
@@ -176,7 +171,7 @@ func (s Settings) String() string {
 		MaskURL(s.RedisURL), MaskURL(s.DatabaseURL), s.TemporalAddress, s.TemporalNamespace, s.TaskQueue, s.ChannelURL,
 		s.ChannelsFile, token, s.TokenFile, s.KeyPrefix, s.HTTPTimeout, s.MetricsAddr, s.ChunkSize, s.MaxInFlight,
 		s.MaxActivities, s.ShutdownTimeout, s.TemporalTLS.CertFile, s.TemporalTLS.KeyFile, s.TemporalTLS.CAFile,
-		s.TemporalAPIKeyFile, s.Zones.Default(), len(s.Zones.byProperty))
+		s.TemporalAPIKeyFile, s.Zones.Default(), s.Zones.Listed())
 }
 
 // masked stands in for a hidden secret, or for a whole connection string that
@@ -331,7 +326,7 @@ const DefaultIntakeAddr = "127.0.0.1:8080"
 // LoadIntakeSettings reads intake's own variables; a bad or missing value is an
 // error naming the variable and the rule.
 func LoadIntakeSettings(getenv func(string) string) (IntakeSettings, error) {
-	s := IntakeSettings{Addr: DefaultIntakeAddr, SmootherMaxPending: DefaultMaxPending}
+	s := IntakeSettings{Addr: DefaultIntakeAddr, SmootherMaxPending: models.DefaultMaxPending}
 	if v := strings.TrimSpace(getenv("PARITYSYNC_INTAKE_ADDR")); v != "" {
 		s.Addr = v
 	}
