@@ -15,8 +15,10 @@ import (
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/devtest"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sample"
 )
 
 // stackMemory sums MEMORY USAGE of every key under prefix, in total and by kind:
@@ -67,7 +69,7 @@ func memoryKinds(m map[string]int64) string {
 // coalesce into one line and the gate holds a range per week; 1: every night is a
 // line of its own and a range of its own, the gate's worst case).
 func yearOfRates(channel string, n, every int, today models.Date, version int64) []models.Mutation {
-	rooms, plans := models.SampleRooms, models.SamplePlans
+	rooms, plans := sample.Rooms, sample.Plans
 	props := (n + 365*len(rooms)*len(plans) - 1) / (365 * len(rooms) * len(plans))
 	ms := make([]models.Mutation, 0, n)
 	for night := 1; len(ms) < n; night++ {
@@ -124,7 +126,7 @@ func measureBatchMemory(t *testing.T, srv *devtest.Env, n, every int) {
 	s := startStackWith(t, srv, stackOptions{
 		Channels: map[string]stackChannel{slug: {PerMinute: 600, Burst: 60, MaxLines: 100}},
 		Window:   testWindow,
-		Env:      map[string]string{"PARITYSYNC_CHUNK_SIZE": fmt.Sprint(models.DefaultSettings().ChunkSize)},
+		Env:      map[string]string{"PARITYSYNC_CHUNK_SIZE": fmt.Sprint(config.DefaultSettings().ChunkSize)},
 	})
 	today := models.DateOf(time.Now())
 	ms := yearOfRates(slug, n, every, today, time.Now().UnixNano())
