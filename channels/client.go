@@ -111,6 +111,32 @@ type Client struct {
 	channels map[string]channel
 	timeout  time.Duration
 	now      func() time.Time
+	// configs, when set, is the channels' effective configuration (the codes
+	// stored over the API laid over the YAML's), read at each call.
+	configs func(ctx context.Context) (map[string]models.ChannelConfig, error)
+}
+
+// UseConfigs makes the client read each Channex channel's mapping from f at every
+// push and read-back instead of the configuration it was built with, so a property
+// mapped after the start is pushed without a restart. f answers from a cache
+// (store.Mappings); its error fails the call (nothing is sent).
+func (c *Client) UseConfigs(f func(ctx context.Context) (map[string]models.ChannelConfig, error)) {
+	c.configs = f
+}
+
+// current is ch with its mapping as configured now.
+func (c *Client) current(ctx context.Context, ch channel) (channel, error) {
+	if c.configs == nil || ch.cfg.Protocol != models.ProtocolChannex {
+		return ch, nil
+	}
+	chs, err := c.configs(ctx)
+	if err != nil {
+		return ch, fmt.Errorf("mappings of %s: %w", ch.cfg.Slug, err)
+	}
+	if cfg, ok := chs[ch.cfg.Slug]; ok {
+		ch.cfg.Channex = cfg.Channex
+	}
+	return ch, nil
 }
 
 // channel is a configured channel with its protocol and the URL its paths hang off.
@@ -236,6 +262,10 @@ func (c *Client) Push(ctx context.Context, req models.ChannelRequest) (PushRespo
 	if !ok {
 		return PushResponse{}, fmt.Errorf("push: unknown channel %q", req.Channel)
 	}
+	ch, err := c.current(ctx, ch)
+	if err != nil {
+		return PushResponse{}, fmt.Errorf("push: %w", err)
+	}
 	cl, err := ch.proto.encode(ch.cfg, req, c.now())
 	if err != nil {
 		return PushResponse{Class: ClassRejected, Message: truncate(err.Error())}, nil
@@ -278,6 +308,10 @@ func (c *Client) ReadBack(ctx context.Context, channelSlug, propertyID string, f
 	ch, ok := c.channels[channelSlug]
 	if !ok {
 		return models.ARIState{}, fmt.Errorf("read back: unknown channel %q", channelSlug)
+	}
+	ch, err := c.current(ctx, ch)
+	if err != nil {
+		return models.ARIState{}, fmt.Errorf("read back: %w", err)
 	}
 	// The protocol's errors already name the channel and what was read.
 	return ch.proto.readBack(ctx, reader{c: c, ch: ch}, propertyID, from, to)

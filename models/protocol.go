@@ -172,41 +172,47 @@ func (c ChannelConfig) validateProtocol() error {
 		return fail("rate_per_minute", "must be at most %d: Channex allows %d requests per property and endpoint in 60 s",
 			ChannexRequestsPerMinute, ChannexRequestsPerMinute)
 	}
-	if c.Channex.IsZero() {
-		return fail("channex.properties", "at least one property must be mapped")
-	}
+	// A Channex channel may start with no property mapped: properties mapped over
+	// the API (PUT /v1/properties/{id}/channels with codes) come from PostgreSQL.
 	for _, prop := range sortedKeys(c.Channex.Properties) {
-		p := c.Channex.Properties[prop]
-		where := "channex.properties." + prop
-		switch {
-		case !uuidRE.MatchString(p.PropertyID):
-			return fail(where+".property_id", "must be a UUID")
-		case !IsCurrencyCode(p.Currency):
-			return fail(where+".currency", "must be an active ISO 4217 code")
-		case len(p.RoomTypes) == 0:
-			return fail(where+".room_types", "at least one room type must be mapped")
-		}
-		for _, room := range sortedKeys(p.RoomTypes) {
-			if !isCode(room, 2, 16) {
-				return fail(where+".room_types."+room, RuleRoomTypeCode)
-			}
-			if !uuidRE.MatchString(p.RoomTypes[room]) {
-				return fail(where+".room_types."+room, "must be a UUID")
-			}
-		}
-		for _, key := range sortedKeys(p.RatePlans) {
-			room, plan, ok := strings.Cut(key, "/")
-			switch {
-			case !ok || !isCode(plan, 2, 24):
-				return fail(where+".rate_plans."+key, "key must be ROOM/PLAN (room type code / rate plan code)")
-			case p.RoomTypes[room] == "":
-				return fail(where+".rate_plans."+key, "room type %s must be in room_types", room)
-			case !uuidRE.MatchString(p.RatePlans[key]):
-				return fail(where+".rate_plans."+key, "must be a UUID")
-			}
+		if field, rule := c.Channex.Properties[prop].Problem(); field != "" {
+			return fail("channex.properties."+prop+"."+field, "%s", rule)
 		}
 	}
 	return nil
+}
+
+// Problem is the first field of p (property_id, currency, room_types.<code>,
+// rate_plans.<key>) that breaks its rule, and the rule; "" when p is sound.
+func (p ChannexProperty) Problem() (field, rule string) {
+	switch {
+	case !uuidRE.MatchString(p.PropertyID):
+		return "property_id", "must be a UUID"
+	case !IsCurrencyCode(p.Currency):
+		return "currency", "must be an active ISO 4217 code"
+	case len(p.RoomTypes) == 0:
+		return "room_types", "at least one room type must be mapped"
+	}
+	for _, room := range sortedKeys(p.RoomTypes) {
+		if !isCode(room, 2, 16) {
+			return "room_types." + room, RuleRoomTypeCode
+		}
+		if !uuidRE.MatchString(p.RoomTypes[room]) {
+			return "room_types." + room, "must be a UUID"
+		}
+	}
+	for _, key := range sortedKeys(p.RatePlans) {
+		room, plan, ok := strings.Cut(key, "/")
+		switch {
+		case !ok || !isCode(plan, 2, 24):
+			return "rate_plans." + key, "key must be ROOM/PLAN (room type code / rate plan code)"
+		case p.RoomTypes[room] == "":
+			return "rate_plans." + key, "room type " + room + " must be in room_types"
+		case !uuidRE.MatchString(p.RatePlans[key]):
+			return "rate_plans." + key, "must be a UUID"
+		}
+	}
+	return "", ""
 }
 
 func sortedKeys[V any](m map[string]V) []string {

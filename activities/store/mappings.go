@@ -2,22 +2,59 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/paritysync/paritysync/models"
 )
 
+// PropertyChannel is one channel a property is on, with its codes there when the
+// channel needs any (Channex: ids); nil codes fall back to the worker's YAML.
+type PropertyChannel struct {
+	Channel string
+	Channex *models.ChannexProperty
+}
+
 // SetPropertyChannels makes channels (slugs) the whole list of channels property
-// is on, in one transaction; an empty list unmaps it.
+// is on, without codes, in one transaction; an empty list unmaps it.
 func (s *Store) SetPropertyChannels(ctx context.Context, property string, channels []string) error {
-	ids, err := s.channelIDs(ctx, channels...)
+	list := make([]PropertyChannel, len(channels))
+	for i, ch := range channels {
+		list[i] = PropertyChannel{Channel: ch}
+	}
+	return s.SetPropertyMappings(ctx, property, list)
+}
+
+// SetPropertyMappings makes list the whole of property's channels and codes, in one
+// transaction that also moves mapping_version, so every cache (Mappings) reloads
+// at its next check; an empty list unmaps the property.
+func (s *Store) SetPropertyMappings(ctx context.Context, property string, list []PropertyChannel) error {
+	slugs := make([]string, len(list))
+	for i, pc := range list {
+		slugs[i] = pc.Channel
+	}
+	ids, err := s.channelIDs(ctx, slugs...)
 	if err != nil {
 		return fmt.Errorf("map property %s: %w", property, err)
 	}
-	chIDs := make([]int16, 0, len(ids))
-	for _, id := range ids {
-		chIDs = append(chIDs, id)
+	chIDs := make([]int16, len(list))
+	codes := make([]pgtype.Text, len(list))
+	for i, pc := range list {
+		chIDs[i] = ids[pc.Channel]
+		if pc.Channex != nil {
+			b, err := json.Marshal(pc.Channex)
+			if err != nil {
+				return fmt.Errorf("map property %s: %w", property, err)
+			}
+			codes[i] = pgtype.Text{String: string(b), Valid: true}
+		}
 	}
 	now := s.now()
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
@@ -25,9 +62,15 @@ func (s *Store) SetPropertyChannels(ctx context.Context, property string, channe
 			property, chIDs); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `
-INSERT INTO property_channels (property_id, channel, updated_at) SELECT $1, c, $3 FROM unnest($2::smallint[]) c
-ON CONFLICT (property_id, channel) DO NOTHING`, property, chIDs, now)
+		if _, err := tx.Exec(ctx, `
+INSERT INTO property_channels (property_id, channel, updated_at, codes)
+SELECT $1, c, $3, k FROM unnest($2::smallint[], $4::text[]::jsonb[]) AS u(c, k)
+ON CONFLICT (property_id, channel) DO UPDATE SET codes = excluded.codes,
+	updated_at = CASE WHEN property_channels.codes IS NOT DISTINCT FROM excluded.codes
+		THEN property_channels.updated_at ELSE excluded.updated_at END`, property, chIDs, now, codes); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE mapping_version SET version = version + 1`)
 		return err
 	})
 	if err != nil {
@@ -54,4 +97,144 @@ WHERE p.property_id = ANY($1)`, properties)
 		slices.Sort(l)
 	}
 	return out, nil
+}
+
+// PropertyMappings is property's channels with their codes, sorted by channel.
+func (s *Store) PropertyMappings(ctx context.Context, property string) ([]PropertyChannel, error) {
+	rows, _ := s.pool.Query(ctx, `
+SELECT ch.slug, p.codes FROM property_channels p JOIN channels ch ON ch.id = p.channel
+WHERE p.property_id = $1 ORDER BY ch.slug`, property)
+	var out []PropertyChannel
+	var slug string
+	var codes []byte
+	if _, err := pgx.ForEachRow(rows, []any{&slug, &codes}, func() error {
+		pc := PropertyChannel{Channel: slug}
+		if codes != nil {
+			pc.Channex = new(models.ChannexProperty)
+			if err := json.Unmarshal(codes, pc.Channex); err != nil {
+				return fmt.Errorf("codes of %s on %s: %w", property, slug, err)
+			}
+		}
+		out = append(out, pc)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("mappings of %s: %w", property, err)
+	}
+	return out, nil
+}
+
+// DefaultMappingsTTL is how long a Mappings cache trusts what it read before it
+// asks PostgreSQL whether the mappings moved (one primary-key read of
+// mapping_version): a property mapped over the API is pushed within it.
+const DefaultMappingsTTL = 2 * time.Second
+
+// Mappings is the channels' effective configuration: the YAML's, with the codes
+// stored over the API (property_channels.codes) laid over its channex.properties
+// — a property's stored codes on a channel win over the YAML's, and a YAML
+// property without stored codes stays in force (the YAML seeds, PostgreSQL
+// overrides). It checks mapping_version at most every ttl and reloads the codes
+// only when it moved; between checks it answers from memory.
+type Mappings struct {
+	st   *Store
+	base map[string]models.ChannelConfig
+	ttl  time.Duration
+
+	mu      sync.Mutex
+	checked time.Time
+	version int64
+	merged  map[string]models.ChannelConfig
+}
+
+// NewMappings is the cache of st's mappings over the YAML channels chs; ttl 0 is
+// DefaultMappingsTTL.
+func (s *Store) NewMappings(chs []models.ChannelConfig, ttl time.Duration) *Mappings {
+	if ttl <= 0 {
+		ttl = DefaultMappingsTTL
+	}
+	return &Mappings{st: s, base: models.ChannelMap(chs), ttl: ttl, version: -1}
+}
+
+// Channels is the effective configuration of every channel, by slug. The map and
+// its configs are shared: read them, never write. On an error it returns the last
+// configuration it had (the YAML's at first) with the error.
+func (m *Mappings) Channels(ctx context.Context) (map[string]models.ChannelConfig, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.merged != nil && time.Since(m.checked) < m.ttl {
+		return m.merged, nil
+	}
+	last := m.merged
+	if last == nil {
+		last = m.base
+	}
+	var version int64
+	if err := m.st.pool.QueryRow(ctx, `SELECT version FROM mapping_version`).Scan(&version); err != nil {
+		return last, fmt.Errorf("mapping version: %w", err)
+	}
+	if version == m.version && m.merged != nil {
+		m.checked = time.Now()
+		return m.merged, nil
+	}
+	merged, err := m.load(ctx)
+	if err != nil {
+		return last, err
+	}
+	m.merged, m.version, m.checked = merged, version, time.Now()
+	return merged, nil
+}
+
+// Channel is channel slug's effective configuration; ok is false for an
+// unconfigured channel.
+func (m *Mappings) Channel(ctx context.Context, slug string) (models.ChannelConfig, bool, error) {
+	chs, err := m.Channels(ctx)
+	cfg, ok := chs[slug]
+	return cfg, ok, err
+}
+
+// load reads every stored code and lays them over the YAML's mappings.
+func (m *Mappings) load(ctx context.Context) (map[string]models.ChannelConfig, error) {
+	rows, _ := m.st.pool.Query(ctx, `
+SELECT ch.slug, p.property_id, p.codes FROM property_channels p JOIN channels ch ON ch.id = p.channel
+WHERE p.codes IS NOT NULL`)
+	stored := map[string]map[string]models.ChannexProperty{}
+	var slug, prop string
+	var codes []byte
+	if _, err := pgx.ForEachRow(rows, []any{&slug, &prop, &codes}, func() error {
+		var p models.ChannexProperty
+		if err := json.Unmarshal(codes, &p); err != nil {
+			return fmt.Errorf("codes of %s on %s: %w", prop, slug, err)
+		}
+		if stored[slug] == nil {
+			stored[slug] = map[string]models.ChannexProperty{}
+		}
+		stored[slug][prop] = p
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("load mappings: %w", err)
+	}
+	out := make(map[string]models.ChannelConfig, len(m.base))
+	for slug, cfg := range m.base {
+		if props := stored[slug]; len(props) > 0 && cfg.Protocol == models.ProtocolChannex {
+			all := maps.Clone(cfg.Channex.Properties)
+			if all == nil {
+				all = map[string]models.ChannexProperty{}
+			}
+			maps.Copy(all, props)
+			cfg.Channex = models.ChannexMapping{Properties: all}
+		}
+		out[slug] = cfg
+	}
+	return out, nil
+}
+
+// Validator is v checking against the effective configuration (a copy of v; v is
+// untouched).
+func (m *Mappings) Validator(ctx context.Context, v *models.Validator) (*models.Validator, error) {
+	chs, err := m.Channels(ctx)
+	if err != nil {
+		return v, err
+	}
+	cp := *v
+	cp.Channels = chs
+	return &cp, nil
 }
