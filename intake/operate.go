@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -265,7 +267,16 @@ func (s *Server) ackDLQ(w http.ResponseWriter, r *http.Request) {
 type propertyChannels struct {
 	PropertyID string   `json:"property_id"`
 	Channels   []string `json:"channels"`
+	// Codes are the property's ids on the channels that need them (Channex), by
+	// channel; a channel without an entry uses the worker's YAML (channex.properties).
+	Codes map[string]models.ChannexProperty `json:"codes,omitempty"`
 }
+
+// Rules of a property's codes, as a 400 names them.
+const (
+	ruleCodesListed  = "must be a channel of channels"
+	ruleCodesChannex = "codes are for a channel of protocol channex (the others take paritysync's codes as they are)"
+)
 
 // propertyOf is the path's property id when it matches the property pattern;
 // otherwise it answers 404.
@@ -284,14 +295,20 @@ func (s *Server) getPropertyChannels(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	m, err := s.st.PropertyChannels(r.Context(), []string{id})
+	list, err := s.st.PropertyMappings(r.Context(), id)
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
-	out := propertyChannels{PropertyID: id, Channels: m[id]}
-	if out.Channels == nil {
-		out.Channels = []string{}
+	out := propertyChannels{PropertyID: id, Channels: []string{}}
+	for _, pc := range list {
+		out.Channels = append(out.Channels, pc.Channel)
+		if pc.Channex != nil {
+			if out.Codes == nil {
+				out.Codes = map[string]models.ChannexProperty{}
+			}
+			out.Codes[pc.Channel] = *pc.Channex
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -308,12 +325,14 @@ func (s *Server) putPropertyChannels(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in struct {
-		Channels []string `json:"channels"`
+		Channels []string                          `json:"channels"`
+		Codes    map[string]models.ChannexProperty `json:"codes"`
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil || in.Channels == nil {
-		writeProblem(w, r, http.StatusBadRequest, probBadRequest, `want {"channels": ["expedia", …]} (an empty list unmaps the property)`,
+		writeProblem(w, r, http.StatusBadRequest, probBadRequest,
+			`want {"channels": ["expedia", …], "codes": {"<channex channel>": {…}}} (an empty list unmaps the property)`,
 			func(p *problem) { p.Field, p.Rule = "channels", models.RuleRequired })
 		return
 	}
@@ -331,7 +350,32 @@ func (s *Server) putPropertyChannels(w http.ResponseWriter, r *http.Request) {
 		}
 		seen[ch] = true
 	}
-	if err := s.st.SetPropertyChannels(r.Context(), id, in.Channels); err != nil {
+	list := make([]store.PropertyChannel, len(in.Channels))
+	for i, ch := range in.Channels {
+		list[i] = store.PropertyChannel{Channel: ch}
+	}
+	for _, ch := range slices.Sorted(maps.Keys(in.Codes)) {
+		field, rule := "codes."+ch, ""
+		i := slices.Index(in.Channels, ch)
+		switch {
+		case i < 0:
+			rule = ruleCodesListed
+		case s.channels[ch].Protocol != models.ProtocolChannex:
+			rule = ruleCodesChannex
+		default:
+			if f, r := in.Codes[ch].Problem(); f != "" {
+				field, rule = field+"."+f, r
+			}
+		}
+		if rule != "" {
+			writeProblem(w, r, http.StatusBadRequest, probBadRequest, field+": "+rule+"; nothing was changed",
+				func(p *problem) { p.Field, p.Rule = field, rule })
+			return
+		}
+		c := in.Codes[ch]
+		list[i].Channex = &c
+	}
+	if err := s.st.SetPropertyMappings(r.Context(), id, list); err != nil {
 		s.internal(w, r, err)
 		return
 	}

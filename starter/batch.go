@@ -302,10 +302,10 @@ func (c *cli) batchDryRun(file, id string) error {
 	return verdict
 }
 
-// hasStar reports whether a mutation of ms is for channel "*".
+// hasStar reports whether a mutation of ms is for channel "*" (or names none).
 func hasStar(ms []models.Mutation) bool {
 	for _, m := range ms {
-		if m.Channel == ops.AllChannels {
+		if ops.EveryChannel(m) {
 			return true
 		}
 	}
