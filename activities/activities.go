@@ -139,7 +139,7 @@ func (a *Activities) PrepareBatch(ctx context.Context, in models.BatchSyncInput)
 	v := a.Validator
 	if a.Mappings != nil {
 		var err error
-		if v, err = a.Mappings.Validator(ctx, a.Validator); err != nil {
+		if v, err = a.Mappings.ValidatorFor(ctx, a.Validator, ms); err != nil {
 			return plan, err
 		}
 	}

@@ -113,27 +113,28 @@ type Client struct {
 	now      func() time.Time
 	// configs, when set, is the channels' effective configuration (the codes
 	// stored over the API laid over the YAML's), read at each call.
-	configs func(ctx context.Context) (map[string]models.ChannelConfig, error)
+	configs func(ctx context.Context, channel, property string) (models.ChannelConfig, error)
 }
 
-// UseConfigs makes the client read each Channex channel's mapping from f at every
-// push and read-back instead of the configuration it was built with, so a property
-// mapped after the start is pushed without a restart. f answers from a cache
-// (store.Mappings); its error fails the call (nothing is sent).
-func (c *Client) UseConfigs(f func(ctx context.Context) (map[string]models.ChannelConfig, error)) {
+// UseConfigs makes the client read each Channex channel's mapping from f (the
+// channel's configuration for a property) at every push and read-back instead of
+// the configuration it was built with, so a property mapped after the start is
+// pushed without a restart. f answers from a cache (store.Mappings.ChannelFor);
+// its error fails the call (nothing is sent).
+func (c *Client) UseConfigs(f func(ctx context.Context, channel, property string) (models.ChannelConfig, error)) {
 	c.configs = f
 }
 
-// current is ch with its mapping as configured now.
-func (c *Client) current(ctx context.Context, ch channel) (channel, error) {
+// current is ch with its mapping of property as configured now.
+func (c *Client) current(ctx context.Context, ch channel, property string) (channel, error) {
 	if c.configs == nil || ch.cfg.Protocol != models.ProtocolChannex {
 		return ch, nil
 	}
-	chs, err := c.configs(ctx)
+	cfg, err := c.configs(ctx, ch.cfg.Slug, property)
 	if err != nil {
 		return ch, fmt.Errorf("mappings of %s: %w", ch.cfg.Slug, err)
 	}
-	if cfg, ok := chs[ch.cfg.Slug]; ok {
+	if cfg.Slug == ch.cfg.Slug {
 		ch.cfg.Channex = cfg.Channex
 	}
 	return ch, nil
@@ -262,7 +263,7 @@ func (c *Client) Push(ctx context.Context, req models.ChannelRequest) (PushRespo
 	if !ok {
 		return PushResponse{}, fmt.Errorf("push: unknown channel %q", req.Channel)
 	}
-	ch, err := c.current(ctx, ch)
+	ch, err := c.current(ctx, ch, req.PropertyID)
 	if err != nil {
 		return PushResponse{}, fmt.Errorf("push: %w", err)
 	}
@@ -309,7 +310,7 @@ func (c *Client) ReadBack(ctx context.Context, channelSlug, propertyID string, f
 	if !ok {
 		return models.ARIState{}, fmt.Errorf("read back: unknown channel %q", channelSlug)
 	}
-	ch, err := c.current(ctx, ch)
+	ch, err := c.current(ctx, ch, propertyID)
 	if err != nil {
 		return models.ARIState{}, fmt.Errorf("read back: %w", err)
 	}

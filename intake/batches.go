@@ -64,7 +64,7 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	v, chs, err := s.checker(r.Context())
+	v, chs, err := s.checker(r.Context(), decoded.Mutations)
 	if err != nil {
 		s.internal(w, r, err)
 		return

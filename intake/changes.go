@@ -101,7 +101,7 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
-	v, _, err := s.checker(r.Context())
+	v, _, err := s.checker(r.Context(), decoded.Mutations)
 	if err != nil {
 		s.internal(w, r, err)
 		return

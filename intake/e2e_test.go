@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,9 +52,17 @@ type stack struct {
 	// ns is the test's namespace on the dev server, dbURL its PostgreSQL schema.
 	ns    string
 	dbURL string
+	sim   *sim.Simulator
 }
 
 func startStack(t *testing.T, edit ...func(*Config)) *stack {
+	t.Helper()
+	return startStackWith(t, nil, nil, edit...)
+}
+
+// startStackWith is startStack with more channels: extra are paritysync's (worker
+// and intake), simExtra the simulator's (a Channex channel knows its ids there).
+func startStackWith(t *testing.T, extra, simExtra []models.ChannelConfig, edit ...func(*Config)) *stack {
 	t.Helper()
 	ctx := context.Background()
 	// The test's namespace on the package's dev server (devtest: the new matcher with
@@ -84,7 +93,9 @@ func startStack(t *testing.T, edit ...func(*Config)) *stack {
 		return ""
 	})
 	require.NoError(t, err)
-	simulator := sim.New(sim.Config{Channels: chs, StaticTokens: []string{"e2e-token"}})
+	simChannels := append(slices.Clone(chs), simExtra...)
+	chs = append(chs, extra...)
+	simulator := sim.New(sim.Config{Channels: simChannels, StaticTokens: []string{"e2e-token"}})
 	simSrv := httptest.NewServer(simulator)
 	t.Cleanup(func() { simSrv.Close(); simulator.Close() })
 
@@ -99,8 +110,13 @@ func startStack(t *testing.T, edit ...func(*Config)) *stack {
 	}
 	v, err := models.NewValidator(chs, s.PropertyPattern, time.Now)
 	require.NoError(t, err)
-	acts := &activities.Activities{Limiter: lim, Client: channels.New(http.DefaultClient, simSrv.URL, creds, chs, 10*time.Second),
-		Tokens: creds, Store: st, Channels: models.ChannelMap(chs), Validator: v, ChunkSize: 5,
+	// As the worker's app wires it: the codes stored over the API are read through
+	// a cache, so a property mapped while the worker runs is pushed.
+	mappings := st.NewMappings(chs, 0)
+	cc := channels.New(http.DefaultClient, simSrv.URL, creds, chs, 10*time.Second)
+	cc.UseConfigs(mappings.ChannelFor)
+	acts := &activities.Activities{Limiter: lim, Client: cc,
+		Tokens: creds, Store: st, Channels: models.ChannelMap(chs), Validator: v, Mappings: mappings, ChunkSize: 5,
 		Metrics: activities.NewMetrics(prometheus.NewRegistry())}
 	tc := srv.Client()
 	w := worker.New(tc, queue, worker.Options{})
@@ -121,7 +137,7 @@ func startStack(t *testing.T, edit ...func(*Config)) *stack {
 	require.NoError(t, err)
 	t.Cleanup(api.Close)
 	return &stack{srv: api, api: api.Handler(), st: st, tc: tc, rdb: rdb, prefix: prefix, queue: queue,
-		ns: srv.Namespace(), dbURL: s.DatabaseURL}
+		ns: srv.Namespace(), dbURL: s.DatabaseURL, sim: simulator}
 }
 
 func decodeJSON[T any](t *testing.T, resp *http.Response) T {

@@ -379,5 +379,8 @@ func (s *Server) putPropertyChannels(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
+	if s.mappings != nil {
+		s.mappings.Invalidate() // a remapped property's new codes count from the next request here
+	}
 	s.getPropertyChannels(w, r)
 }

@@ -28,7 +28,7 @@ type problem struct {
 	Changes    []changeResult `json:"changes,omitempty"`
 	// CallbackEventID is a webhook post's callback event (callback_url).
 	CallbackEventID string `json:"callback_event_id,omitempty"`
-	BatchID    string         `json:"batch_id,omitempty"`
+	BatchID         string `json:"batch_id,omitempty"`
 }
 
 // problemBase prefixes the problem types; the README documents each.

@@ -90,10 +90,10 @@ type Server struct {
 	// mappings lays the codes stored over the API over the YAML's channels; nil
 	// without a store.
 	mappings *store.Mappings
-	log       *slog.Logger
-	now       func() time.Time
-	metrics   *serverMetrics
-	registry  *prometheus.Registry
+	log      *slog.Logger
+	now      func() time.Time
+	metrics  *serverMetrics
+	registry *prometheus.Registry
 
 	// submitters are the channels' group commits into their smoothers, started
 	// on a channel's first post and stopped by Close.
@@ -163,13 +163,14 @@ func NewServer(cfg Config, tc client.Client, rdb redis.UniversalClient, st *stor
 	return s, nil
 }
 
-// checker is the validator with the channels' codes as stored now (a property
-// mapped over the API a moment ago is not refused as unmapped), and the channels.
-func (s *Server) checker(ctx context.Context) (*models.Validator, map[string]models.ChannelConfig, error) {
+// checker is the validator with the channels' codes as stored now for ms (a
+// property mapped over the API a moment ago is not refused as unmapped), and the
+// channels.
+func (s *Server) checker(ctx context.Context, ms []models.Mutation) (*models.Validator, map[string]models.ChannelConfig, error) {
 	if s.mappings == nil {
 		return s.validator, s.channels, nil
 	}
-	v, err := s.mappings.Validator(ctx, s.validator)
+	v, err := s.mappings.ValidatorFor(ctx, s.validator, ms)
 	return v, v.Channels, err
 }
 

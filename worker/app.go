@@ -163,7 +163,7 @@ func newActivities(s models.Settings, chs []models.ChannelConfig, st *store.Stor
 	// The codes of properties mapped over the API, laid over the YAML's and read
 	// through a short cache: a property mapped now is pushed without a restart.
 	mappings := st.NewMappings(chs, store.DefaultMappingsTTL)
-	cc.UseConfigs(mappings.Channels)
+	cc.UseConfigs(mappings.ChannelFor)
 	v, err := models.NewValidator(chs, s.PropertyPattern, time.Now)
 	if err != nil {
 		return nil, startupError{fmt.Errorf("PARITYSYNC_PROPERTY_PATTERN: %w", err)}

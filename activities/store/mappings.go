@@ -133,7 +133,10 @@ const DefaultMappingsTTL = 2 * time.Second
 // — a property's stored codes on a channel win over the YAML's, and a YAML
 // property without stored codes stays in force (the YAML seeds, PostgreSQL
 // overrides). It checks mapping_version at most every ttl and reloads the codes
-// only when it moved; between checks it answers from memory.
+// only when it moved; between checks it answers from memory, except that a
+// Channex property it does not map makes it check at once (ChannelsFor,
+// ChannelFor): a new property is pushed from its first batch on, a remapped one
+// within ttl.
 type Mappings struct {
 	st   *Store
 	base map[string]models.ChannelConfig
@@ -154,13 +157,67 @@ func (s *Store) NewMappings(chs []models.ChannelConfig, ttl time.Duration) *Mapp
 	return &Mappings{st: s, base: models.ChannelMap(chs), ttl: ttl, version: -1}
 }
 
-// Channels is the effective configuration of every channel, by slug. The map and
-// its configs are shared: read them, never write. On an error it returns the last
-// configuration it had (the YAML's at first) with the error.
+// Channels is the effective configuration of every channel, by slug, as last
+// checked (at most ttl ago). The map and its configs are shared: read them, never
+// write. On an error it returns the last configuration it had (the YAML's at
+// first) with the error.
 func (m *Mappings) Channels(ctx context.Context) (map[string]models.ChannelConfig, error) {
+	return m.get(ctx, false)
+}
+
+// ChannelsFor is Channels checked against PostgreSQL now when a mutation of ms is
+// for a Channex channel on which the cached configuration does not map its
+// property: a property mapped a moment ago is never refused as unmapped, and the
+// usual call costs no query.
+func (m *Mappings) ChannelsFor(ctx context.Context, ms []models.Mutation) (map[string]models.ChannelConfig, error) {
+	chs, err := m.get(ctx, false)
+	if err != nil {
+		return chs, err
+	}
+	for _, mu := range ms {
+		if unmapped(chs, mu.Channel, mu.PropertyID) {
+			return m.get(ctx, true)
+		}
+	}
+	return chs, nil
+}
+
+// ChannelFor is channel slug's effective configuration, checked against
+// PostgreSQL now when the cached one does not map property.
+func (m *Mappings) ChannelFor(ctx context.Context, slug, property string) (models.ChannelConfig, error) {
+	chs, err := m.get(ctx, false)
+	if err == nil && unmapped(chs, slug, property) {
+		chs, err = m.get(ctx, true)
+	}
+	return chs[slug], err
+}
+
+// unmapped reports whether channel slug of chs is a Channex channel that does not
+// map property.
+func unmapped(chs map[string]models.ChannelConfig, slug, property string) bool {
+	cfg, ok := chs[slug]
+	if !ok || cfg.Protocol != models.ProtocolChannex {
+		return false
+	}
+	_, ok = cfg.Channex.Properties[property]
+	return !ok
+}
+
+// Invalidate makes the next call check PostgreSQL (a writer in this process has
+// just moved the mappings).
+func (m *Mappings) Invalidate() {
+	m.mu.Lock()
+	m.checked = time.Time{}
+	m.mu.Unlock()
+}
+
+// get is the effective configuration: from memory when checked less than ttl
+// ago (and fresh is false), else after reading mapping_version, reloaded when it
+// moved.
+func (m *Mappings) get(ctx context.Context, fresh bool) (map[string]models.ChannelConfig, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.merged != nil && time.Since(m.checked) < m.ttl {
+	if !fresh && m.merged != nil && time.Since(m.checked) < m.ttl {
 		return m.merged, nil
 	}
 	last := m.merged
@@ -181,14 +238,6 @@ func (m *Mappings) Channels(ctx context.Context) (map[string]models.ChannelConfi
 	}
 	m.merged, m.version, m.checked = merged, version, time.Now()
 	return merged, nil
-}
-
-// Channel is channel slug's effective configuration; ok is false for an
-// unconfigured channel.
-func (m *Mappings) Channel(ctx context.Context, slug string) (models.ChannelConfig, bool, error) {
-	chs, err := m.Channels(ctx)
-	cfg, ok := chs[slug]
-	return cfg, ok, err
 }
 
 // load reads every stored code and lays them over the YAML's mappings.
@@ -227,10 +276,10 @@ WHERE p.codes IS NOT NULL`)
 	return out, nil
 }
 
-// Validator is v checking against the effective configuration (a copy of v; v is
-// untouched).
-func (m *Mappings) Validator(ctx context.Context, v *models.Validator) (*models.Validator, error) {
-	chs, err := m.Channels(ctx)
+// ValidatorFor is v checking ms against the effective configuration
+// (ChannelsFor); a copy of v, v is untouched.
+func (m *Mappings) ValidatorFor(ctx context.Context, v *models.Validator, ms []models.Mutation) (*models.Validator, error) {
+	chs, err := m.ChannelsFor(ctx, ms)
 	if err != nil {
 		return v, err
 	}
