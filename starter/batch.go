@@ -277,7 +277,10 @@ func (c *cli) batchDryRun(file, id string) error {
 			return err
 		}
 	}
-	r := ops.DryRun(decoded, v, models.ChannelMap(d.channels), d.settings.MaxInFlight, id)
+	if v, err = d.withStoredCodes(context.Background(), v, decoded.Mutations); err != nil {
+		return err
+	}
+	r := ops.DryRun(decoded, v, v.Channels, d.settings.MaxInFlight, id)
 	verdict := error(nil)
 	if len(r.Rejected) > 0 {
 		verdict = errReported
