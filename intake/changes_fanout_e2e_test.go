@@ -131,3 +131,68 @@ func TestChangesFanOutPerChannelAndCallBackOncePerPost(t *testing.T) {
 	require.Len(t, ev.Outcomes, 1)
 	require.Equal(t, "w5", ev.Outcomes[0].MutationID)
 }
+
+// TestAFannedOutChangeIsAdmittedPerChannel: with smoothers admitting at most 2
+// waiting changes, a post whose "*" change joins two others for expedia is refused
+// whole on expedia (429, the "*" change's expedia answer refused) and accepted on
+// agoda, which commits it; the refused row's status is refused. The post's
+// callback still comes once, when agoda's change has its outcome.
+func TestAFannedOutChangeIsAdmittedPerChannel(t *testing.T) {
+	t.Parallel()
+	c := loadContract(t)
+	rc := &callbackReceiver{}
+	recv := httptest.NewServer(rc)
+	t.Cleanup(recv.Close)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "secret"), []byte("acme-callback-secret-0123456789"), 0o600))
+	file := filepath.Join(dir, "callbacks.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("tenants:\n  acme:\n    secret_file: "+filepath.Join(dir, "secret")+
+		"\n    allow:\n      - "+recv.URL+"/hooks/\n"), 0o600))
+	cbs, err := loadCallbacks(file)
+	require.NoError(t, err)
+	s := startStack(t, func(cfg *Config) {
+		cfg.SmootherMaxPending = 2
+		cfg.Callbacks, cfg.CallbackPoll, cfg.CallbackBackoff = cbs, 50*time.Millisecond, 200*time.Millisecond
+	})
+	h := s.api
+	resp := c.do(t, h, request(http.MethodPut, "/v1/properties/prop_0000abcd/channels", `{"channels":["agoda","expedia"]}`), true)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	body := "[" + strings.Join([]string{
+		mutationRow("p1", "*", 1),
+		mutationRow("p2", "expedia", 1, `"room_type_code":"DBL"`, `"room_type_code":"TWN"`),
+		mutationRow("p3", "expedia", 1, `"room_type_code":"DBL"`, `"room_type_code":"STE"`),
+	}, ",") + "]"
+	resp = c.do(t, h, request(http.MethodPost, "/v1/changes?callback_url="+url.QueryEscape(recv.URL+"/hooks/p"), body), true)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	p := decodeProblem(t, resp)
+	require.Equal(t, problemBase+probSmootherFull, p.Type)
+	require.NotEmpty(t, p.CallbackEventID)
+	star := p.Changes[0]
+	require.Equal(t, "p1", star.ID)
+	require.Equal(t, changeRefused, star.Status)
+	require.Equal(t, p.RetryAfter, star.RetryAfter)
+	require.Len(t, star.Channels, 2)
+	require.Equal(t, "agoda", star.Channels[0].Channel)
+	require.Equal(t, changeAccepted, star.Channels[0].Status, "agoda's smoother has room")
+	require.Equal(t, "/v1/changes/p1@agoda", star.Channels[0].OutcomeURL)
+	require.Equal(t, "expedia", star.Channels[1].Channel)
+	require.Equal(t, changeRefused, star.Channels[1].Status, "3 expedia changes do not fit under 2, refused whole")
+	require.Equal(t, ruleSmootherFull, star.Channels[1].Problems[0].Rule)
+	for _, ch := range p.Changes[1:] {
+		require.Equal(t, changeRefused, ch.Status, "%+v", ch)
+	}
+	require.Eventually(t, func() bool {
+		out := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, "/v1/changes/p1@agoda", ""), true))
+		return len(out.Outcomes) == 1 && out.Outcomes[0].Outcome == models.OutcomeCommitted
+	}, 2*time.Minute, 250*time.Millisecond, "the channel that took it commits it")
+	require.Eventually(t, func() bool { return len(rc.on("/hooks/p")) >= 1 }, time.Minute, 50*time.Millisecond)
+	time.Sleep(time.Second)
+	got := rc.on("/hooks/p")
+	require.Len(t, got, 1, "exactly one callback per post")
+	require.Equal(t, p.CallbackEventID, got[0].eventID)
+	var ev store.PostCompleted
+	require.NoError(t, json.Unmarshal(got[0].body, &ev))
+	require.Len(t, ev.Outcomes, 1)
+	require.Equal(t, "p1@agoda", ev.Outcomes[0].MutationID)
+}
