@@ -116,7 +116,7 @@ type Client struct {
 	configs func(ctx context.Context, channel, property string) (models.ChannelConfig, error)
 }
 
-// UseConfigs makes the client read each Channex channel's mapping from f (the
+// UseConfigs makes the client read each Channex and OpenTravel channel's mapping from f (the
 // channel's configuration for a property) at every push and read-back instead of
 // the configuration it was built with, so a property mapped after the start is
 // pushed without a restart. f answers from a cache (store.Mappings.ChannelFor);
@@ -127,7 +127,7 @@ func (c *Client) UseConfigs(f func(ctx context.Context, channel, property string
 
 // current is ch with its mapping of property as configured now.
 func (c *Client) current(ctx context.Context, ch channel, property string) (channel, error) {
-	if c.configs == nil || ch.cfg.Protocol != models.ProtocolChannex {
+	if c.configs == nil || ch.cfg.Protocol != models.ProtocolChannex && ch.cfg.Protocol != models.ProtocolOpenTravel {
 		return ch, nil
 	}
 	cfg, err := c.configs(ctx, ch.cfg.Slug, property)
@@ -135,7 +135,7 @@ func (c *Client) current(ctx context.Context, ch channel, property string) (chan
 		return ch, fmt.Errorf("mappings of %s: %w", ch.cfg.Slug, err)
 	}
 	if cfg.Slug == ch.cfg.Slug {
-		ch.cfg.Channex = cfg.Channex
+		ch.cfg.Channex, ch.cfg.OpenTravel = cfg.Channex, cfg.OpenTravel
 	}
 	return ch, nil
 }

@@ -107,6 +107,9 @@ func startStackWith(t *testing.T, extra, simExtra []models.ChannelConfig, edit .
 	creds := channels.Credentials{}
 	for _, c := range chs {
 		creds[c.Slug] = channels.StaticCredential("e2e-token")
+		if c.Protocol == models.ProtocolOpenTravel {
+			creds[c.Slug] = channels.StaticCredential("paritysync:e2e-token") // Basic user:password
+		}
 	}
 	v, err := models.NewValidator(chs, s.PropertyPattern, time.Now)
 	require.NoError(t, err)

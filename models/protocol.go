@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -98,6 +99,60 @@ type ChannexProperty struct {
 
 // IsZero reports whether no property is mapped.
 func (m ChannexMapping) IsZero() bool { return len(m.Properties) == 0 }
+
+// OpenTravelMapping maps paritysync codes to a channel's OpenTravel codes, per
+// property; a property, room type or rate plan it does not map is sent under
+// paritysync's own code. Only the API sets it (PUT /v1/properties/{id}/channels).
+type OpenTravelMapping struct {
+	// Properties is keyed by our property id.
+	Properties map[string]OpenTravelProperty `json:"properties,omitempty"`
+}
+
+// IsZero reports whether no property is mapped.
+func (m OpenTravelMapping) IsZero() bool { return len(m.Properties) == 0 }
+
+// OpenTravelProperty is one property's codes on an OpenTravel channel.
+type OpenTravelProperty struct {
+	// HotelCode is the property's HotelCode.
+	HotelCode string `json:"hotel_code"`
+	// RoomTypes maps a room type code to its InvTypeCode.
+	RoomTypes map[string]string `json:"room_types,omitempty"`
+	// RatePlans maps "ROOM/PLAN" (room type code / rate plan code) to its
+	// RatePlanCode.
+	RatePlans map[string]string `json:"rate_plans,omitempty"`
+}
+
+// Problem is the first field of p (hotel_code, room_types.<code>,
+// rate_plans.<key>) that breaks its rule, and the rule; "" when p is sound. The
+// codes keep to OpenTravel's lengths (CodeLimits) and hold no control character.
+func (p OpenTravelProperty) Problem() (field, rule string) {
+	lim := ProtocolOpenTravel.CodeLimits()
+	ok := func(code string, max int) bool {
+		n := utf8.RuneCountInString(code)
+		return n >= 1 && n <= max && !strings.ContainsFunc(code, unicode.IsControl)
+	}
+	if !ok(p.HotelCode, lim.Property) {
+		return "hotel_code", fmt.Sprintf("must be 1-%d characters, no control character", lim.Property)
+	}
+	for _, room := range sortedKeys(p.RoomTypes) {
+		switch {
+		case !isCode(room, 2, 16):
+			return "room_types." + room, RuleRoomTypeCode
+		case !ok(p.RoomTypes[room], lim.RoomType):
+			return "room_types." + room, fmt.Sprintf("must be 1-%d characters, no control character", lim.RoomType)
+		}
+	}
+	for _, key := range sortedKeys(p.RatePlans) {
+		_, plan, found := strings.Cut(key, "/")
+		switch {
+		case !found || !isCode(plan, 2, 24):
+			return "rate_plans." + key, "key must be ROOM/PLAN (room type code / rate plan code)"
+		case !ok(p.RatePlans[key], lim.RatePlan):
+			return "rate_plans." + key, fmt.Sprintf("must be 1-%d characters, no control character", lim.RatePlan)
+		}
+	}
+	return "", ""
+}
 
 // RatePlanKey is the RatePlans key of a room type and rate plan.
 func RatePlanKey(room, plan string) string { return room + "/" + plan }

@@ -15,11 +15,18 @@ import (
 	"github.com/paritysync/paritysync/models"
 )
 
-// PropertyChannel is one channel a property is on, with its codes there when the
-// channel needs any (Channex: ids); nil codes fall back to the worker's YAML.
+// PropertyChannel is one channel a property is on, with its codes there: Channex
+// ids (nil: the worker's YAML), or an OpenTravel channel's codes (nil: our own).
 type PropertyChannel struct {
-	Channel string
-	Channex *models.ChannexProperty
+	Channel    string
+	Channex    *models.ChannexProperty
+	OpenTravel *models.OpenTravelProperty
+}
+
+// storedCodes is property_channels.codes: one of the two.
+type storedCodes struct {
+	Channex    *models.ChannexProperty    `json:"channex,omitempty"`
+	OpenTravel *models.OpenTravelProperty `json:"opentravel,omitempty"`
 }
 
 // SetPropertyChannels makes channels (slugs) the whole list of channels property
@@ -48,8 +55,8 @@ func (s *Store) SetPropertyMappings(ctx context.Context, property string, list [
 	codes := make([]pgtype.Text, len(list))
 	for i, pc := range list {
 		chIDs[i] = ids[pc.Channel]
-		if pc.Channex != nil {
-			b, err := json.Marshal(pc.Channex)
+		if pc.Channex != nil || pc.OpenTravel != nil {
+			b, err := json.Marshal(storedCodes{Channex: pc.Channex, OpenTravel: pc.OpenTravel})
 			if err != nil {
 				return fmt.Errorf("map property %s: %w", property, err)
 			}
@@ -110,10 +117,11 @@ WHERE p.property_id = $1 ORDER BY ch.slug`, property)
 	if _, err := pgx.ForEachRow(rows, []any{&slug, &codes}, func() error {
 		pc := PropertyChannel{Channel: slug}
 		if codes != nil {
-			pc.Channex = new(models.ChannexProperty)
-			if err := json.Unmarshal(codes, pc.Channex); err != nil {
+			var c storedCodes
+			if err := json.Unmarshal(codes, &c); err != nil {
 				return fmt.Errorf("codes of %s on %s: %w", property, slug, err)
 			}
+			pc.Channex, pc.OpenTravel = c.Channex, c.OpenTravel
 		}
 		out = append(out, pc)
 		return nil
@@ -183,10 +191,12 @@ func (m *Mappings) ChannelsFor(ctx context.Context, ms []models.Mutation) (map[s
 }
 
 // ChannelFor is channel slug's effective configuration, checked against
-// PostgreSQL now when the cached one does not map property.
+// PostgreSQL now when the cached one does not map property (on an OpenTravel
+// channel too, where a property without codes is sent under its own: one mapped
+// a moment ago is never sent under paritysync's codes).
 func (m *Mappings) ChannelFor(ctx context.Context, slug, property string) (models.ChannelConfig, error) {
 	chs, err := m.get(ctx, false)
-	if err == nil && unmapped(chs, slug, property) {
+	if err == nil && (unmapped(chs, slug, property) || otaUnmapped(chs, slug, property)) {
 		chs, err = m.get(ctx, true)
 	}
 	return chs[slug], err
@@ -200,6 +210,17 @@ func unmapped(chs map[string]models.ChannelConfig, slug, property string) bool {
 		return false
 	}
 	_, ok = cfg.Channex.Properties[property]
+	return !ok
+}
+
+// otaUnmapped reports whether channel slug of chs is an OpenTravel channel that
+// has no codes of property.
+func otaUnmapped(chs map[string]models.ChannelConfig, slug, property string) bool {
+	cfg, ok := chs[slug]
+	if !ok || cfg.Protocol != models.ProtocolOpenTravel {
+		return false
+	}
+	_, ok = cfg.OpenTravel.Properties[property]
 	return !ok
 }
 
@@ -245,31 +266,43 @@ func (m *Mappings) load(ctx context.Context) (map[string]models.ChannelConfig, e
 	rows, _ := m.st.pool.Query(ctx, `
 SELECT ch.slug, p.property_id, p.codes FROM property_channels p JOIN channels ch ON ch.id = p.channel
 WHERE p.codes IS NOT NULL`)
-	stored := map[string]map[string]models.ChannexProperty{}
+	channex := map[string]map[string]models.ChannexProperty{}
+	ota := map[string]map[string]models.OpenTravelProperty{}
 	var slug, prop string
 	var codes []byte
 	if _, err := pgx.ForEachRow(rows, []any{&slug, &prop, &codes}, func() error {
-		var p models.ChannexProperty
-		if err := json.Unmarshal(codes, &p); err != nil {
+		var c storedCodes
+		if err := json.Unmarshal(codes, &c); err != nil {
 			return fmt.Errorf("codes of %s on %s: %w", prop, slug, err)
 		}
-		if stored[slug] == nil {
-			stored[slug] = map[string]models.ChannexProperty{}
+		if c.Channex != nil {
+			if channex[slug] == nil {
+				channex[slug] = map[string]models.ChannexProperty{}
+			}
+			channex[slug][prop] = *c.Channex
 		}
-		stored[slug][prop] = p
+		if c.OpenTravel != nil {
+			if ota[slug] == nil {
+				ota[slug] = map[string]models.OpenTravelProperty{}
+			}
+			ota[slug][prop] = *c.OpenTravel
+		}
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("load mappings: %w", err)
 	}
 	out := make(map[string]models.ChannelConfig, len(m.base))
 	for slug, cfg := range m.base {
-		if props := stored[slug]; len(props) > 0 && cfg.Protocol == models.ProtocolChannex {
+		if props := channex[slug]; len(props) > 0 && cfg.Protocol == models.ProtocolChannex {
 			all := maps.Clone(cfg.Channex.Properties)
 			if all == nil {
 				all = map[string]models.ChannexProperty{}
 			}
 			maps.Copy(all, props)
 			cfg.Channex = models.ChannexMapping{Properties: all}
+		}
+		if props := ota[slug]; len(props) > 0 && cfg.Protocol == models.ProtocolOpenTravel {
+			cfg.OpenTravel = models.OpenTravelMapping{Properties: props}
 		}
 		out[slug] = cfg
 	}
