@@ -334,7 +334,7 @@ func (s *Server) putPropertyChannels(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in struct {
-		Channels []string                          `json:"channels"`
+		Channels []string                   `json:"channels"`
 		Codes    map[string]json.RawMessage `json:"codes"`
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
