@@ -488,6 +488,9 @@ func (a *Activities) PruneStore(ctx context.Context) (store.Pruned, error) {
 	if _, err := a.Store.PruneStaged(ctx, a.now().Add(-stagedRetention)); err != nil {
 		return p, err
 	}
+	if _, err := a.Store.PrunePosts(ctx, a.now().Add(-store.DefaultRetention().Outcomes)); err != nil {
+		return p, err
+	}
 	activity.GetLogger(ctx).Info("store pruned", "cells", p.Cells, "payloads", p.Payloads, "requests", p.Requests,
 		"batches", p.Batches, "dead_letters", p.DeadLetters)
 	return p, nil

@@ -159,3 +159,25 @@ ORDER BY ch.slug, o.mutation_id, o.recorded_at, o.family NULLS FIRST`, batchPref
 	}
 	return out, nil
 }
+
+// PrunePosts deletes the posts registered before olderThan, with their members
+// and their delivered or given-up callbacks (a post's callback has no batch to
+// cascade from); a post still waiting then would never complete, its changes'
+// outcomes being pruned with their batches at the same age.
+func (s *Store) PrunePosts(ctx context.Context, olderThan time.Time) (int64, error) {
+	var n int64
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM change_posts WHERE created_at < $1`, olderThan)
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		_, err = tx.Exec(ctx, `DELETE FROM callbacks WHERE batch IS NULL AND created_at < $1
+			AND (delivered_at IS NOT NULL OR failed_at IS NOT NULL)`, olderThan)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("prune posts: %w", err)
+	}
+	return n, nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/paritysync/paritysync/models"
 )
@@ -67,4 +68,13 @@ func TestPostCallbackIsQueuedOnceWhenEveryChangeHasItsOutcomes(t *testing.T) {
 		t.Fatal(err)
 	}
 	sweep(1)
+
+	// Pruned with the outcomes' retention: the posts, their members and callbacks.
+	if n, err := s.PrunePosts(ctx, time.Now().Add(time.Hour)); err != nil || n != 2 {
+		t.Fatalf("pruned %d posts (%v), want 2", n, err)
+	}
+	var left int
+	if err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM change_post_members) + (SELECT count(*) FROM callbacks)`).Scan(&left); err != nil || left != 2 {
+		t.Fatalf("%d members and callbacks left (%v), want the 2 undelivered callbacks", left, err)
+	}
 }

@@ -25,6 +25,8 @@ CREATE TABLE change_posts (
     done_at    timestamptz
 );
 CREATE INDEX change_posts_open ON change_posts (created_at) WHERE done_at IS NULL;
+-- PrunePosts: posts (and their members) older than the outcomes' retention.
+CREATE INDEX change_posts_created ON change_posts (created_at);
 CREATE TABLE change_post_members (
     event_id    text     NOT NULL REFERENCES change_posts ON DELETE CASCADE,
     channel     smallint NOT NULL REFERENCES channels,
