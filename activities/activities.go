@@ -90,6 +90,10 @@ type Activities struct {
 	Store     *store.Store
 	Channels  map[string]models.ChannelConfig
 	Validator *models.Validator
+	// Mappings, when set, is the channels' configuration with the codes stored over
+	// the API: PrepareBatch validates against it, so a property mapped after the
+	// start is not refused as unmapped.
+	Mappings *store.Mappings
 	// ChunkSize is how many requests one ChannelSync child pushes.
 	ChunkSize int
 	// MaxInFlight bounds the pushes a batch keeps in flight per channel
@@ -133,13 +137,20 @@ func (a *Activities) PrepareBatch(ctx context.Context, in models.BatchSyncInput)
 	plan := models.BatchPlan{BatchID: in.BatchID, Mutations: len(ms)}
 	var decided []store.MutationOutcome
 
+	v := a.Validator
+	if a.Mappings != nil {
+		var err error
+		if v, err = a.Mappings.ValidatorFor(ctx, a.Validator, ms); err != nil {
+			return plan, err
+		}
+	}
 	valid := make([]models.Mutation, 0, len(ms))
 	var ranges []store.RangeMutation
 	for i, m := range ms {
 		// A mutation without an id gets one from its place in the batch, the same on
 		// every attempt, so its outcome is recorded once.
 		m.ApplyDefaults(func() string { return in.BatchID + "#" + strconv.Itoa(i) })
-		if problems := a.Validator.Validate(m); len(problems) > 0 {
+		if problems := v.Validate(m); len(problems) > 0 {
 			decided = append(decided, store.MutationOutcome{MutationID: m.ID, Channel: m.Channel,
 				Outcome: models.OutcomeRejected, Reason: problemsText(problems)})
 			if len(plan.Rejected) < maxRejectionsInPlan {
@@ -528,6 +539,9 @@ func (a *Activities) PruneStore(ctx context.Context) (store.Pruned, error) {
 		return p, err
 	}
 	if _, err := a.Store.PruneStaged(ctx, a.now().Add(-stagedRetention)); err != nil {
+		return p, err
+	}
+	if _, err := a.Store.PrunePosts(ctx, a.now().Add(-store.DefaultRetention().Outcomes)); err != nil {
 		return p, err
 	}
 	activity.GetLogger(ctx).Info("store pruned", "cells", p.Cells, "payloads", p.Payloads, "requests", p.Requests,

@@ -111,6 +111,33 @@ type Client struct {
 	channels map[string]channel
 	timeout  time.Duration
 	now      func() time.Time
+	// configs, when set, is the channels' effective configuration (the codes
+	// stored over the API laid over the YAML's), read at each call.
+	configs func(ctx context.Context, channel, property string) (models.ChannelConfig, error)
+}
+
+// UseConfigs makes the client read each Channex and OpenTravel channel's mapping from f (the
+// channel's configuration for a property) at every push and read-back instead of
+// the configuration it was built with, so a property mapped after the start is
+// pushed without a restart. f answers from a cache (store.Mappings.ChannelFor);
+// its error fails the call (nothing is sent).
+func (c *Client) UseConfigs(f func(ctx context.Context, channel, property string) (models.ChannelConfig, error)) {
+	c.configs = f
+}
+
+// current is ch with its mapping of property as configured now.
+func (c *Client) current(ctx context.Context, ch channel, property string) (channel, error) {
+	if c.configs == nil || ch.cfg.Protocol != models.ProtocolChannex && ch.cfg.Protocol != models.ProtocolOpenTravel {
+		return ch, nil
+	}
+	cfg, err := c.configs(ctx, ch.cfg.Slug, property)
+	if err != nil {
+		return ch, fmt.Errorf("mappings of %s: %w", ch.cfg.Slug, err)
+	}
+	if cfg.Slug == ch.cfg.Slug {
+		ch.cfg.Channex, ch.cfg.OpenTravel = cfg.Channex, cfg.OpenTravel
+	}
+	return ch, nil
 }
 
 // channel is a configured channel with its protocol and the URL its paths hang off.
@@ -236,6 +263,10 @@ func (c *Client) Push(ctx context.Context, req models.ChannelRequest) (PushRespo
 	if !ok {
 		return PushResponse{}, fmt.Errorf("push: unknown channel %q", req.Channel)
 	}
+	ch, err := c.current(ctx, ch, req.PropertyID)
+	if err != nil {
+		return PushResponse{}, fmt.Errorf("push: %w", err)
+	}
 	cl, err := ch.proto.encode(ch.cfg, req, c.now())
 	if err != nil {
 		return PushResponse{Class: ClassRejected, Message: truncate(err.Error())}, nil
@@ -278,6 +309,10 @@ func (c *Client) ReadBack(ctx context.Context, channelSlug, propertyID string, f
 	ch, ok := c.channels[channelSlug]
 	if !ok {
 		return models.ARIState{}, fmt.Errorf("read back: unknown channel %q", channelSlug)
+	}
+	ch, err := c.current(ctx, ch, propertyID)
+	if err != nil {
+		return models.ARIState{}, fmt.Errorf("read back: %w", err)
 	}
 	// The protocol's errors already name the channel and what was read.
 	return ch.proto.readBack(ctx, reader{c: c, ch: ch}, propertyID, from, to)

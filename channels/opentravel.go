@@ -26,9 +26,34 @@ import (
 // no read-back.
 type openTravel struct{}
 
-func (openTravel) encode(_ models.ChannelConfig, req models.ChannelRequest, now time.Time) (call, error) {
+// otaCodes is req under the channel's own codes where m maps them (HotelCode,
+// InvTypeCode, RatePlanCode); what m does not map keeps paritysync's code. req's
+// lines are copied, never written.
+func otaCodes(m models.OpenTravelMapping, req models.ChannelRequest) models.ChannelRequest {
+	p, ok := m.Properties[req.PropertyID]
+	if !ok {
+		return req
+	}
+	req.PropertyID = p.HotelCode
+	lines := make([]models.ARILine, len(req.Lines))
+	for i, l := range req.Lines {
+		plan := models.RatePlanKey(l.RoomTypeCode, l.RatePlanCode)
+		if code, ok := p.RoomTypes[l.RoomTypeCode]; ok {
+			l.RoomTypeCode = code
+		}
+		if code, ok := p.RatePlans[plan]; ok {
+			l.RatePlanCode = code
+		}
+		lines[i] = l
+	}
+	req.Lines = lines
+	return req
+}
+
+func (openTravel) encode(cfg models.ChannelConfig, req models.ChannelRequest, now time.Time) (call, error) {
 	hdr := wire.OTAHeader{EchoToken: req.IdempotencyKey(), TimeStamp: now.UTC().Format(time.RFC3339),
 		Version: wire.OTAVersion}
+	req = otaCodes(cfg.OpenTravel, req) // after the key: the same as the Idempotency-Key header's
 	c := call{method: http.MethodPost, path: wire.OTAPathPrefix + wire.OTAMessage(req.Family),
 		contentType: "application/xml; charset=utf-8", echo: hdr.EchoToken}
 	control := func(l models.ARILine) wire.OTAStatusApplicationControl {

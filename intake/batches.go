@@ -64,9 +64,14 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	v, chs, err := s.checker(r.Context(), decoded.Mutations)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
 	if dryRun {
 		// Validated and coalesced as the real run would; nothing is started or stored.
-		writeJSON(w, http.StatusOK, ops.DryRun(decoded, s.validator, s.channels, s.cfg.Settings.MaxInFlight,
+		writeJSON(w, http.StatusOK, ops.DryRun(decoded, v, chs, s.cfg.Settings.MaxInFlight,
 			tenantOf(r.Context())+".dry-run"))
 		return
 	}
@@ -78,7 +83,7 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	valid, problems := s.validator.Check(decoded)
+	valid, problems := v.Check(decoded)
 	if len(valid) == 0 {
 		writeProblem(w, r, http.StatusUnprocessableEntity, probInvalid,
 			fmt.Sprintf("all %d rows were refused; nothing was started", decoded.Rows), func(p *problem) { p.Problems = problems })

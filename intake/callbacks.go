@@ -28,7 +28,10 @@ import (
 // Completion callbacks. A batch posted with callback_url=<URL> receives one signed
 // POST when it ends: BatchSync's FinishBatch puts the event in PostgreSQL's outbox
 // with the batch's end, and intake's delivery loop sends it, at least once, retried
-// with backoff, the same event id and body on every attempt.
+// with backoff, the same event id and body on every attempt. A webhook post
+// (POST /v1/changes?callback_url=<URL>) receives one when every change it had
+// accepted has its outcome: the delivery loop finds such posts at each poll and
+// queues their event in the same outbox (store.QueuePostCallbacks).
 //
 // PARITYSYNC_CALLBACKS_FILE (YAML) lists, per tenant, the secret that signs its
 // callbacks and the URLs they may go to:
@@ -215,6 +218,11 @@ func (d *callbackDeliverer) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		// Webhook posts whose every change has its outcome now: their events join
+		// the outbox (once), delivered below like a batch's.
+		if _, err := d.st.QueuePostCallbacks(ctx, changeBatchPrefix, callbackClaim); err != nil && ctx.Err() == nil {
+			d.log.Warn("queue post callbacks", "error", err)
 		}
 		due, err := d.st.ClaimCallbacks(ctx, callbackClaim, callbackLease)
 		if err != nil {

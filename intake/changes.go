@@ -2,14 +2,19 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
@@ -21,16 +26,24 @@ const (
 	changeRefused  = "refused"  // admission control: send it again after RetryAfter
 )
 
-// changeResult answers one change of a webhook post.
+// changeResult answers one change of a webhook post. A change without channel (or
+// with "*") goes to every channel its property is on: Channels answers each apart
+// (accepted, rejected or refused, whole per channel), under the id <id>@<channel>,
+// and Status sums them up: accepted when every channel took it, refused when one
+// refused it (send it again: the channels that took it already ignore the same
+// version), else rejected.
 type changeResult struct {
-	Index  int    `json:"index"`
-	Line   int    `json:"line"`
-	ID     string `json:"id,omitempty"`
-	Status string `json:"status"`
+	Index   int    `json:"index"`
+	Line    int    `json:"line"`
+	ID      string `json:"id,omitempty"`
+	Channel string `json:"channel,omitempty"`
+	Status  string `json:"status"`
 	// OutcomeURL is where an accepted change's outcome will be.
 	OutcomeURL string              `json:"outcome_url,omitempty"`
 	Problems   []models.RowProblem `json:"problems,omitempty"`
 	RetryAfter int                 `json:"retry_after,omitempty"`
+	// Channels answers a fanned-out change per channel, sorted by channel.
+	Channels []changeResult `json:"channels,omitempty"`
 }
 
 // changesAnswer is the 202 answer to POST /v1/changes.
@@ -39,6 +52,8 @@ type changesAnswer struct {
 	Rejected int            `json:"rejected"`
 	Refused  int            `json:"refused"`
 	Changes  []changeResult `json:"changes"`
+	// CallbackEventID is the event id of the post's callback (callback_url).
+	CallbackEventID string `json:"callback_event_id,omitempty"`
 }
 
 // changeBatchPrefix starts the id of every batch a burst smoother flushes.
@@ -53,6 +68,8 @@ func smootherID(tenant, id string) string { return tenant + ":" + id }
 // (the channel's smoother is full, or its daily quota cannot absorb the change).
 // Any refusal makes the answer a 429 problem with Retry-After; the accepted ones in
 // it are accepted all the same (sending them again is harmless: same version).
+// A change without channel, or with "*", is fanned out to every channel its
+// property is on (PUT /v1/properties/{id}/channels) and answered per channel.
 func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 	body, ok := s.readBody(w, r, s.cfg.MaxChangeBody)
 	if !ok {
@@ -63,38 +80,74 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenant := tenantOf(r.Context())
+	callback := r.URL.Query().Get("callback_url")
+	if callback != "" {
+		if rule := s.cfg.Callbacks.checkCallback(tenant, callback); rule != "" {
+			writeProblem(w, r, http.StatusBadRequest, probBadRequest, "query parameter callback_url: "+rule+"; nothing was accepted",
+				func(p *problem) { p.Field, p.Rule = "callback_url", rule })
+			return
+		}
+	}
 	decoded = claim(callerOf(r.Context()), decoded)
-	_, problems := s.validator.Check(decoded)
+	// The rows meant for every mapped channel, by index.
+	fanned := map[int]bool{}
+	for i, m := range decoded.Mutations {
+		if ops.EveryChannel(m) {
+			fanned[decoded.Indexes[i]] = true
+		}
+	}
+	decoded, err := ops.FanOut(r.Context(), s.st, decoded)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	v, _, err := s.checker(r.Context(), decoded.Mutations)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
 	results := make([]changeResult, decoded.Rows)
 	for i := range results {
 		results[i] = changeResult{Index: i, Status: changeAccepted}
 	}
-	for _, p := range problems {
+	for _, p := range decoded.Problems {
 		res := &results[p.Index]
 		res.Status, res.Line, res.Problems = changeRejected, p.Line, append(res.Problems, p)
 		if p.ID != "" {
 			res.ID = p.ID
 		}
 	}
+	// One answer per change as it goes to one channel, parallel to decoded.Mutations.
+	slots := make([]changeResult, len(decoded.Mutations))
 	byChannel := map[string][]int{} // channel → indexes into decoded.Mutations
 	for i, m := range decoded.Mutations {
-		res := &results[decoded.Indexes[i]]
-		res.Line, res.ID = decoded.Lines[i], m.ID
-		if res.Status == changeAccepted {
-			byChannel[m.Channel] = append(byChannel[m.Channel], i)
+		slot := &slots[i]
+		*slot = changeResult{Index: decoded.Indexes[i], Line: decoded.Lines[i], ID: m.ID, Status: changeAccepted}
+		if fanned[slot.Index] {
+			slot.Channel = m.Channel
 		}
+		if ve := v.Validate(m); len(ve) > 0 {
+			slot.Status = changeRejected
+			id := m.ID
+			if ve.Has("id", models.RuleIDStored) {
+				id = "" // never echoed: it may be anything
+			}
+			for _, fe := range ve {
+				slot.Problems = append(slot.Problems, models.RowProblem{Line: slot.Line, Index: slot.Index, ID: id, Field: fe.Field, Rule: fe.Rule})
+			}
+			continue
+		}
+		byChannel[m.Channel] = append(byChannel[m.Channel], i)
 	}
 	channels := make([]string, 0, len(byChannel))
 	for ch := range byChannel {
 		channels = append(channels, ch)
 	}
 	sort.Strings(channels)
-	retry := 0
 	refuse := func(i int, after time.Duration, field, rule, detail string) {
-		res := &results[decoded.Indexes[i]]
+		res := &slots[i]
 		res.Status, res.RetryAfter = changeRefused, retrySeconds(after)
 		res.Problems = []models.RowProblem{{Line: res.Line, Index: res.Index, ID: res.ID, Field: field, Rule: rule, Detail: detail}}
-		retry = max(retry, res.RetryAfter)
 	}
 	// Each channel's changes go to its submitter, all channels at once; each answers
 	// the post's changes for it whole: taken, refused or busy.
@@ -165,6 +218,7 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 	}
 	wg.Wait()
 	cancel()
+	var members []store.PostMember // the accepted changes a callback waits for
 	for _, h := range handOffs {
 		switch a := h.answer; a.verdict {
 		case submitBusy:
@@ -184,8 +238,52 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 			s.internal(w, r, a.err)
 			return
 		default:
-			for _, i := range h.taken {
-				results[decoded.Indexes[i]].OutcomeURL = "/v1/changes/" + decoded.Mutations[i].ID
+			for k, i := range h.taken {
+				slots[i].OutcomeURL = "/v1/changes/" + decoded.Mutations[i].ID
+				members = append(members, store.PostMember{Channel: h.ch, MutationID: h.take[k].ID,
+					Families: len(h.take[k].Families())})
+			}
+		}
+	}
+	for i := range slots {
+		slot := slots[i]
+		res := &results[slot.Index]
+		if !fanned[slot.Index] {
+			*res = slot
+			continue
+		}
+		res.Line, res.Channels = slot.Line, append(res.Channels, slot)
+		res.Problems = append(res.Problems, slot.Problems...)
+	}
+	retry := 0
+	kind := probSmootherFull
+	for i := range results {
+		res := &results[i]
+		if len(res.Channels) > 0 {
+			sort.Slice(res.Channels, func(a, b int) bool { return res.Channels[a].Channel < res.Channels[b].Channel })
+			res.ID = strings.TrimSuffix(res.Channels[0].ID, "@"+res.Channels[0].Channel)
+			res.Status = changeAccepted
+			for _, c := range res.Channels {
+				switch {
+				case c.Status == changeRefused:
+					res.Status, res.RetryAfter = changeRefused, max(res.RetryAfter, c.RetryAfter)
+				case c.Status == changeRejected && res.Status == changeAccepted:
+					res.Status = changeRejected
+				}
+			}
+		}
+		if res.Status != changeRefused {
+			continue
+		}
+		retry = max(retry, res.RetryAfter)
+		for _, p := range res.Problems {
+			switch p.Rule {
+			case ruleQuota:
+				kind = probQuota
+			case ruleBackoff:
+				if kind != probQuota {
+					kind = probBackoff
+				}
 			}
 		}
 	}
@@ -200,33 +298,33 @@ func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
 			ans.Refused++
 		}
 	}
-	for _, ch := range channels {
-		for _, i := range byChannel[ch] {
-			s.metrics.changes.WithLabelValues(ch, results[decoded.Indexes[i]].Status).Inc()
+	for i, slot := range slots {
+		if slot.Status != changeRejected {
+			s.metrics.changes.WithLabelValues(decoded.Mutations[i].Channel, slot.Status).Inc()
 		}
 	}
 	if ans.Rejected > 0 {
 		s.metrics.changes.WithLabelValues("", changeRejected).Add(float64(ans.Rejected))
 	}
-	if ans.Refused > 0 {
-		kind := probSmootherFull
-		for _, res := range results {
-			if res.Status != changeRefused {
-				continue
-			}
-			switch res.Problems[0].Rule {
-			case ruleQuota:
-				kind = probQuota
-			case ruleBackoff:
-				if kind != probQuota {
-					kind = probBackoff
-				}
-			}
+	if callback != "" {
+		// One signed POST when every accepted change has its outcome (at once when
+		// none was accepted: the answer is their outcome).
+		ans.CallbackEventID = "chg_" + uuid.NewString()
+		raw, err := json.Marshal(ans)
+		if err == nil {
+			err = s.st.RegisterPost(r.Context(), store.Post{EventID: ans.CallbackEventID, Tenant: tenant, URL: callback,
+				Answer: raw, Members: members})
 		}
+		if err != nil {
+			s.internal(w, r, err)
+			return
+		}
+	}
+	if ans.Refused > 0 {
 		writeProblem(w, r, http.StatusTooManyRequests, kind,
 			fmt.Sprintf("%d of %d changes refused by admission control (%d accepted, %d rejected); send the refused ones again after %d s",
 				ans.Refused, len(results), ans.Accepted, ans.Rejected, retry),
-			func(p *problem) { p.RetryAfter, p.Changes = retry, results })
+			func(p *problem) { p.RetryAfter, p.Changes, p.CallbackEventID = retry, results, ans.CallbackEventID })
 		return
 	}
 	writeJSON(w, http.StatusAccepted, ans)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +59,13 @@ type stack struct {
 
 func startStack(t *testing.T, edit ...func(*Config)) *stack {
 	t.Helper()
+	return startStackWith(t, nil, nil, edit...)
+}
+
+// startStackWith is startStack with more channels: extra are paritysync's (worker
+// and intake), simExtra the simulator's (a Channex channel knows its ids there).
+func startStackWith(t *testing.T, extra, simExtra []models.ChannelConfig, edit ...func(*Config)) *stack {
+	t.Helper()
 	ctx := context.Background()
 	// The test's namespace on the package's dev server (devtest: the new matcher with
 	// one partition, as the README says every test runs Temporal); skips under -short.
@@ -87,7 +95,9 @@ func startStack(t *testing.T, edit ...func(*Config)) *stack {
 		return ""
 	})
 	require.NoError(t, err)
-	simulator := sim.New(sim.Config{Channels: chs, StaticTokens: []string{"e2e-token"}})
+	simChannels := append(slices.Clone(chs), simExtra...)
+	chs = append(chs, extra...)
+	simulator := sim.New(sim.Config{Channels: simChannels, StaticTokens: []string{"e2e-token"}})
 	simSrv := httptest.NewServer(simulator)
 	t.Cleanup(func() { simSrv.Close(); simulator.Close() })
 
@@ -99,11 +109,19 @@ func startStack(t *testing.T, edit ...func(*Config)) *stack {
 	creds := channels.Credentials{}
 	for _, c := range chs {
 		creds[c.Slug] = channels.StaticCredential("e2e-token")
+		if c.Protocol == models.ProtocolOpenTravel {
+			creds[c.Slug] = channels.StaticCredential("paritysync:e2e-token") // Basic user:password
+		}
 	}
 	v, err := models.NewValidator(chs, s.PropertyPattern, time.Now)
 	require.NoError(t, err)
-	acts := &activities.Activities{Limiter: lim, Client: channels.New(http.DefaultClient, simSrv.URL, creds, chs, 10*time.Second),
-		Tokens: creds, Store: st, Channels: models.ChannelMap(chs), Validator: v, ChunkSize: 5,
+	// As the worker's app wires it: the codes stored over the API are read through
+	// a cache, so a property mapped while the worker runs is pushed.
+	mappings := st.NewMappings(chs, 0)
+	cc := channels.New(http.DefaultClient, simSrv.URL, creds, chs, 10*time.Second)
+	cc.UseConfigs(mappings.ChannelFor)
+	acts := &activities.Activities{Limiter: lim, Client: cc,
+		Tokens: creds, Store: st, Channels: models.ChannelMap(chs), Validator: v, Mappings: mappings, ChunkSize: 5,
 		Metrics: activities.NewMetrics(prometheus.NewRegistry())}
 	tc := srv.Client()
 	w := worker.New(tc, queue, worker.Options{})

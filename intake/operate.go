@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -265,7 +267,18 @@ func (s *Server) ackDLQ(w http.ResponseWriter, r *http.Request) {
 type propertyChannels struct {
 	PropertyID string   `json:"property_id"`
 	Channels   []string `json:"channels"`
+	// Codes are the property's codes by channel: Channex ids (without them the
+	// worker's YAML, channex.properties), or an OpenTravel channel's codes (without
+	// them paritysync's own).
+	Codes map[string]any `json:"codes,omitempty"`
 }
+
+// Rules of a property's codes, as a 400 names them.
+const (
+	ruleCodesListed   = "must be a channel of channels"
+	ruleCodesProtocol = "codes are for a channel of protocol channex or opentravel (paritysync's own protocol takes paritysync's codes)"
+	ruleCodesObject   = "must be the channel's codes object (ChannexCodes or OpenTravelCodes), without other fields"
+)
 
 // propertyOf is the path's property id when it matches the property pattern;
 // otherwise it answers 404.
@@ -284,14 +297,27 @@ func (s *Server) getPropertyChannels(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	m, err := s.st.PropertyChannels(r.Context(), []string{id})
+	list, err := s.st.PropertyMappings(r.Context(), id)
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
-	out := propertyChannels{PropertyID: id, Channels: m[id]}
-	if out.Channels == nil {
-		out.Channels = []string{}
+	out := propertyChannels{PropertyID: id, Channels: []string{}}
+	for _, pc := range list {
+		out.Channels = append(out.Channels, pc.Channel)
+		var codes any
+		switch {
+		case pc.Channex != nil:
+			codes = pc.Channex
+		case pc.OpenTravel != nil:
+			codes = pc.OpenTravel
+		default:
+			continue
+		}
+		if out.Codes == nil {
+			out.Codes = map[string]any{}
+		}
+		out.Codes[pc.Channel] = codes
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -308,12 +334,14 @@ func (s *Server) putPropertyChannels(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in struct {
-		Channels []string `json:"channels"`
+		Channels []string                   `json:"channels"`
+		Codes    map[string]json.RawMessage `json:"codes"`
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil || in.Channels == nil {
-		writeProblem(w, r, http.StatusBadRequest, probBadRequest, `want {"channels": ["expedia", …]} (an empty list unmaps the property)`,
+		writeProblem(w, r, http.StatusBadRequest, probBadRequest,
+			`want {"channels": ["expedia", …], "codes": {"<channex channel>": {…}}} (an empty list unmaps the property)`,
 			func(p *problem) { p.Field, p.Rule = "channels", models.RuleRequired })
 		return
 	}
@@ -331,9 +359,52 @@ func (s *Server) putPropertyChannels(w http.ResponseWriter, r *http.Request) {
 		}
 		seen[ch] = true
 	}
-	if err := s.st.SetPropertyChannels(r.Context(), id, in.Channels); err != nil {
+	list := make([]store.PropertyChannel, len(in.Channels))
+	for i, ch := range in.Channels {
+		list[i] = store.PropertyChannel{Channel: ch}
+	}
+	for _, ch := range slices.Sorted(maps.Keys(in.Codes)) {
+		field, rule := "codes."+ch, ""
+		i := slices.Index(in.Channels, ch)
+		strict := func(v any) bool {
+			d := json.NewDecoder(strings.NewReader(string(in.Codes[ch])))
+			d.DisallowUnknownFields()
+			return d.Decode(v) == nil
+		}
+		switch proto := s.channels[ch].Protocol; {
+		case i < 0:
+			rule = ruleCodesListed
+		case proto == models.ProtocolChannex:
+			var c models.ChannexProperty
+			if !strict(&c) {
+				rule = ruleCodesObject
+			} else if f, r := c.Problem(); f != "" {
+				field, rule = field+"."+f, r
+			}
+			list[i].Channex = &c
+		case proto == models.ProtocolOpenTravel:
+			var c models.OpenTravelProperty
+			if !strict(&c) {
+				rule = ruleCodesObject
+			} else if f, r := c.Problem(); f != "" {
+				field, rule = field+"."+f, r
+			}
+			list[i].OpenTravel = &c
+		default:
+			rule = ruleCodesProtocol
+		}
+		if rule != "" {
+			writeProblem(w, r, http.StatusBadRequest, probBadRequest, field+": "+rule+"; nothing was changed",
+				func(p *problem) { p.Field, p.Rule = field, rule })
+			return
+		}
+	}
+	if err := s.st.SetPropertyMappings(r.Context(), id, list); err != nil {
 		s.internal(w, r, err)
 		return
+	}
+	if s.mappings != nil {
+		s.mappings.Invalidate() // a remapped property's new codes count from the next request here
 	}
 	s.getPropertyChannels(w, r)
 }

@@ -26,7 +26,9 @@ type problem struct {
 	// RetryAfter repeats the Retry-After header in seconds.
 	RetryAfter int            `json:"retry_after,omitempty"`
 	Changes    []changeResult `json:"changes,omitempty"`
-	BatchID    string         `json:"batch_id,omitempty"`
+	// CallbackEventID is a webhook post's callback event (callback_url).
+	CallbackEventID string `json:"callback_event_id,omitempty"`
+	BatchID         string `json:"batch_id,omitempty"`
 }
 
 // problemBase prefixes the problem types; the README documents each.

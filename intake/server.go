@@ -88,10 +88,13 @@ type Server struct {
 	keys      *keyring
 	validator *models.Validator
 	channels  map[string]models.ChannelConfig
-	log       *slog.Logger
-	now       func() time.Time
-	metrics   *serverMetrics
-	registry  *prometheus.Registry
+	// mappings lays the codes stored over the API over the YAML's channels; nil
+	// without a store.
+	mappings *store.Mappings
+	log      *slog.Logger
+	now      func() time.Time
+	metrics  *serverMetrics
+	registry *prometheus.Registry
 
 	// submitters are the channels' group commits into their smoothers, started
 	// on a channel's first post and stopped by Close.
@@ -149,6 +152,7 @@ func NewServer(cfg Config, tc client.Client, rdb redis.UniversalClient, st *stor
 		s.cfg.Callbacks = &callbackConfig{tenants: map[string]callbackTenant{}}
 	}
 	if st != nil {
+		s.mappings = st.NewMappings(cfg.Channels, store.DefaultMappingsTTL)
 		// Every intake delivers: the claim holds an event for one of them at a time.
 		d := newCallbackDeliverer(s.cfg.Callbacks, st, cfg.CallbackPoll, cfg.CallbackBackoff, log)
 		s.subWG.Add(1)
@@ -158,6 +162,17 @@ func NewServer(cfg Config, tc client.Client, rdb redis.UniversalClient, st *stor
 		}()
 	}
 	return s, nil
+}
+
+// checker is the validator with the channels' codes as stored now for ms (a
+// property mapped over the API a moment ago is not refused as unmapped), and the
+// channels.
+func (s *Server) checker(ctx context.Context, ms []models.Mutation) (*models.Validator, map[string]models.ChannelConfig, error) {
+	if s.mappings == nil {
+		return s.validator, s.channels, nil
+	}
+	v, err := s.mappings.ValidatorFor(ctx, s.validator, ms)
+	return v, v.Channels, err
 }
 
 // Close stops the channel submitters and the callback delivery loop; a post still waiting in one is answered as

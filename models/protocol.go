@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -99,6 +100,60 @@ type ChannexProperty struct {
 // IsZero reports whether no property is mapped.
 func (m ChannexMapping) IsZero() bool { return len(m.Properties) == 0 }
 
+// OpenTravelMapping maps paritysync codes to a channel's OpenTravel codes, per
+// property; a property, room type or rate plan it does not map is sent under
+// paritysync's own code. Only the API sets it (PUT /v1/properties/{id}/channels).
+type OpenTravelMapping struct {
+	// Properties is keyed by our property id.
+	Properties map[string]OpenTravelProperty `json:"properties,omitempty"`
+}
+
+// IsZero reports whether no property is mapped.
+func (m OpenTravelMapping) IsZero() bool { return len(m.Properties) == 0 }
+
+// OpenTravelProperty is one property's codes on an OpenTravel channel.
+type OpenTravelProperty struct {
+	// HotelCode is the property's HotelCode.
+	HotelCode string `json:"hotel_code"`
+	// RoomTypes maps a room type code to its InvTypeCode.
+	RoomTypes map[string]string `json:"room_types,omitempty"`
+	// RatePlans maps "ROOM/PLAN" (room type code / rate plan code) to its
+	// RatePlanCode.
+	RatePlans map[string]string `json:"rate_plans,omitempty"`
+}
+
+// Problem is the first field of p (hotel_code, room_types.<code>,
+// rate_plans.<key>) that breaks its rule, and the rule; "" when p is sound. The
+// codes keep to OpenTravel's lengths (CodeLimits) and hold no control character.
+func (p OpenTravelProperty) Problem() (field, rule string) {
+	lim := ProtocolOpenTravel.CodeLimits()
+	ok := func(code string, max int) bool {
+		n := utf8.RuneCountInString(code)
+		return n >= 1 && n <= max && !strings.ContainsFunc(code, unicode.IsControl)
+	}
+	if !ok(p.HotelCode, lim.Property) {
+		return "hotel_code", fmt.Sprintf("must be 1-%d characters, no control character", lim.Property)
+	}
+	for _, room := range sortedKeys(p.RoomTypes) {
+		switch {
+		case !isCode(room, 2, 16):
+			return "room_types." + room, RuleRoomTypeCode
+		case !ok(p.RoomTypes[room], lim.RoomType):
+			return "room_types." + room, fmt.Sprintf("must be 1-%d characters, no control character", lim.RoomType)
+		}
+	}
+	for _, key := range sortedKeys(p.RatePlans) {
+		_, plan, found := strings.Cut(key, "/")
+		switch {
+		case !found || !isCode(plan, 2, 24):
+			return "rate_plans." + key, "key must be ROOM/PLAN (room type code / rate plan code)"
+		case !ok(p.RatePlans[key], lim.RatePlan):
+			return "rate_plans." + key, fmt.Sprintf("must be 1-%d characters, no control character", lim.RatePlan)
+		}
+	}
+	return "", ""
+}
+
 // RatePlanKey is the RatePlans key of a room type and rate plan.
 func RatePlanKey(room, plan string) string { return room + "/" + plan }
 
@@ -172,41 +227,47 @@ func (c ChannelConfig) validateProtocol() error {
 		return fail("rate_per_minute", "must be at most %d: Channex allows %d requests per property and endpoint in 60 s",
 			ChannexRequestsPerMinute, ChannexRequestsPerMinute)
 	}
-	if c.Channex.IsZero() {
-		return fail("channex.properties", "at least one property must be mapped")
-	}
+	// A Channex channel may start with no property mapped: properties mapped over
+	// the API (PUT /v1/properties/{id}/channels with codes) come from PostgreSQL.
 	for _, prop := range sortedKeys(c.Channex.Properties) {
-		p := c.Channex.Properties[prop]
-		where := "channex.properties." + prop
-		switch {
-		case !uuidRE.MatchString(p.PropertyID):
-			return fail(where+".property_id", "must be a UUID")
-		case !IsCurrencyCode(p.Currency):
-			return fail(where+".currency", "must be an active ISO 4217 code")
-		case len(p.RoomTypes) == 0:
-			return fail(where+".room_types", "at least one room type must be mapped")
-		}
-		for _, room := range sortedKeys(p.RoomTypes) {
-			if !isCode(room, 2, 16) {
-				return fail(where+".room_types."+room, RuleRoomTypeCode)
-			}
-			if !uuidRE.MatchString(p.RoomTypes[room]) {
-				return fail(where+".room_types."+room, "must be a UUID")
-			}
-		}
-		for _, key := range sortedKeys(p.RatePlans) {
-			room, plan, ok := strings.Cut(key, "/")
-			switch {
-			case !ok || !isCode(plan, 2, 24):
-				return fail(where+".rate_plans."+key, "key must be ROOM/PLAN (room type code / rate plan code)")
-			case p.RoomTypes[room] == "":
-				return fail(where+".rate_plans."+key, "room type %s must be in room_types", room)
-			case !uuidRE.MatchString(p.RatePlans[key]):
-				return fail(where+".rate_plans."+key, "must be a UUID")
-			}
+		if field, rule := c.Channex.Properties[prop].Problem(); field != "" {
+			return fail("channex.properties."+prop+"."+field, "%s", rule)
 		}
 	}
 	return nil
+}
+
+// Problem is the first field of p (property_id, currency, room_types.<code>,
+// rate_plans.<key>) that breaks its rule, and the rule; "" when p is sound.
+func (p ChannexProperty) Problem() (field, rule string) {
+	switch {
+	case !uuidRE.MatchString(p.PropertyID):
+		return "property_id", "must be a UUID"
+	case !IsCurrencyCode(p.Currency):
+		return "currency", "must be an active ISO 4217 code"
+	case len(p.RoomTypes) == 0:
+		return "room_types", "at least one room type must be mapped"
+	}
+	for _, room := range sortedKeys(p.RoomTypes) {
+		if !isCode(room, 2, 16) {
+			return "room_types." + room, RuleRoomTypeCode
+		}
+		if !uuidRE.MatchString(p.RoomTypes[room]) {
+			return "room_types." + room, "must be a UUID"
+		}
+	}
+	for _, key := range sortedKeys(p.RatePlans) {
+		room, plan, ok := strings.Cut(key, "/")
+		switch {
+		case !ok || !isCode(plan, 2, 24):
+			return "rate_plans." + key, "key must be ROOM/PLAN (room type code / rate plan code)"
+		case p.RoomTypes[room] == "":
+			return "rate_plans." + key, "room type " + room + " must be in room_types"
+		case !uuidRE.MatchString(p.RatePlans[key]):
+			return "rate_plans." + key, "must be a UUID"
+		}
+	}
+	return "", ""
 }
 
 func sortedKeys[V any](m map[string]V) []string {

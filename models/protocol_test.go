@@ -29,7 +29,6 @@ func TestChannelValidateNamesProtocolFieldAndRule(t *testing.T) {
 		{"mapping on another protocol", func(c *ChannelConfig) { c.Protocol = ProtocolParitySync }, "channex: only for protocol channex"},
 		{"channel scope", func(c *ChannelConfig) { c.Scope = ScopeChannel }, "scope: must be property"},
 		{"too fast", func(c *ChannelConfig) { c.RatePerMinute = 11 }, "rate_per_minute: must be at most 10"},
-		{"no mapping", func(c *ChannelConfig) { c.Channex = ChannexMapping{} }, "channex.properties: at least one property"},
 		{"property id", func(c *ChannelConfig) {
 			p := c.Channex.Properties["prop_0a1b2c3d"]
 			p.PropertyID = "42"
@@ -94,5 +93,21 @@ func TestValidateRejectsWhatChannexCannotTake(t *testing.T) {
 		if ve := v.Validate(m); !ve.Has(c.field, c.rule) {
 			t.Errorf("%s: %v, want %s: %s", c.name, ve, c.field, c.rule)
 		}
+	}
+}
+
+// TestChannexChannelWithoutYAMLMappingIsValid: a Channex channel may start with no
+// property in its YAML; its properties then come over the API (PostgreSQL).
+func TestChannexChannelWithoutYAMLMappingIsValid(t *testing.T) {
+	if err := NewChannexChannel("channex_eu", ChannexMapping{}).Validate(); err != nil {
+		t.Fatalf("a Channex channel without YAML properties: %v", err)
+	}
+	p := testChannexMapping().Properties["prop_0a1b2c3d"]
+	if f, r := p.Problem(); f != "" {
+		t.Fatalf("sound codes refused: %s %s", f, r)
+	}
+	p.Currency = "EURO"
+	if f, _ := p.Problem(); f != "currency" {
+		t.Fatalf("Problem named %q, want currency", f)
 	}
 }

@@ -277,7 +277,10 @@ func (c *cli) batchDryRun(file, id string) error {
 			return err
 		}
 	}
-	r := ops.DryRun(decoded, v, models.ChannelMap(d.channels), d.settings.MaxInFlight, id)
+	if v, err = d.withStoredCodes(context.Background(), v, decoded.Mutations); err != nil {
+		return err
+	}
+	r := ops.DryRun(decoded, v, v.Channels, d.settings.MaxInFlight, id)
 	verdict := error(nil)
 	if len(r.Rejected) > 0 {
 		verdict = errReported
@@ -302,10 +305,10 @@ func (c *cli) batchDryRun(file, id string) error {
 	return verdict
 }
 
-// hasStar reports whether a mutation of ms is for channel "*".
+// hasStar reports whether a mutation of ms is for channel "*" (or names none).
 func hasStar(ms []models.Mutation) bool {
 	for _, m := range ms {
-		if m.Channel == ops.AllChannels {
+		if ops.EveryChannel(m) {
 			return true
 		}
 	}

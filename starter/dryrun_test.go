@@ -79,3 +79,21 @@ func TestBatchStartDryRunFansOutChannelStar(t *testing.T) {
 	require.Equal(t, "agoda", r.Channels[0].Channel)
 	require.Equal(t, "expedia", r.Channels[1].Channel)
 }
+
+// TestBatchStartDryRunFansOutARowWithoutChannel: a row naming no channel is
+// planned on every channel the store maps its property to, as "*" is.
+func TestBatchStartDryRunFansOutARowWithoutChannel(t *testing.T) {
+	env, st := storeEnv(t)
+	require.NoError(t, st.SetPropertyChannels(t.Context(), "prop_0000abcd", []string{"agoda", "booking_com"}))
+	day := models.DateOf(time.Now().UTC().AddDate(0, 0, 7))
+	path := writeFile(t, fmt.Sprintf(`{"id":"n1","property_id":"prop_0000abcd","room_type_code":"DBL","rate_plan_code":"BAR","stay_date":%q,"inventory":3,"version":1}`+"\n", day))
+	env["TEMPORAL_ADDRESS"] = "127.0.0.1:1"
+	code, out, errOut := runCLI(t, env, "batch", "start", "--dry-run", "--file", path, "-o", "json")
+	require.Equal(t, exitOK, code, errOut)
+	var r ops.DryRunReport
+	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
+	require.Equal(t, 2, r.Accepted)
+	require.Len(t, r.Channels, 2)
+	require.Equal(t, "agoda", r.Channels[0].Channel)
+	require.Equal(t, "booking_com", r.Channels[1].Channel)
+}

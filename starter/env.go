@@ -140,3 +140,26 @@ func (quietLogger) Debug(string, ...any) {}
 func (quietLogger) Info(string, ...any)  {}
 func (quietLogger) Warn(string, ...any)  {}
 func (quietLogger) Error(string, ...any) {}
+
+// withStoredCodes is v checking ms against the Channex ids stored over the API
+// (PUT /v1/properties/{id}/channels) laid over the channel file's, as intake and
+// the workers check them; the store is opened only when a mutation of ms is on a
+// Channex channel whose file does not map its property.
+func (d *deps) withStoredCodes(ctx context.Context, v *models.Validator, ms []models.Mutation) (*models.Validator, error) {
+	need := false
+	for _, m := range ms {
+		cfg, ok := v.Channels[m.Channel]
+		if _, mapped := cfg.Channex.Properties[m.PropertyID]; ok && cfg.Protocol == models.ProtocolChannex && !mapped {
+			need = true
+			break
+		}
+	}
+	if !need {
+		return v, nil
+	}
+	st, err := d.store(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return st.NewMappings(d.channels, 0).ValidatorFor(ctx, v, ms)
+}

@@ -61,6 +61,9 @@ func (c *cli) batchSubmit(ctx context.Context, file string) error {
 		return err
 	}
 	v.Zones = d.settings.Zones
+	if v, err = d.withStoredCodes(ctx, v, ms); err != nil {
+		return err
+	}
 	byChannel := map[string][]models.Mutation{}
 	var channels []string
 	var unknown []models.Rejection

@@ -161,6 +161,10 @@ func newChannelClient(s config.Settings, creds channels.Credentials, chs []model
 
 func newActivities(s config.Settings, chs []models.ChannelConfig, st *store.Store, lim *limiter.Limiter,
 	cc *channels.Client, creds channels.Credentials, m *activities.Metrics) (*activities.Activities, error) {
+	// The codes of properties mapped over the API, laid over the YAML's and read
+	// through a short cache: a property mapped now is pushed without a restart.
+	mappings := st.NewMappings(chs, store.DefaultMappingsTTL)
+	cc.UseConfigs(mappings.ChannelFor)
 	v, err := models.NewValidator(chs, s.PropertyPattern, time.Now)
 	if err != nil {
 		return nil, startupError{fmt.Errorf("PARITYSYNC_PROPERTY_PATTERN: %w", err)}
@@ -169,7 +173,7 @@ func newActivities(s config.Settings, chs []models.ChannelConfig, st *store.Stor
 	m.Zero(slugs(chs))
 	return &activities.Activities{
 		Limiter: lim, Client: cc, Tokens: creds, Store: st,
-		Channels: models.ChannelMap(chs), Validator: v, ChunkSize: s.ChunkSize, MaxInFlight: s.MaxInFlight, Metrics: m,
+		Channels: models.ChannelMap(chs), Validator: v, Mappings: mappings, ChunkSize: s.ChunkSize, MaxInFlight: s.MaxInFlight, Metrics: m,
 	}, nil
 }
 

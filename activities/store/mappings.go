@@ -2,22 +2,66 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/paritysync/paritysync/models"
 )
 
+// PropertyChannel is one channel a property is on, with its codes there: Channex
+// ids (nil: the worker's YAML), or an OpenTravel channel's codes (nil: our own).
+type PropertyChannel struct {
+	Channel    string
+	Channex    *models.ChannexProperty
+	OpenTravel *models.OpenTravelProperty
+}
+
+// storedCodes is property_channels.codes: one of the two.
+type storedCodes struct {
+	Channex    *models.ChannexProperty    `json:"channex,omitempty"`
+	OpenTravel *models.OpenTravelProperty `json:"opentravel,omitempty"`
+}
+
 // SetPropertyChannels makes channels (slugs) the whole list of channels property
-// is on, in one transaction; an empty list unmaps it.
+// is on, without codes, in one transaction; an empty list unmaps it.
 func (s *Store) SetPropertyChannels(ctx context.Context, property string, channels []string) error {
-	ids, err := s.channelIDs(ctx, channels...)
+	list := make([]PropertyChannel, len(channels))
+	for i, ch := range channels {
+		list[i] = PropertyChannel{Channel: ch}
+	}
+	return s.SetPropertyMappings(ctx, property, list)
+}
+
+// SetPropertyMappings makes list the whole of property's channels and codes, in one
+// transaction that also moves mapping_version, so every cache (Mappings) reloads
+// at its next check; an empty list unmaps the property.
+func (s *Store) SetPropertyMappings(ctx context.Context, property string, list []PropertyChannel) error {
+	slugs := make([]string, len(list))
+	for i, pc := range list {
+		slugs[i] = pc.Channel
+	}
+	ids, err := s.channelIDs(ctx, slugs...)
 	if err != nil {
 		return fmt.Errorf("map property %s: %w", property, err)
 	}
-	chIDs := make([]int16, 0, len(ids))
-	for _, id := range ids {
-		chIDs = append(chIDs, id)
+	chIDs := make([]int16, len(list))
+	codes := make([]pgtype.Text, len(list))
+	for i, pc := range list {
+		chIDs[i] = ids[pc.Channel]
+		if pc.Channex != nil || pc.OpenTravel != nil {
+			b, err := json.Marshal(storedCodes{Channex: pc.Channex, OpenTravel: pc.OpenTravel})
+			if err != nil {
+				return fmt.Errorf("map property %s: %w", property, err)
+			}
+			codes[i] = pgtype.Text{String: string(b), Valid: true}
+		}
 	}
 	now := s.now()
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
@@ -25,9 +69,15 @@ func (s *Store) SetPropertyChannels(ctx context.Context, property string, channe
 			property, chIDs); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `
-INSERT INTO property_channels (property_id, channel, updated_at) SELECT $1, c, $3 FROM unnest($2::smallint[]) c
-ON CONFLICT (property_id, channel) DO NOTHING`, property, chIDs, now)
+		if _, err := tx.Exec(ctx, `
+INSERT INTO property_channels (property_id, channel, updated_at, codes)
+SELECT $1, c, $3, k FROM unnest($2::smallint[], $4::text[]::jsonb[]) AS u(c, k)
+ON CONFLICT (property_id, channel) DO UPDATE SET codes = excluded.codes,
+	updated_at = CASE WHEN property_channels.codes IS NOT DISTINCT FROM excluded.codes
+		THEN property_channels.updated_at ELSE excluded.updated_at END`, property, chIDs, now, codes); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE mapping_version SET version = version + 1`)
 		return err
 	})
 	if err != nil {
@@ -54,4 +104,219 @@ WHERE p.property_id = ANY($1)`, properties)
 		slices.Sort(l)
 	}
 	return out, nil
+}
+
+// PropertyMappings is property's channels with their codes, sorted by channel.
+func (s *Store) PropertyMappings(ctx context.Context, property string) ([]PropertyChannel, error) {
+	rows, _ := s.pool.Query(ctx, `
+SELECT ch.slug, p.codes FROM property_channels p JOIN channels ch ON ch.id = p.channel
+WHERE p.property_id = $1 ORDER BY ch.slug`, property)
+	var out []PropertyChannel
+	var slug string
+	var codes []byte
+	if _, err := pgx.ForEachRow(rows, []any{&slug, &codes}, func() error {
+		pc := PropertyChannel{Channel: slug}
+		if codes != nil {
+			var c storedCodes
+			if err := json.Unmarshal(codes, &c); err != nil {
+				return fmt.Errorf("codes of %s on %s: %w", property, slug, err)
+			}
+			pc.Channex, pc.OpenTravel = c.Channex, c.OpenTravel
+		}
+		out = append(out, pc)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("mappings of %s: %w", property, err)
+	}
+	return out, nil
+}
+
+// DefaultMappingsTTL is how long a Mappings cache trusts what it read before it
+// asks PostgreSQL whether the mappings moved (one primary-key read of
+// mapping_version): a property mapped over the API is pushed within it.
+const DefaultMappingsTTL = 2 * time.Second
+
+// Mappings is the channels' effective configuration: the YAML's, with the codes
+// stored over the API (property_channels.codes) laid over its channex.properties
+// — a property's stored codes on a channel win over the YAML's, and a YAML
+// property without stored codes stays in force (the YAML seeds, PostgreSQL
+// overrides). It checks mapping_version at most every ttl and reloads the codes
+// only when it moved; between checks it answers from memory, except that a
+// Channex property it does not map makes it check at once (ChannelsFor,
+// ChannelFor): a new property is pushed from its first batch on, a remapped one
+// within ttl.
+type Mappings struct {
+	st   *Store
+	base map[string]models.ChannelConfig
+	ttl  time.Duration
+
+	mu      sync.Mutex
+	checked time.Time
+	version int64
+	merged  map[string]models.ChannelConfig
+}
+
+// NewMappings is the cache of st's mappings over the YAML channels chs; ttl 0 is
+// DefaultMappingsTTL.
+func (s *Store) NewMappings(chs []models.ChannelConfig, ttl time.Duration) *Mappings {
+	if ttl <= 0 {
+		ttl = DefaultMappingsTTL
+	}
+	return &Mappings{st: s, base: models.ChannelMap(chs), ttl: ttl, version: -1}
+}
+
+// Channels is the effective configuration of every channel, by slug, as last
+// checked (at most ttl ago). The map and its configs are shared: read them, never
+// write. On an error it returns the last configuration it had (the YAML's at
+// first) with the error.
+func (m *Mappings) Channels(ctx context.Context) (map[string]models.ChannelConfig, error) {
+	return m.get(ctx, false)
+}
+
+// ChannelsFor is Channels checked against PostgreSQL now when a mutation of ms is
+// for a Channex channel on which the cached configuration does not map its
+// property: a property mapped a moment ago is never refused as unmapped, and the
+// usual call costs no query.
+func (m *Mappings) ChannelsFor(ctx context.Context, ms []models.Mutation) (map[string]models.ChannelConfig, error) {
+	chs, err := m.get(ctx, false)
+	if err != nil {
+		return chs, err
+	}
+	for _, mu := range ms {
+		if unmapped(chs, mu.Channel, mu.PropertyID) {
+			return m.get(ctx, true)
+		}
+	}
+	return chs, nil
+}
+
+// ChannelFor is channel slug's effective configuration, checked against
+// PostgreSQL now when the cached one does not map property (on an OpenTravel
+// channel too, where a property without codes is sent under its own: one mapped
+// a moment ago is never sent under paritysync's codes).
+func (m *Mappings) ChannelFor(ctx context.Context, slug, property string) (models.ChannelConfig, error) {
+	chs, err := m.get(ctx, false)
+	if err == nil && (unmapped(chs, slug, property) || otaUnmapped(chs, slug, property)) {
+		chs, err = m.get(ctx, true)
+	}
+	return chs[slug], err
+}
+
+// unmapped reports whether channel slug of chs is a Channex channel that does not
+// map property.
+func unmapped(chs map[string]models.ChannelConfig, slug, property string) bool {
+	cfg, ok := chs[slug]
+	if !ok || cfg.Protocol != models.ProtocolChannex {
+		return false
+	}
+	_, ok = cfg.Channex.Properties[property]
+	return !ok
+}
+
+// otaUnmapped reports whether channel slug of chs is an OpenTravel channel that
+// has no codes of property.
+func otaUnmapped(chs map[string]models.ChannelConfig, slug, property string) bool {
+	cfg, ok := chs[slug]
+	if !ok || cfg.Protocol != models.ProtocolOpenTravel {
+		return false
+	}
+	_, ok = cfg.OpenTravel.Properties[property]
+	return !ok
+}
+
+// Invalidate makes the next call check PostgreSQL (a writer in this process has
+// just moved the mappings).
+func (m *Mappings) Invalidate() {
+	m.mu.Lock()
+	m.checked = time.Time{}
+	m.mu.Unlock()
+}
+
+// get is the effective configuration: from memory when checked less than ttl
+// ago (and fresh is false), else after reading mapping_version, reloaded when it
+// moved.
+func (m *Mappings) get(ctx context.Context, fresh bool) (map[string]models.ChannelConfig, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !fresh && m.merged != nil && time.Since(m.checked) < m.ttl {
+		return m.merged, nil
+	}
+	last := m.merged
+	if last == nil {
+		last = m.base
+	}
+	var version int64
+	if err := m.st.pool.QueryRow(ctx, `SELECT version FROM mapping_version`).Scan(&version); err != nil {
+		return last, fmt.Errorf("mapping version: %w", err)
+	}
+	if version == m.version && m.merged != nil {
+		m.checked = time.Now()
+		return m.merged, nil
+	}
+	merged, err := m.load(ctx)
+	if err != nil {
+		return last, err
+	}
+	m.merged, m.version, m.checked = merged, version, time.Now()
+	return merged, nil
+}
+
+// load reads every stored code and lays them over the YAML's mappings.
+func (m *Mappings) load(ctx context.Context) (map[string]models.ChannelConfig, error) {
+	rows, _ := m.st.pool.Query(ctx, `
+SELECT ch.slug, p.property_id, p.codes FROM property_channels p JOIN channels ch ON ch.id = p.channel
+WHERE p.codes IS NOT NULL`)
+	channex := map[string]map[string]models.ChannexProperty{}
+	ota := map[string]map[string]models.OpenTravelProperty{}
+	var slug, prop string
+	var codes []byte
+	if _, err := pgx.ForEachRow(rows, []any{&slug, &prop, &codes}, func() error {
+		var c storedCodes
+		if err := json.Unmarshal(codes, &c); err != nil {
+			return fmt.Errorf("codes of %s on %s: %w", prop, slug, err)
+		}
+		if c.Channex != nil {
+			if channex[slug] == nil {
+				channex[slug] = map[string]models.ChannexProperty{}
+			}
+			channex[slug][prop] = *c.Channex
+		}
+		if c.OpenTravel != nil {
+			if ota[slug] == nil {
+				ota[slug] = map[string]models.OpenTravelProperty{}
+			}
+			ota[slug][prop] = *c.OpenTravel
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("load mappings: %w", err)
+	}
+	out := make(map[string]models.ChannelConfig, len(m.base))
+	for slug, cfg := range m.base {
+		if props := channex[slug]; len(props) > 0 && cfg.Protocol == models.ProtocolChannex {
+			all := maps.Clone(cfg.Channex.Properties)
+			if all == nil {
+				all = map[string]models.ChannexProperty{}
+			}
+			maps.Copy(all, props)
+			cfg.Channex = models.ChannexMapping{Properties: all}
+		}
+		if props := ota[slug]; len(props) > 0 && cfg.Protocol == models.ProtocolOpenTravel {
+			cfg.OpenTravel = models.OpenTravelMapping{Properties: props}
+		}
+		out[slug] = cfg
+	}
+	return out, nil
+}
+
+// ValidatorFor is v checking ms against the effective configuration
+// (ChannelsFor); a copy of v, v is untouched.
+func (m *Mappings) ValidatorFor(ctx context.Context, v *models.Validator, ms []models.Mutation) (*models.Validator, error) {
+	chs, err := m.ChannelsFor(ctx, ms)
+	if err != nil {
+		return v, err
+	}
+	cp := *v
+	cp.Channels = chs
+	return &cp, nil
 }

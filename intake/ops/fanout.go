@@ -22,8 +22,15 @@ func tooLongWithSuffix(id string, chs []string) bool {
 }
 
 // AllChannels is the channel of a mutation meant for every channel its property
-// is on.
+// is on; a mutation without a channel means the same.
 const AllChannels = "*"
+
+// EveryChannel reports whether m is meant for every channel its property is on:
+// channel "*", or no channel (a row without a property is left to the validator,
+// which names both fields).
+func EveryChannel(m models.Mutation) bool {
+	return m.Channel == AllChannels || m.Channel == "" && m.PropertyID != ""
+}
 
 // Rules of a fanned-out mutation, as a rejection names them.
 const (
@@ -31,7 +38,7 @@ const (
 	RuleFanOutID        = `with "@<channel>" appended (one id per channel of "*") must keep to the id rule: at most 128 characters`
 )
 
-// FanOut replaces every mutation of d for channel "*" with one per channel its
+// FanOut replaces every mutation of d for channel "*" (or without a channel) with one per channel its
 // property is on (store.PropertyChannels, read now: a property mapped a moment ago
 // counts), each under the id <id>@<channel> so every channel's outcome is reported
 // apart. A property on no channel, or an id too long to carry the suffix, makes the
@@ -39,7 +46,7 @@ const (
 func FanOut(ctx context.Context, st *store.Store, d models.Decoded) (models.Decoded, error) {
 	var props []string
 	for _, m := range d.Mutations {
-		if m.Channel == AllChannels {
+		if EveryChannel(m) {
 			props = append(props, m.PropertyID)
 		}
 	}
@@ -62,7 +69,7 @@ func FanOut(ctx context.Context, st *store.Store, d models.Decoded) (models.Deco
 			out.Problems = append(out.Problems, d.Problems[next])
 			next++
 		}
-		if m.Channel != AllChannels {
+		if !EveryChannel(m) {
 			out.Mutations, out.Lines, out.Indexes = append(out.Mutations, m), append(out.Lines, d.Lines[i]), append(out.Indexes, d.Indexes[i])
 			continue
 		}
