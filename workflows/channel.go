@@ -40,7 +40,18 @@ type channelSync struct {
 	resumes int
 	// polling is set while one lane waits out a limiter pause; the others wait for it.
 	polling bool
+	// adaptive is set on runs started since lanes follow the channel's pace
+	// (versionAdaptiveLanes); lanes counts the lanes still taking requests, at most
+	// window.
+	adaptive bool
+	lanes    int
+	window   int
 }
+
+// versionAdaptiveLanes names the change that ends a lane whose slot is further away
+// than the short wait and starts one again once the next slot is close: on a
+// saturated channel a request costs one push, not a push and a timer.
+const versionAdaptiveLanes = "adaptive-lanes"
 
 func (s *channelSync) run(ctx workflow.Context) (models.ChannelCounts, error) {
 	log := workflow.GetLogger(ctx)
@@ -63,13 +74,11 @@ func (s *channelSync) run(ctx workflow.Context) (models.ChannelCounts, error) {
 	}
 	actx := withActivity(ctx, models.PushActivityTimeout, s.in.Chunk.Priority)
 	lanes := min(window, len(s.queue))
+	s.adaptive = workflow.GetVersion(ctx, versionAdaptiveLanes, workflow.DefaultVersion, 1) >= 1
+	s.window = window
 	first := s.reserveFirst(ctx, actx, lanes)
 	for range lanes {
-		s.busy++
-		workflow.Go(ctx, func(ctx workflow.Context) {
-			defer func() { s.busy-- }()
-			s.lane(ctx, actx, first)
-		})
+		s.startLane(ctx, actx, first)
 	}
 	if err := workflow.Await(ctx, func() bool { return s.busy == 0 }); err != nil {
 		// Cancelled: let the lanes' in-flight pushes finish and record their outcomes.
@@ -162,16 +171,49 @@ func (s *channelSync) take(ctx workflow.Context) (int, bool) {
 	return i, true
 }
 
+// startLane starts one more lane.
+func (s *channelSync) startLane(ctx, actx workflow.Context, first map[int]models.Slot) {
+	s.busy++
+	s.lanes++
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		defer func() { s.busy-- }()
+		s.lane(ctx, actx, first)
+	})
+}
+
 // lane pushes requests one after another. Each push also reserves the slot of the
 // lane's next request, so a request costs one push and at most one durable timer.
+//
+// On adaptive runs the lanes follow the channel's pace. A lane whose slot is
+// further away than the short wait (it needs a timer) pushes that request without
+// holding another and ends, as long as another lane goes on; a lane whose next slot
+// is due within a quarter of the short wait starts another lane, up to the window.
+// On a saturated channel the lanes left are about as many as have slots within the
+// short wait, which the push waits out in process: a request costs one push.
 func (s *channelSync) lane(ctx, actx workflow.Context, first map[int]models.Slot) {
+	counted := true
+	defer func() {
+		if counted {
+			s.lanes--
+		}
+	}()
 	i, ok := s.take(ctx)
 	var slot *models.Slot
 	if f, held := first[i]; ok && held {
 		slot = &f
 	}
-	for ok {
-		next, more := s.take(ctx)
+	// The first request of a lane keeps the layout ReserveSlots held the lanes'
+	// first slots in; a lane decides whether to go on once its pushes hold slots.
+	for started := true; ok; started = false {
+		var next int
+		var more bool
+		if s.adaptive && !started && s.lanes > 1 && slot != nil && slot.Wait > s.shortWait() {
+			// Enough lanes hold slots ahead of this one: this is its last request.
+			s.lanes--
+			counted = false
+		} else {
+			next, more = s.take(ctx)
+		}
 		var done bool
 		slot, done = s.deliver(ctx, actx, i, slot, next, more)
 		if !done {
@@ -192,6 +234,11 @@ func (s *channelSync) lane(ctx, actx workflow.Context, first map[int]models.Slot
 		i, ok = next, more
 		if slot != nil && slot.Index != i {
 			slot = nil
+		}
+		if s.adaptive && ok && slot != nil && slot.Wait < s.shortWait()/4 && s.lanes < s.window &&
+			len(s.queue) > 0 && !s.stopped {
+			// The next slot is due at once: the channel has room for another lane.
+			s.startLane(ctx, actx, nil)
 		}
 	}
 }
