@@ -37,7 +37,65 @@ import (
 //     rate-limit headers, the breaker's feed, the lease (kept when the answer does
 //     not say whether the channel applied the push) and the next slot's hold, and
 //     one transaction records the acknowledgement and the outcomes.
+//
+// With in.Then set, a delivered push whose next slot is due within the short wait
+// pushes the next request too, in the same attempt, while the attempt has room for
+// another channel call: on a saturated channel one activity delivers several
+// requests, each still waiting for its own slot. A chained push that comes to
+// anything but an outcome (a wait, a 429, a failure) ends the chain unreported:
+// the lane pushes that request itself, as Temporal would have retried it.
 func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (models.PushResult, error) {
+	res, err := a.pushOne(ctx, in)
+	if err != nil || res.Deferred != nil || in.NextReservation == "" || len(in.Then) == 0 {
+		return res, err
+	}
+	seq := append([]int{in.Next}, in.Then...)
+	ids := append([]string{in.NextReservation}, in.ThenReservations...)
+	for j := 0; j < len(seq) && j < len(ids); j++ {
+		if !a.chainable(ctx, res.Next, seq[j]) {
+			break
+		}
+		cin := models.PushInput{BatchID: in.BatchID, ChunkKey: in.ChunkKey, Index: seq[j], Reservation: ids[j]}
+		if j+1 < len(seq) && j+1 < len(ids) {
+			cin.Next, cin.NextReservation = seq[j+1], ids[j+1]
+		}
+		got, err := a.pushOne(ctx, cin)
+		if err != nil || got.Deferred != nil {
+			if err != nil {
+				activity.GetLogger(ctx).Info("chained push ends the chain", "index", seq[j], "error", err)
+			}
+			res.Next = nil
+			if err == nil && got.Deferred.Held {
+				res.Next = &models.Slot{Index: seq[j], Wait: time.Duration(got.Deferred.Wait), About: got.About}
+			}
+			break
+		}
+		res.Next, got.Next = got.Next, nil
+		res.Chained = append(res.Chained, got)
+	}
+	return res, nil
+}
+
+// chainRoom is how much of its deadline, besides the short wait, an attempt keeps
+// when it starts a chained push: the longest channel call and the records around it.
+const chainRoom = models.MaxHTTPTimeout + 3*time.Second
+
+// chainable reports whether the attempt pushes request i itself: its slot (held by
+// the last push) is due within the short wait and the attempt has room for the call.
+func (a *Activities) chainable(ctx context.Context, slot *models.Slot, i int) bool {
+	short := a.ShortWait
+	if short <= 0 {
+		short = DefaultShortWait
+	}
+	if slot == nil || slot.Index != i || slot.Wait > short || ctx.Err() != nil {
+		return false
+	}
+	deadline, ok := ctx.Deadline()
+	return !ok || time.Until(deadline) >= chainRoom+short
+}
+
+// pushOne is PushRequest of one request.
+func (a *Activities) pushOne(ctx context.Context, in models.PushInput) (models.PushResult, error) {
 	log := activity.GetLogger(ctx)
 	req, next, err := a.sending(ctx, in)
 	if err != nil {
