@@ -76,12 +76,14 @@ func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (mode
 	return res, nil
 }
 
-// chainRoom is how much of its deadline, besides the short wait, an attempt keeps
-// when it starts a chained push: the longest channel call and the records around it.
-const chainRoom = models.MaxHTTPTimeout + 3*time.Second
+// chainRecords bounds the records around one chained push (its two PostgreSQL
+// transactions and two Redis round trips), for the room a chained push needs.
+const chainRecords = 3 * time.Second
 
 // chainable reports whether the attempt pushes request i itself: its slot (held by
-// the last push) is due within the short wait and the attempt has room for the call.
+// the last push) is due within the short wait, and the attempt has room left for
+// all a push may take: the in-process waits for its slot (maxSlotWaits short waits
+// at most), the channel call and the records around it.
 func (a *Activities) chainable(ctx context.Context, slot *models.Slot, i int) bool {
 	short := a.ShortWait
 	if short <= 0 {
@@ -90,8 +92,12 @@ func (a *Activities) chainable(ctx context.Context, slot *models.Slot, i int) bo
 	if slot == nil || slot.Index != i || slot.Wait > short || ctx.Err() != nil {
 		return false
 	}
+	call := models.MaxHTTPTimeout
+	if a.Client != nil && a.Client.Timeout() > 0 {
+		call = a.Client.Timeout()
+	}
 	deadline, ok := ctx.Deadline()
-	return !ok || time.Until(deadline) >= chainRoom+short
+	return !ok || time.Until(deadline) >= (maxSlotWaits+1)*short+call+chainRecords
 }
 
 // pushOne is PushRequest of one request.
@@ -253,6 +259,10 @@ func unsettled(resp channels.PushResponse) bool {
 // maxGateAttempts bounds how often one PushRequest rebuilds a gate lost under it.
 const maxGateAttempts = 3
 
+// maxSlotWaits bounds how often one decision is waited out in process (a slot that
+// moved, say, behind an urgent request) before the workflow waits with a timer.
+const maxSlotWaits = 3
+
 // maxLateAttempts bounds how often one PushRequest asks for a new slot because its
 // call could not start within the margin of the last one.
 const maxLateAttempts = 3
@@ -341,7 +351,7 @@ func (a *Activities) dispatch(ctx context.Context, lr limiter.Request) (limiter.
 			a.rebuilds.setWhole(lr.Channel, true)
 			continue
 		}
-		if d.State == limiter.Wait && d.Wait <= short && waits < 3 {
+		if d.State == limiter.Wait && d.Wait <= short && waits < maxSlotWaits {
 			waits++
 			if err := sleep(ctx, d.Wait); err != nil {
 				return d, time.Time{}, err

@@ -113,6 +113,9 @@ type Client struct {
 	now      func() time.Time
 }
 
+// Timeout is the longest one channel call takes (PARITYSYNC_HTTP_TIMEOUT).
+func (c *Client) Timeout() time.Duration { return c.timeout }
+
 // channel is a configured channel with its protocol and the URL its paths hang off.
 type channel struct {
 	cfg   models.ChannelConfig
