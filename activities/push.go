@@ -37,7 +37,71 @@ import (
 //     rate-limit headers, the breaker's feed, the lease (kept when the answer does
 //     not say whether the channel applied the push) and the next slot's hold, and
 //     one transaction records the acknowledgement and the outcomes.
+//
+// With in.Then set, a delivered push whose next slot is due within the short wait
+// pushes the next request too, in the same attempt, while the attempt has room for
+// another channel call: on a saturated channel one activity delivers several
+// requests, each still waiting for its own slot. A chained push that comes to
+// anything but an outcome (a wait, a 429, a failure) ends the chain unreported:
+// the lane pushes that request itself, as Temporal would have retried it.
 func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (models.PushResult, error) {
+	res, err := a.pushOne(ctx, in)
+	if err != nil || res.Deferred != nil || in.NextReservation == "" || len(in.Then) == 0 {
+		return res, err
+	}
+	seq := append([]int{in.Next}, in.Then...)
+	ids := append([]string{in.NextReservation}, in.ThenReservations...)
+	for j := 0; j < len(seq) && j < len(ids); j++ {
+		if !a.chainable(ctx, res.Next, seq[j]) {
+			break
+		}
+		cin := models.PushInput{BatchID: in.BatchID, ChunkKey: in.ChunkKey, Index: seq[j], Reservation: ids[j]}
+		if j+1 < len(seq) && j+1 < len(ids) {
+			cin.Next, cin.NextReservation = seq[j+1], ids[j+1]
+		}
+		got, err := a.pushOne(ctx, cin)
+		if err != nil || got.Deferred != nil {
+			if err != nil {
+				activity.GetLogger(ctx).Info("chained push ends the chain", "index", seq[j], "error", err)
+			}
+			res.Next = nil
+			if err == nil && got.Deferred.Held {
+				res.Next = &models.Slot{Index: seq[j], Wait: time.Duration(got.Deferred.Wait), About: got.About}
+			}
+			break
+		}
+		res.Next, got.Next = got.Next, nil
+		res.Chained = append(res.Chained, got)
+	}
+	return res, nil
+}
+
+// chainRecords bounds the records around one chained push (its two PostgreSQL
+// transactions and two Redis round trips), for the room a chained push needs.
+const chainRecords = 3 * time.Second
+
+// chainable reports whether the attempt pushes request i itself: its slot (held by
+// the last push) is due within the short wait, and the attempt has room left for
+// all a push may take: the in-process waits for its slot (maxSlotWaits short waits
+// at most), the channel call and the records around it.
+func (a *Activities) chainable(ctx context.Context, slot *models.Slot, i int) bool {
+	short := a.ShortWait
+	if short <= 0 {
+		short = DefaultShortWait
+	}
+	if slot == nil || slot.Index != i || slot.Wait > short || ctx.Err() != nil {
+		return false
+	}
+	call := models.MaxHTTPTimeout
+	if a.Client != nil && a.Client.Timeout() > 0 {
+		call = a.Client.Timeout()
+	}
+	deadline, ok := ctx.Deadline()
+	return !ok || time.Until(deadline) >= (maxSlotWaits+1)*short+call+chainRecords
+}
+
+// pushOne is PushRequest of one request.
+func (a *Activities) pushOne(ctx context.Context, in models.PushInput) (models.PushResult, error) {
 	log := activity.GetLogger(ctx)
 	req, next, err := a.sending(ctx, in)
 	if err != nil {
@@ -195,6 +259,10 @@ func unsettled(resp channels.PushResponse) bool {
 // maxGateAttempts bounds how often one PushRequest rebuilds a gate lost under it.
 const maxGateAttempts = 3
 
+// maxSlotWaits bounds how often one decision is waited out in process (a slot that
+// moved, say, behind an urgent request) before the workflow waits with a timer.
+const maxSlotWaits = 3
+
 // maxLateAttempts bounds how often one PushRequest asks for a new slot because its
 // call could not start within the margin of the last one.
 const maxLateAttempts = 3
@@ -283,7 +351,7 @@ func (a *Activities) dispatch(ctx context.Context, lr limiter.Request) (limiter.
 			a.rebuilds.setWhole(lr.Channel, true)
 			continue
 		}
-		if d.State == limiter.Wait && d.Wait <= short && waits < 3 {
+		if d.State == limiter.Wait && d.Wait <= short && waits < maxSlotWaits {
 			waits++
 			if err := sleep(ctx, d.Wait); err != nil {
 				return d, time.Time{}, err

@@ -291,3 +291,64 @@ func TestPushLateForItsSlotAsksForANewOne(t *testing.T) {
 		t.Errorf("window holds %d slots, want 2: the late slot stays spent", st.InWindow)
 	}
 }
+
+// TestPushDeliversTheLanesNextRequestsWhoseSlotsAreNear hands one push the lane's
+// next requests (Next, then Then): each slot is due at once, so the one attempt
+// delivers them all, each through its own decision, and holds no further slot.
+func TestPushDeliversTheLanesNextRequestsWhoseSlotsAreNear(t *testing.T) {
+	e := newActivityEnv(t, envOptions{})
+	const batch, n = "b-chain", 5
+	c := e.laneBatch(batch, n)
+	id := func(i int) string { return fmt.Sprintf("%s/%d", batch, i) }
+	res, err := e.push(models.PushInput{BatchID: batch, ChunkKey: c.Key, Index: 0, Reservation: id(0),
+		Next: 1, NextReservation: id(1), Then: []int{2, 3, 4}, ThenReservations: []string{id(2), id(3), id(4)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Committed != 1 || len(res.Chained) != n-1 {
+		t.Fatalf("push: committed %d, chained %d, want 1 and %d", res.Committed, len(res.Chained), n-1)
+	}
+	for k, r := range res.Chained {
+		if r.Committed != 1 || r.Next != nil {
+			t.Errorf("chained push %d: %+v, want one committed update and no slot of its own", k+1, r)
+		}
+	}
+	if res.Next != nil {
+		t.Errorf("a slot held after the last request: %+v", res.Next)
+	}
+	if got := e.simRequests(); got != n {
+		t.Errorf("simulator received %d requests, want %d", got, n)
+	}
+}
+
+// TestPushLeavesAFarSlotToTheLane: on a channel whose next slot is further away
+// than the short wait, the push delivers its own request, holds the next one's slot
+// and hands the rest back (no chained push).
+func TestPushLeavesAFarSlotToTheLane(t *testing.T) {
+	e := newActivityEnv(t, envOptions{channel: func(c *models.ChannelConfig) {
+		c.RatePerMinute, c.Burst = 12, 3 // a slot every 5 s once the burst bulk work may take is spent
+	}})
+	const batch = "b-far"
+	c := e.laneBatch(batch, 3)
+	id := func(i int) string { return fmt.Sprintf("%s/%d", batch, i) }
+	in := models.PushInput{BatchID: batch, ChunkKey: c.Key, Index: 0, Reservation: id(0),
+		Next: 1, NextReservation: id(1), Then: []int{2}, ThenReservations: []string{id(2)}}
+	res, err := e.push(in)
+	if err == nil && res.Deferred != nil {
+		// Bulk work leaves the burst alone: wait for the first slot, as a lane would.
+		time.Sleep(time.Duration(res.Deferred.Wait))
+		res, err = e.push(in)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Committed != 1 || len(res.Chained) != 0 {
+		t.Fatalf("push: committed %d, chained %d, want 1 and 0 (%+v)", res.Committed, len(res.Chained), res.Deferred)
+	}
+	if res.Next == nil || res.Next.Index != 1 || res.Next.Wait <= DefaultShortWait {
+		t.Fatalf("next slot %+v, want request 1's, more than %s away", res.Next, DefaultShortWait)
+	}
+	if got := e.simRequests(); got != 1 {
+		t.Errorf("simulator received %d requests, want 1", got)
+	}
+}

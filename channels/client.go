@@ -140,6 +140,9 @@ func (c *Client) current(ctx context.Context, ch channel, property string) (chan
 	return ch, nil
 }
 
+// Timeout is the longest one channel call takes (PARITYSYNC_HTTP_TIMEOUT).
+func (c *Client) Timeout() time.Duration { return c.timeout }
+
 // channel is a configured channel with its protocol and the URL its paths hang off.
 type channel struct {
 	cfg   models.ChannelConfig

@@ -261,6 +261,11 @@ type ChannelSyncInput struct {
 	// nil means all of them.
 	Remaining []int         `json:"remaining,omitempty"`
 	Counts    ChannelCounts `json:"counts"`
+	// PacedLanes has the run's lanes follow the channel's pace (a lane whose slot
+	// needs a timer ends while another goes on; a push delivers the lane's next
+	// requests whose slots come within the short wait). BatchSync sets it; runs
+	// started without it, before it existed, keep their lanes and replay as they ran.
+	PacedLanes bool `json:"paced_lanes,omitempty"`
 }
 
 // PauseSignal is the payload of the pause-channel and resume-channel signals.
@@ -284,6 +289,12 @@ type PushInput struct {
 	// the lane waits with one timer per request and asks the limiter once.
 	Next            int    `json:"next,omitempty"`
 	NextReservation string `json:"next_reservation,omitempty"`
+	// Then lists, under ThenReservations, the lane's requests after Next. When the
+	// slot a push holds for the lane's next request is due within the short wait,
+	// the same attempt pushes that request too, and so on down Then while the
+	// attempt has time for another channel call (PushResult.Chained).
+	Then             []int    `json:"then,omitempty"`
+	ThenReservations []string `json:"then_reservations,omitempty"`
 }
 
 // ReserveSlotsInput asks ReserveSlots to hold the slots of requests Indexes of a
@@ -324,6 +335,10 @@ type PushResult struct {
 	// About describes the request (ChannelRequest.Summary), for the summaries of
 	// its next attempts.
 	About string `json:"about,omitempty"`
+	// Chained are the outcomes of the requests the attempt pushed after this one
+	// (PushInput.Next, then Then, in order). Next is then the slot held for the
+	// first request it did not push; the lane pushes that one and the rest itself.
+	Chained []PushResult `json:"chained,omitempty"`
 }
 
 // FailedLine is a line a channel refused in a partial success.

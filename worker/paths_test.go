@@ -159,8 +159,9 @@ func TestWorkflowPaths(t *testing.T) {
 }
 
 // TestChannelSyncContinuesAsNew runs a chunk longer than one run's history on a dev
-// server of its own that suggests continuing as new past 150 events: the child
-// continues as new, its held slots and counts carried over, and every update is
+// server of its own that suggests continuing as new past 60 events (a push may
+// deliver several of a lane's requests, so 60 requests make a short history): the
+// child continues as new, its held slots and counts carried over, and every update is
 // committed once, within the window, without a 429. With PARITYSYNC_RECORD_HISTORY=1
 // it records a run that continued as new.
 func TestChannelSyncContinuesAsNew(t *testing.T) {
@@ -168,7 +169,7 @@ func TestChannelSyncContinuesAsNew(t *testing.T) {
 		t.Skip("end-to-end: needs a Temporal dev server")
 	}
 	t.Parallel()
-	srv := devtest.StartOwn(t, "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=150")
+	srv := devtest.StartOwn(t, "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=60")
 	s := startShortStack(t, srv, map[string]int{"expedia": 30},
 		func(env map[string]string) { env["PARITYSYNC_CHUNK_SIZE"] = "100" })
 	const n = 60

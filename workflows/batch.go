@@ -264,7 +264,7 @@ func (b *batchSync) start(ctx workflow.Context, sel workflow.Selector, c models.
 		window = lanes
 	}
 	in := models.ChannelSyncInput{BatchID: b.in.BatchID, Chunk: c, Window: window, Retry: b.in.Retry,
-		Paused: b.paused[c.Channel], Counts: models.ChannelCounts{Channel: c.Channel, Total: c.Updates}}
+		Paused: b.paused[c.Channel], Counts: models.ChannelCounts{Channel: c.Channel, Total: c.Updates}, PacedLanes: true}
 	fut := workflow.ExecuteChildWorkflow(cctx, ChannelSync, in)
 	b.running = append(b.running, runningChild{id: id, channel: c.Channel, lanes: lanes, fut: fut})
 	sel.AddFuture(fut, func(f workflow.Future) {

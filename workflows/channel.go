@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -40,6 +41,12 @@ type channelSync struct {
 	resumes int
 	// polling is set while one lane waits out a limiter pause; the others wait for it.
 	polling bool
+	// adaptive is set when the lanes follow the channel's pace (PacedLanes, an
+	// input rather than a version marker, which would cost an action per run);
+	// lanes counts the lanes still taking requests, at most window.
+	adaptive bool
+	lanes    int
+	window   int
 }
 
 func (s *channelSync) run(ctx workflow.Context) (models.ChannelCounts, error) {
@@ -63,13 +70,11 @@ func (s *channelSync) run(ctx workflow.Context) (models.ChannelCounts, error) {
 	}
 	actx := withActivity(ctx, models.PushActivityTimeout, s.in.Chunk.Priority)
 	lanes := min(window, len(s.queue))
+	s.adaptive = s.in.PacedLanes
+	s.window = window
 	first := s.reserveFirst(ctx, actx, lanes)
 	for range lanes {
-		s.busy++
-		workflow.Go(ctx, func(ctx workflow.Context) {
-			defer func() { s.busy-- }()
-			s.lane(ctx, actx, first)
-		})
+		s.startLane(ctx, actx, first)
 	}
 	if err := workflow.Await(ctx, func() bool { return s.busy == 0 }); err != nil {
 		// Cancelled: let the lanes' in-flight pushes finish and record their outcomes.
@@ -162,39 +167,104 @@ func (s *channelSync) take(ctx workflow.Context) (int, bool) {
 	return i, true
 }
 
+// startLane starts one more lane.
+func (s *channelSync) startLane(ctx, actx workflow.Context, first map[int]models.Slot) {
+	s.busy++
+	s.lanes++
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		defer func() { s.busy-- }()
+		s.lane(ctx, actx, first)
+	})
+}
+
 // lane pushes requests one after another. Each push also reserves the slot of the
 // lane's next request, so a request costs one push and at most one durable timer.
+//
+// On adaptive runs the lanes follow the channel's pace. A lane whose slot is
+// further away than the short wait (it needs a timer) pushes that request without
+// holding another and ends, as long as another lane goes on; a lane whose next slot
+// is due within a quarter of the short wait starts another lane, up to the window.
+// On a saturated channel the lanes left are about as many as have slots within the
+// short wait, which the push waits out in process: a request costs one push.
 func (s *channelSync) lane(ctx, actx workflow.Context, first map[int]models.Slot) {
+	counted := true
+	defer func() {
+		if counted {
+			s.lanes--
+		}
+	}()
 	i, ok := s.take(ctx)
 	var slot *models.Slot
 	if f, held := first[i]; ok && held {
 		slot = &f
 	}
-	for ok {
-		next, more := s.take(ctx)
+	// ahead are the requests the lane took after i, in order: the next one, and on
+	// adaptive runs whose slots come within the short wait a few more, which the
+	// push of i may deliver in the same attempt (PushInput.Then).
+	var ahead []int
+	// The first request of a lane keeps the layout ReserveSlots held the lanes'
+	// first slots in; a lane decides whether to go on once its pushes hold slots.
+	for started := true; ok; started = false {
+		if s.adaptive && !started && len(ahead) == 0 && s.lanes > 1 && slot != nil && slot.Wait > s.shortWait() {
+			// Enough lanes hold slots ahead of this one: this is its last request.
+			s.lanes--
+			counted = false
+		} else if len(ahead) == 0 {
+			if next, more := s.take(ctx); more {
+				ahead = append(ahead, next)
+			}
+		}
+		if s.adaptive && !started && len(ahead) > 0 && (slot == nil || slot.Wait <= s.shortWait()) {
+			for len(ahead) < 1+MaxChained {
+				next, more := s.take(ctx)
+				if !more {
+					break
+				}
+				ahead = append(ahead, next)
+			}
+		}
+		var pushed int
 		var done bool
-		slot, done = s.deliver(ctx, actx, i, slot, next, more)
+		slot, pushed, done = s.deliver(ctx, actx, i, slot, ahead)
 		if !done {
-			// The run's history is full while i still waits: i goes back to the
-			// queue for the next run, its held slot kept under its reservation id.
-			s.queue = append([]int{i}, s.queue...)
+			// The run's history is full while i still waits: i and what the lane
+			// took after it go back to the queue for the next run, their held slots
+			// kept under their reservation ids.
+			s.queue = append(append(slices.Clone(ahead), i), s.queue...)
 			s.stopped = true
-		}
-		if s.stopped && more {
-			// The run continues as new: the next request goes back to the queue; its
-			// held slot survives in the limiter under the same reservation id.
-			s.queue = append([]int{next}, s.queue...)
 			return
 		}
-		if !done {
+		ahead = ahead[pushed:]
+		if s.stopped {
+			// The run continues as new: what the lane took goes back to the queue;
+			// a held slot survives in the limiter under the same reservation id.
+			s.queue = append(slices.Clone(ahead), s.queue...)
 			return
 		}
-		i, ok = next, more
+		if len(ahead) == 0 {
+			if !counted {
+				return // the lane retired
+			}
+			// The push delivered all the lane took: on with the queue.
+			i, ok = s.take(ctx)
+			slot = nil
+			continue
+		}
+		i, ahead = ahead[0], ahead[1:]
 		if slot != nil && slot.Index != i {
 			slot = nil
 		}
+		if s.adaptive && slot != nil && slot.Wait < s.shortWait()/4 && s.lanes < s.window &&
+			len(s.queue) > 0 {
+			// The next slot is due at once: the channel has room for another lane.
+			s.startLane(ctx, actx, nil)
+		}
 	}
 }
+
+// MaxChained is how many requests after the next one a lane hands a push to deliver
+// in the same attempt when their slots come within the short wait.
+const MaxChained = 3
 
 // reserveFirst holds, in one activity, the slots of the requests the lanes start
 // with: the first of every lane's pair, in the order the lanes take them.
@@ -229,14 +299,18 @@ func (s *channelSync) reserveFirst(ctx, actx workflow.Context, lanes int) map[in
 // if the previous push reserved one, and returns the slot reserved for next. It
 // returns done = false, without an outcome, when the run's history fills up while i
 // waits, so that the run can continue as new.
-func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Slot, next int, hasNext bool) (*models.Slot, bool) {
+func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Slot, ahead []int) (*models.Slot, int, bool) {
 	log := workflow.GetLogger(ctx)
 	wfID := workflow.GetInfo(ctx).WorkflowExecution.ID
 	key := fmt.Sprintf("%s/%d", wfID, i)
 	in := models.PushInput{BatchID: s.in.BatchID, ChunkKey: s.in.Chunk.Key, Index: i,
 		Reservation: models.ReservationID(wfID, i)}
-	if hasNext {
-		in.Next, in.NextReservation = next, models.ReservationID(wfID, next)
+	if len(ahead) > 0 {
+		in.Next, in.NextReservation = ahead[0], models.ReservationID(wfID, ahead[0])
+	}
+	for _, k := range ahead[min(1, len(ahead)):] {
+		in.Then = append(in.Then, k)
+		in.ThenReservations = append(in.ThenReservations, models.ReservationID(wfID, k))
 	}
 	// about describes request i once an activity read it (a held slot's, or a
 	// previous attempt's answer): the summary of its pushes in the UI.
@@ -251,7 +325,7 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 	transient, deferrals, quotaWaits := 0, 0, 0
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 && historyFull(ctx) {
-			return nil, false
+			return nil, 0, false
 		}
 		if s.paused != "" {
 			log.Info("paused", "request", i, "reason", s.paused)
@@ -270,27 +344,22 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 			continue
 		}
 		if err == nil {
-			s.counts.Requests++
-			s.counts.Committed += res.Committed
-			s.counts.Superseded += res.Superseded
-			if len(res.Failed) > 0 {
-				lines := make([]int, len(res.Failed))
-				for k, f := range res.Failed {
-					lines[k] = f.Line
-				}
-				s.deadLetter(ctx, i, lines, models.ReasonLineFailed, 207, res.Failed[0].Code+": "+res.Failed[0].Message)
+			s.record(ctx, i, res)
+			pushed := min(len(res.Chained), len(ahead))
+			for k := range pushed {
+				s.record(ctx, ahead[k], res.Chained[k])
 			}
-			return res.Next, true
+			return res.Next, pushed, true
 		}
 		if temporal.IsCanceledError(err) || ctx.Err() != nil {
-			return nil, true // cancelled with the batch, which closes the outcome
+			return nil, 0, true // cancelled with the batch, which closes the outcome
 		}
 		var appErr *temporal.ApplicationError
 		if !errors.As(err, &appErr) {
 			// Cancellation or an activity that ran out of infrastructure retries:
 			// park it so nothing is lost silently.
 			s.deadLetter(ctx, i, nil, models.ReasonRetryExhausted, 0, err.Error())
-			return nil, true
+			return nil, 0, true
 		}
 		var f activities.Failure
 		_ = appErr.Details(&f)
@@ -306,7 +375,7 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 			deferrals++
 			if deferrals > s.retry.MaxDeferrals {
 				s.deadLetter(ctx, i, nil, models.ReasonRetryExhausted, f.Status, "throttled too often: "+f.Message)
-				return nil, true
+				return nil, 0, true
 			}
 			wait := f.Wait
 			if !f.ServerWait {
@@ -319,19 +388,19 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 			transient++
 			if transient >= s.retry.Attempts {
 				s.deadLetter(ctx, i, nil, models.ReasonRetryExhausted, f.Status, f.Message)
-				return nil, true
+				return nil, 0, true
 			}
 			wait := Backoff(s.retry, key, transient)
 			sleep(ctx, wait, transientSummary(channel, f, wait, transient+1, s.retry.Attempts))
 		case activities.ErrAuthExpired:
 			if in.RefreshCredential {
 				s.deadLetter(ctx, i, nil, models.ReasonAuth, f.Status, "credential refused after refresh")
-				return nil, true
+				return nil, 0, true
 			}
 			in.RefreshCredential = true
 		case activities.ErrPayloadLost:
 			s.deadLetter(ctx, i, nil, models.ReasonPayloadLost, 0, f.Message)
-			return nil, true
+			return nil, 0, true
 		case activities.ErrQuotaExhausted:
 			// The day's quota is spent — the channel's (the limiter holds every
 			// worker off the channel until it resets) or only this request's family
@@ -343,14 +412,28 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 			quotaWaits++
 			if quotaWaits > MaxQuotaWaits {
 				s.deadLetter(ctx, i, nil, models.ReasonQuotaExhausted, f.Status, f.Message)
-				return nil, true
+				return nil, 0, true
 			}
 			wait := max(f.Wait, time.Minute)
 			sleep(ctx, wait, fmt.Sprintf("quota of %s spent: wait %s for the reset", channel, readable(wait)))
 		default:
 			s.deadLetter(ctx, i, nil, models.ReasonRejected, f.Status, f.Message)
-			return nil, true
+			return nil, 0, true
 		}
+	}
+}
+
+// record counts the outcome of request i and parks the lines a channel refused.
+func (s *channelSync) record(ctx workflow.Context, i int, res models.PushResult) {
+	s.counts.Requests++
+	s.counts.Committed += res.Committed
+	s.counts.Superseded += res.Superseded
+	if len(res.Failed) > 0 {
+		lines := make([]int, len(res.Failed))
+		for k, f := range res.Failed {
+			lines[k] = f.Line
+		}
+		s.deadLetter(ctx, i, lines, models.ReasonLineFailed, 207, res.Failed[0].Code+": "+res.Failed[0].Message)
 	}
 }
 
