@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
@@ -92,7 +93,7 @@ func (a *Activities) chainable(ctx context.Context, slot *models.Slot, i int) bo
 	if slot == nil || slot.Index != i || slot.Wait > short || ctx.Err() != nil {
 		return false
 	}
-	call := models.MaxHTTPTimeout
+	call := config.MaxHTTPTimeout
 	if a.Client != nil && a.Client.Timeout() > 0 {
 		call = a.Client.Timeout()
 	}
