@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -57,17 +56,29 @@ func TestHeldIndexFollowsTheReservations(t *testing.T) {
 	}
 	nowMS := float64(now.UnixMicro()) / 1000
 	type resv struct {
-		St string  `json:"st"`
-		S  float64 `json:"s"`
-		P  int     `json:"p"`
-		G  string  `json:"g"`
-		W  int     `json:"w"`
+		St string
+		S  float64
+		P  int
+		G  string
+		W  int
 	}
 	res := map[string]resv{}
 	for id, raw := range rdb.HGetAll(ctx, base+"res").Val() {
-		var e resv
-		if err := json.Unmarshal([]byte(raw), &e); err != nil {
-			t.Fatal(err)
+		// st, s, k, p, w, f, t0, t1, g joined by \x01 (lua/reserve.lua, encode).
+		f := strings.SplitN(raw, "\x01", 9)
+		if len(f) != 9 {
+			t.Fatalf("reservation %s is %q: want 9 fields", id, raw)
+		}
+		e := resv{St: f[0], G: f[8]}
+		var err error
+		if e.S, err = strconv.ParseFloat(f[1], 64); err != nil {
+			t.Fatalf("reservation %s slot %q: %v", id, f[1], err)
+		}
+		if e.P, err = strconv.Atoi(f[3]); err != nil {
+			t.Fatalf("reservation %s priority %q: %v", id, f[3], err)
+		}
+		if e.W, err = strconv.Atoi(f[4]); err != nil {
+			t.Fatalf("reservation %s weight %q: %v", id, f[4], err)
 		}
 		res[id] = e
 	}

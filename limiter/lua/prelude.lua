@@ -50,8 +50,7 @@ end
 
 -- limit is the window's capacity now: the declared limit less what others use of the
 -- channel's budget (adaptive), halved in the throttle tier; at least one.
-local function limit_now(rate, adaptive_key, used, quota)
-  local foreign = tonumber(redis.call('GET', adaptive_key) or '0') or 0
+local function limit_now(rate, foreign, used, quota)
   local r = rate - foreign
   if used * 100 >= quota * 95 then r = r / 2 end
   return math.max(1, math.floor(r))
