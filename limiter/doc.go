@@ -75,13 +75,13 @@
 //	                                          group, weight, first ask); pruned with their
 //	                                          slots, TTL one to two windows (and a second)
 //	                                          after the channel's last slot
-//	<prefix>{<channel>}:held:<scope>          the held index (lua/prelude.lua says how): future
-//	<prefix>{<channel>}:movable:<scope>       held slots by time; the movable ones by
-//	<prefix>{<channel>}:movable_group:<scope> priority, and by priority and group; their
-//	<prefix>{<channel>}:first_ask:<scope>     first asks; per group its held and movable
-//	<prefix>{<channel>}:pending:<scope>       counts; per priority the groups' turn
-//	<prefix>{<channel>}:turn:<scope>          scores. Emptied as slots come due; TTL one
-//	                                          to two windows (and a second) after the last slot
+//	<prefix>{<channel>}:index:<scope>         the held index (lua/prelude.lua says how): future
+//	<prefix>{<channel>}:pending:<scope>       held slots by time; the movable ones by priority,
+//	<prefix>{<channel>}:turn:<scope>          and by priority and group, and their first asks;
+//	                                          per group its held and movable counts; per
+//	                                          priority the groups' turn scores. Emptied as
+//	                                          slots come due; TTL one to two windows (and a
+//	                                          second) after the last slot
 //	<prefix>{<channel>}:budget                rate, burst, scope and window in force (CheckConfig);
 //	                                          TTL 10 min, renewed by every decision
 //	<prefix>{<channel>}:gate:<property>:<family>   newest version sent, per room|plan the

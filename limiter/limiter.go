@@ -390,8 +390,7 @@ func (l *Limiter) reserveCall(r Request) (keys []string, args []any, err error) 
 	keys = []string{ck.pause, ck.pausedUntil, ck.daily, ck.base + "adaptive:" + scope,
 		ck.base + "sched:" + scope, ck.base + "tat:" + scope, ck.res,
 		ck.base + "gate:" + gateScope, ck.base + "lease:" + gateScope, ck.breaker,
-		ck.base + "held:" + scope, ck.base + "movable:" + scope, ck.base + "movable_group:" + scope,
-		ck.base + "first_ask:" + scope, ck.base + "pending:" + scope, ck.base + "turn:" + scope,
+		ck.base + "index:" + scope, ck.base + "pending:" + scope, ck.base + "turn:" + scope,
 		ck.base + "paused_until:" + scope, ck.base + "budget", ck.quotaStop(r.Family)}
 	hold := 0
 	if r.Hold {

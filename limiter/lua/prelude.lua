@@ -16,11 +16,13 @@
 -- The held index answers "the earliest future slot held by lower-priority work, or by
 -- the equal-priority group furthest over its turn" without reading the schedule: it
 -- holds only future held slots, and each of its steps is O(log n) in them.
---   held           zset id by slot: every future held slot (swept once it is due)
---   movable        lex set 'p|slot|id': held slots that may still be moved (younger
---                  than max age), by priority then time
---   movable_group  lex set 'p|group|slot|id': the same, by priority, group, time
---   first_ask      zset id by first ask: the movable slots, to age them out
+--   index          lex set of four kinds of member, each a kind, SEP, a time of 17
+--                  bytes (pad) and SEP before the id: 'h|slot|id' for every future
+--                  held slot (swept once it is due); for the held slots that may
+--                  still be moved (younger than max age) 'mP|slot|id' by priority P
+--                  then time, 'gP|group|slot|id' by priority, group and time, and
+--                  'a|first ask|id' to age them out. A slot's members go in and out
+--                  together, one ZADD or ZREM.
 --   pending        hash group -> its future held slots (the turn's numerator), and
 --                  'p|group' -> its movable slots at priority p
 --   turn           zset 'p|group' by p * TURN + pending / weight, for every group
@@ -28,7 +30,7 @@
 --                  at p is the highest score below (p + 1) * TURN
 -- A slot given back, sent, come due or moved leaves the index (and re-enters it at
 -- its new place when moved); entries a reservation writes are its res record's
--- fields (k is the slot as written in the lex sets).
+-- fields (k is the slot as written in the index).
 
 if redis.replicate_commands then
   pcall(redis.replicate_commands)

@@ -1,7 +1,7 @@
 -- reserve: one decision for one request.
 -- KEYS: pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker,
---       held, movable, movable_group, first_ask, pending, turn, paused_until of scope,
---       budget, quota_stop of the request's family
+--       index, pending, turn, paused_until of scope, budget, quota_stop of the
+--       request's family
 -- ARGV: id, priority, cost, daily quota, rate/min, burst, margin ms, poll ms,
 --       lease ms, max age ms, group, weight, gate ttl ms, line count, hold,
 --       window ms, cutoff day, then per line: room|plan, first day, last day, version
@@ -28,14 +28,15 @@ local window = tonumber(ARGV[16])
 -- cutoff is the property's today (days since 1970): earlier nights leave the gate.
 local cutoff = tonumber(ARGV[17])
 local sched, res = KEYS[5], KEYS[7]
--- The held index (see "The held index" above): future held slots by time, the
--- movable ones by priority and by priority and group, their first asks, each
--- group's count of future held slots, and each group's turn score per priority.
-local hq, mv, mg, age, pend, turn = KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+-- The held index (see "The held index" in the prelude): future held slots by time,
+-- the movable ones by priority and by priority and group, and their first asks, in
+-- one lex set; each group's count of future held slots; and each group's turn
+-- score per priority.
+local idx, pend, turn = KEYS[11], KEYS[12], KEYS[13]
 local w = window + margin
 -- Decisions keep the channel's budget identity (CheckConfig) alive, renewing it
 -- once its TTL fell half a minute short.
-if redis.call('PTTL', KEYS[18]) < BUDGET_TTL - 30000 then redis.call('PEXPIRE', KEYS[18], BUDGET_TTL) end
+if redis.call('PTTL', KEYS[15]) < BUDGET_TTL - 30000 then redis.call('PEXPIRE', KEYS[15], BUDGET_TTL) end
 
 -- pending holds, per group g, its future held slots (field g) and, per priority p,
 -- its movable ones (field p|g): what the turn scores are made of.
@@ -52,44 +53,50 @@ local function turn_update(g, gw)
     end
   end
 end
-local function movable_add(hid, h)
-  redis.call('ZADD', mv, 0, h.p .. SEP .. h.k .. SEP .. hid)
-  redis.call('ZADD', mg, 0, h.p .. SEP .. h.g .. SEP .. h.k .. SEP .. hid)
-  redis.call('ZADD', age, score17(h.f), hid)
-  redis.call('HINCRBY', pend, h.p .. SEP .. h.g, 1)
-end
-local function movable_rem(hid, h)
-  if redis.call('ZREM', mv, h.p .. SEP .. h.k .. SEP .. hid) == 0 then return end
-  redis.call('ZREM', mg, h.p .. SEP .. h.g .. SEP .. h.k .. SEP .. hid)
-  redis.call('ZREM', age, hid)
+-- The index's members of a held slot: by time (h), by first ask (a), by priority (m)
+-- and by priority and group (g).
+local function held_of(hid, h) return 'h' .. SEP .. h.k .. SEP .. hid end
+local function ask_of(hid, h) return 'a' .. SEP .. pad(h.f) .. SEP .. hid end
+local function by_prio(hid, h) return 'm' .. h.p .. SEP .. h.k .. SEP .. hid end
+local function by_group(hid, h) return 'g' .. h.p .. SEP .. h.g .. SEP .. h.k .. SEP .. hid end
+-- movable_rem takes a held slot out of the movable index (aged out), its first ask
+-- written as ask; it reports whether the slot was movable.
+local function movable_rem(hid, h, ask)
+  if redis.call('ZREM', idx, by_prio(hid, h), by_group(hid, h), ask or ask_of(hid, h)) == 0 then return false end
   if redis.call('HINCRBY', pend, h.p .. SEP .. h.g, -1) <= 0 then
     redis.call('HDEL', pend, h.p .. SEP .. h.g)
     redis.call('ZREM', turn, h.p .. SEP .. h.g)
   end
+  return true
 end
 -- index_add enters a future held slot; index_rem takes one out (sent, given back,
--- due, or re-reserved), at most once whatever calls it. Both O(log n).
+-- due, or re-reserved), at most once whatever calls it. Both O(log n), one write
+-- of the index each.
 local function index_add(hid, h)
-  redis.call('ZADD', hq, score17(h.s), hid)
   redis.call('HINCRBY', pend, h.g, 1)
-  if now - h.f < max_age then movable_add(hid, h) end
+  if now - h.f < max_age then
+    redis.call('ZADD', idx, 0, held_of(hid, h), 0, by_prio(hid, h), 0, by_group(hid, h), 0, ask_of(hid, h))
+    redis.call('HINCRBY', pend, h.p .. SEP .. h.g, 1)
+  else
+    redis.call('ZADD', idx, 0, held_of(hid, h))
+  end
   turn_update(h.g, h.w)
 end
 local function index_rem(hid, h)
-  if redis.call('ZREM', hq, hid) == 0 then return end
+  local n = redis.call('ZREM', idx, held_of(hid, h), by_prio(hid, h), by_group(hid, h), ask_of(hid, h))
+  if n == 0 then return end
   if redis.call('HINCRBY', pend, h.g, -1) <= 0 then redis.call('HDEL', pend, h.g) end
-  movable_rem(hid, h)
+  if n > 1 and redis.call('HINCRBY', pend, h.p .. SEP .. h.g, -1) <= 0 then
+    redis.call('HDEL', pend, h.p .. SEP .. h.g)
+    redis.call('ZREM', turn, h.p .. SEP .. h.g)
+  end
   turn_update(h.g, h.w)
 end
 -- index_move moves a movable held slot to slot t: its group's counts stay.
 local function index_move(hid, h, t)
-  local k = pad(t)
-  redis.call('ZADD', hq, score17(t), hid)
-  redis.call('ZREM', mv, h.p .. SEP .. h.k .. SEP .. hid)
-  redis.call('ZADD', mv, 0, h.p .. SEP .. k .. SEP .. hid)
-  redis.call('ZREM', mg, h.p .. SEP .. h.g .. SEP .. h.k .. SEP .. hid)
-  redis.call('ZADD', mg, 0, h.p .. SEP .. h.g .. SEP .. k .. SEP .. hid)
-  h.s, h.k = t, k
+  redis.call('ZREM', idx, held_of(hid, h), by_prio(hid, h), by_group(hid, h))
+  h.s, h.k = t, pad(t)
+  redis.call('ZADD', idx, 0, held_of(hid, h), 0, by_prio(hid, h), 0, by_group(hid, h))
 end
 -- keep_alive renews the schedule's keys, and with held the index's, so that they
 -- outlive slot upto by a window and a second: after that the script forgets every
@@ -106,7 +113,7 @@ local function keep_alive(upto, held)
   renew(sched)
   renew(res)
   if held then
-    for i = 11, 16 do renew(KEYS[i]) end
+    for i = 11, 13 do renew(KEYS[i]) end
   end
 end
 -- A reservation's record (res) is its fields joined by SEP, the group last: a
@@ -135,18 +142,21 @@ end
 -- Held slots that came due leave the index (their holders may still send within
 -- the margin), and work that has waited max_age is never moved again: each slot
 -- passes each step once, so both cost O(log n) amortized per slot.
-for _, hid in ipairs(redis.call('ZRANGEBYSCORE', hq, '-inf', string.format('%.3f', now))) do
+-- A member's id follows its kind, a SEP, the 17 bytes of its time and a SEP.
+for _, m in ipairs(redis.call('ZRANGEBYLEX', idx, '(h' .. SEP, '(h' .. SEP .. pad(now) .. HI)) do
+  local hid = string.sub(m, 21)
   local h = entry(hid)
-  if h then index_rem(hid, h) else redis.call('ZREM', hq, hid) end
+  if h then index_rem(hid, h) end
+  if not h or h.k ~= string.sub(m, 3, 19) then redis.call('ZREM', idx, m) end
 end
-for _, hid in ipairs(redis.call('ZRANGEBYSCORE', age, '-inf', string.format('%.3f', now - max_age))) do
+for _, m in ipairs(redis.call('ZRANGEBYLEX', idx, '(a' .. SEP, '(a' .. SEP .. pad(now - max_age) .. HI)) do
+  local hid = string.sub(m, 21)
   local h = entry(hid)
-  redis.call('ZREM', age, hid)
-  if h then movable_rem(hid, h) end
+  if not h or not movable_rem(hid, h, m) then redis.call('ZREM', idx, m) end
 end
 
 -- The channel's plain values, in one read: none is written before it is used.
-local vals = redis.call('MGET', KEYS[1], KEYS[2], KEYS[17], KEYS[19], KEYS[3], KEYS[4], KEYS[6])
+local vals = redis.call('MGET', KEYS[1], KEYS[2], KEYS[14], KEYS[16], KEYS[3], KEYS[4], KEYS[6])
 local used = tonumber(vals[5] or '0')
 local r = limit_now(rate, tonumber(vals[6] or '0') or 0, used, quota)
 local cur = tier(used, quota)
@@ -261,9 +271,9 @@ else
   if tail > now then
     local lo, hi = pad(now) .. HI, pad(tail) .. SEP
     for p = prio + 1, 5 do
-      local x = redis.call('ZRANGEBYLEX', mv, '(' .. p .. SEP .. lo, '(' .. p .. SEP .. hi, 'LIMIT', 0, 1)
+      local x = redis.call('ZRANGEBYLEX', idx, '(m' .. p .. SEP .. lo, '(m' .. p .. SEP .. hi, 'LIMIT', 0, 1)
       if x[1] then
-        local k, hid = string.match(x[1], '^%d' .. SEP .. '([^' .. SEP .. ']+)' .. SEP .. '(.*)$')
+        local k, hid = string.match(x[1], '^m%d' .. SEP .. '([^' .. SEP .. ']+)' .. SEP .. '(.*)$')
         if not victim or k < victim.k then victim = {k = k, id = hid} end
       end
     end
@@ -271,9 +281,9 @@ else
     local over = redis.call('ZREVRANGEBYSCORE', turn, '(' .. score17((prio + 1) * TURN),
       '(' .. score17(prio * TURN + mine), 'LIMIT', 0, 1)
     if over[1] then
-      local x = redis.call('ZRANGEBYLEX', mg, '(' .. over[1] .. SEP .. lo, '(' .. over[1] .. SEP .. hi, 'LIMIT', 0, 1)
+      local x = redis.call('ZRANGEBYLEX', idx, '(g' .. over[1] .. SEP .. lo, '(g' .. over[1] .. SEP .. hi, 'LIMIT', 0, 1)
       if x[1] then
-        local rest = string.sub(x[1], #over[1] + 2)
+        local rest = string.sub(x[1], #over[1] + 3)
         local k, hid = string.match(rest, '^([^' .. SEP .. ']+)' .. SEP .. '(.*)$')
         if not victim or k < victim.k then victim = {k = k, id = hid} end
       end
