@@ -48,7 +48,7 @@ func (l *Limiter) CheckConfig(ctx context.Context) error {
 	for _, slug := range slices.Sorted(maps.Keys(l.channels)) {
 		ck := l.channels[slug]
 		mine := budgetIdentity(ck.cfg)
-		got, err := script.Run(ctx, l.rdb, []string{ck.base + "budget"}, "budget", mine).Text()
+		got, err := budgetScript.Run(ctx, l.rdb, []string{ck.base + "budget"}, mine).Text()
 		if err != nil {
 			return fmt.Errorf("check config %s: %w", slug, err)
 		}

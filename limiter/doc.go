@@ -2,9 +2,10 @@
 // worker asks it, through one Redis round trip, when a channel request may go out and
 // which of its nights may go at all.
 //
-// All state lives in Redis and every decision runs in one Lua script (reserve.lua,
-// run with EVALSHA, EVAL when the script cache is cold). Time comes only from Redis
-// TIME, so workers with skewed clocks share one budget. Reserve checks, in order:
+// All state lives in Redis and every decision runs in one Lua script (lua/reserve.lua;
+// each operation has a script of its own in lua/, run with EVALSHA, EVAL when the
+// script cache is cold). Time comes only from Redis TIME, so workers with skewed
+// clocks share one budget. Reserve checks, in order:
 //
 //  1. the channel's operator pause, then a back-off written after a 429 or by rate-
 //     limit headers reporting nothing left that our own traffic does not explain —
@@ -74,18 +75,18 @@
 //	                                          group, weight, first ask); pruned with their
 //	                                          slots, TTL one to two windows (and a second)
 //	                                          after the channel's last slot
-//	<prefix>{<channel>}:held:<scope>          the held index (reserve.lua says how): future
-//	<prefix>{<channel>}:movable:<scope>       held slots by time; the movable ones by
-//	<prefix>{<channel>}:movable_group:<scope> priority, and by priority and group; their
-//	<prefix>{<channel>}:first_ask:<scope>     first asks; per group its held and movable
-//	<prefix>{<channel>}:pending:<scope>       counts; per priority the groups' turn
-//	<prefix>{<channel>}:turn:<scope>          scores. Emptied as slots come due; TTL one
-//	                                          to two windows (and a second) after the last slot
+//	<prefix>{<channel>}:index:<scope>         the held index (lua/prelude.lua says how): future
+//	<prefix>{<channel>}:pending:<scope>       held slots by time; the movable ones by priority,
+//	<prefix>{<channel>}:turn:<scope>          and by priority and group, and their first asks;
+//	                                          per group its held and movable counts; per
+//	                                          priority the groups' turn scores. Emptied as
+//	                                          slots come due; TTL one to two windows (and a
+//	                                          second) after the last slot
 //	<prefix>{<channel>}:budget                rate, burst, scope and window in force (CheckConfig);
 //	                                          TTL 10 min, renewed by every decision
 //	<prefix>{<channel>}:gate:<property>:<family>   newest version sent, per room|plan the
 //	                                          ranges of nights sent at one version (31 B
-//	                                          each, reserve.lua says how); nights before the
+//	                                          each, lua/gate.lua says how); nights before the
 //	                                          property's today leave it (Options.Zones);
 //	                                          TTL Options.GateTTL (30 days) after the last send
 //	<prefix>{<channel>}:lease:<property>:<family>  in-flight requests' nights; each lease ends

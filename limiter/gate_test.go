@@ -15,7 +15,7 @@ import (
 )
 
 // gateRecords reads the ranges the gate of (channel, property, family) holds for one
-// room and rate plan, as reserve.lua writes them, checking that they are sorted,
+// room and rate plan, as lua/gate.lua writes them, checking that they are sorted,
 // disjoint and merged (no two neighbours of one version).
 func gateRecords(t *testing.T, rdb *redis.Client, key, roomPlan string) []gateRange {
 	t.Helper()

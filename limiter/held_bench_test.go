@@ -46,7 +46,7 @@ func scriptStats(tb testing.TB, rdb *redis.Client) (calls, usec int64) {
 func fillHeld(tb testing.TB, rdb *redis.Client, l *Limiter, channel string, n int, seq *int) {
 	tb.Helper()
 	ctx := context.Background()
-	if err := script.Load(ctx, rdb).Err(); err != nil {
+	if err := reserveScript.Load(ctx, rdb).Err(); err != nil {
 		tb.Fatal(err)
 	}
 	pipe := rdb.Pipeline()
@@ -61,7 +61,7 @@ func fillHeld(tb testing.TB, rdb *redis.Client, l *Limiter, channel string, n in
 		if err != nil {
 			tb.Fatal(err)
 		}
-		script.EvalSha(ctx, pipe, keys, args...)
+		reserveScript.EvalSha(ctx, pipe, keys, args...)
 		if i%1000 == 999 || i == n-1 {
 			if _, err := pipe.Exec(ctx); err != nil {
 				tb.Fatalf("filling the schedule: %v", err)

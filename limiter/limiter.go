@@ -2,7 +2,7 @@ package limiter
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"errors"
 	"fmt"
 	"math"
@@ -15,12 +15,51 @@ import (
 	"github.com/paritysync/paritysync/models"
 )
 
-//go:embed reserve.lua
-var reserveLua string
+// The limiter's code on the Redis side: one script per operation (lua/), each the
+// shared prelude, the ordering gate's helpers where it reads the gate, and its own
+// file, so that each is whole for EVALSHA. redis.NewScript runs a script with EVALSHA
+// and falls back to EVAL when the server's script cache is cold.
+var (
+	//go:embed lua/prelude.lua
+	preludeLua string
+	//go:embed lua/gate.lua
+	gateLua string
+	//go:embed lua
+	luaFS embed.FS
 
-// script is the limiter's only code on the Redis side. redis.NewScript runs it with
-// EVALSHA and falls back to EVAL when the server's script cache is cold.
-var script = redis.NewScript(reserveLua)
+	reserveScript    = newScript("reserve.lua", true)
+	releaseScript    = newScript("release.lua", false)
+	outcomeScript    = newScript("outcome.lua", false)
+	backoffScript    = newScript("backoff.lua", false)
+	adaptScript      = newScript("adapt.lua", false)
+	pauseScript      = newScript("pause.lua", false)
+	resumeScript     = newScript("resume.lua", false)
+	statusScript     = newScript("status.lua", false)
+	backoffsOfScript = newScript("backoffs_of.lua", false)
+	gateLoadScript   = newScript("gate_load.lua", true)
+	gateMarkScript   = newScript("gate_mark.lua", false)
+	budgetScript     = newScript("budget.lua", false)
+	gateEpochScript  = newScript("gate_epoch.lua", false)
+)
+
+// scripts holds every script by its SHA1, for a pipeline that loads them after a
+// restart of Redis and finds a recorded call's script again (pipeline.go).
+var scripts = map[string]*redis.Script{}
+
+// newScript is the operation in lua/name, after the prelude and, with gate, the gate.
+func newScript(name string, gate bool) *redis.Script {
+	own, err := luaFS.ReadFile("lua/" + name)
+	if err != nil {
+		panic(err)
+	}
+	src := preludeLua
+	if gate {
+		src += gateLua
+	}
+	s := redis.NewScript(src + string(own))
+	scripts[s.Hash()] = s
+	return s
+}
 
 // ErrUnknownChannel is returned for a channel the limiter was not configured with.
 var ErrUnknownChannel = errors.New("unknown channel")
@@ -310,7 +349,7 @@ func (l *Limiter) Reserve(ctx context.Context, r Request) (Decision, error) {
 	if err != nil {
 		return Decision{}, fmt.Errorf("reserve %s: %w", r.Channel, err)
 	}
-	res, err := script.Run(ctx, l.rdb, keys, args...).Slice()
+	res, err := reserveScript.Run(ctx, l.rdb, keys, args...).Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("reserve %s: %w", r.Channel, err)
 	}
@@ -351,15 +390,14 @@ func (l *Limiter) reserveCall(r Request) (keys []string, args []any, err error) 
 	keys = []string{ck.pause, ck.pausedUntil, ck.daily, ck.base + "adaptive:" + scope,
 		ck.base + "sched:" + scope, ck.base + "tat:" + scope, ck.res,
 		ck.base + "gate:" + gateScope, ck.base + "lease:" + gateScope, ck.breaker,
-		ck.base + "held:" + scope, ck.base + "movable:" + scope, ck.base + "movable_group:" + scope,
-		ck.base + "first_ask:" + scope, ck.base + "pending:" + scope, ck.base + "turn:" + scope,
+		ck.base + "index:" + scope, ck.base + "pending:" + scope, ck.base + "turn:" + scope,
 		ck.base + "paused_until:" + scope, ck.base + "budget", ck.quotaStop(r.Family)}
 	hold := 0
 	if r.Hold {
 		hold = 1
 	}
 	args = make([]any, 0, 18+4*len(r.Lines))
-	args = append(args, "reserve", r.ID, r.Priority, r.Cost, ck.cfg.DailyQuota, ck.cfg.RatePerMinute, ck.cfg.Burst,
+	args = append(args, r.ID, r.Priority, r.Cost, ck.cfg.DailyQuota, ck.cfg.RatePerMinute, ck.cfg.Burst,
 		l.opts.Margin.Milliseconds(), l.opts.PausePoll.Milliseconds(), l.lease(ck.cfg).Milliseconds(),
 		l.opts.MaxAge.Milliseconds(), r.Property+"|"+string(r.Family), weight, l.opts.GateTTL.Milliseconds(), len(r.Lines), hold,
 		ck.cfg.WindowLength().Milliseconds(), l.cutoff(r.Property))
@@ -426,7 +464,7 @@ func (l *Limiter) Release(ctx context.Context, r Request) error {
 		return fmt.Errorf("release %s: %w", r.Channel, err)
 	}
 	key := ck.base + "lease:" + r.Property + ":" + string(r.Family)
-	if err := script.Run(ctx, l.rdb, []string{key}, "release", r.ID).Err(); err != nil {
+	if err := releaseScript.Run(ctx, l.rdb, []string{key}, r.ID).Err(); err != nil {
 		return fmt.Errorf("release %s: %w", r.Channel, err)
 	}
 	return nil
@@ -444,7 +482,7 @@ func (l *Limiter) Outcome(ctx context.Context, channel string, ok bool) (string,
 	if ok {
 		flag = 1
 	}
-	res, err := script.Run(ctx, l.rdb, []string{ck.breaker}, "outcome", flag, ck.cfg.BreakerFailures,
+	res, err := outcomeScript.Run(ctx, l.rdb, []string{ck.breaker}, flag, ck.cfg.BreakerFailures,
 		ck.cfg.BreakerCooldown.Milliseconds()).Slice()
 	if err != nil {
 		return "", false, fmt.Errorf("outcome %s: %w", channel, err)
@@ -493,7 +531,7 @@ func (l *Limiter) BackoffScope(ctx context.Context, channel, property string, f 
 	if wait <= 0 {
 		return nil
 	}
-	if err := script.Run(ctx, l.rdb, []string{ck.base + "paused_until:" + scope, ck.backoffs}, "backoff", ceilMS(wait),
+	if err := backoffScript.Run(ctx, l.rdb, []string{ck.base + "paused_until:" + scope, ck.backoffs}, ceilMS(wait),
 		(ck.cfg.WindowLength() + l.opts.Margin).Milliseconds(), scope).Err(); err != nil {
 		return fmt.Errorf("backoff %s/%s: %w", channel, scope, err)
 	}
@@ -513,7 +551,7 @@ func (l *Limiter) BackoffsOf(ctx context.Context, channel string, scopes []Scope
 		return nil, nil
 	}
 	// Each distinct window is asked once: a post's changes share few.
-	args := []any{"backoffs_of"}
+	args := make([]any, 0, len(scopes))
 	at := make(map[string]int, len(scopes))
 	of := make([]int, len(scopes))
 	for i, sc := range scopes {
@@ -529,7 +567,7 @@ func (l *Limiter) BackoffsOf(ctx context.Context, channel string, scopes []Scope
 		}
 		of[i] = n
 	}
-	res, err := script.Run(ctx, l.rdb, []string{ck.pausedUntil, ck.backoffs}, args...).Slice()
+	res, err := backoffsOfScript.Run(ctx, l.rdb, []string{ck.pausedUntil, ck.backoffs}, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("backoffs %s: %w", channel, err)
 	}
@@ -562,7 +600,7 @@ func (l *Limiter) backoff(ctx context.Context, ck channelKeys, key string, wait 
 	if wait <= 0 {
 		return nil
 	}
-	return script.Run(ctx, l.rdb, []string{key}, "backoff", ceilMS(wait),
+	return backoffScript.Run(ctx, l.rdb, []string{key}, ceilMS(wait),
 		(ck.cfg.WindowLength() + l.opts.Margin).Milliseconds()).Err()
 }
 
@@ -581,8 +619,8 @@ func (l *Limiter) Adapt(ctx context.Context, channel, property string, f models.
 		return nil
 	}
 	scope := ck.scope(property, f)
-	if err := script.Run(ctx, l.rdb, []string{ck.base + "adaptive:" + scope, ck.pausedUntil, ck.base + "sched:" + scope},
-		"adapt", ck.cfg.RatePerMinute, limit, remaining, ceilMS(resetAfter), ck.cfg.WindowLength().Milliseconds()).Err(); err != nil {
+	if err := adaptScript.Run(ctx, l.rdb, []string{ck.base + "adaptive:" + scope, ck.pausedUntil, ck.base + "sched:" + scope},
+		ck.cfg.RatePerMinute, limit, remaining, ceilMS(resetAfter), ck.cfg.WindowLength().Milliseconds()).Err(); err != nil {
 		return fmt.Errorf("adapt %s: %w", channel, err)
 	}
 	return nil
@@ -598,7 +636,7 @@ func (l *Limiter) Pause(ctx context.Context, channel, reason string) error {
 		// An empty reason would read as "not paused" in Decision.PausedReason.
 		reason = "paused by operator"
 	}
-	if err := script.Run(ctx, l.rdb, []string{ck.pause}, "pause", reason, l.opts.PauseTTL.Milliseconds()).Err(); err != nil {
+	if err := pauseScript.Run(ctx, l.rdb, []string{ck.pause}, reason, l.opts.PauseTTL.Milliseconds()).Err(); err != nil {
 		return fmt.Errorf("pause %s: %w", channel, err)
 	}
 	return nil
@@ -610,7 +648,7 @@ func (l *Limiter) Resume(ctx context.Context, channel string) error {
 	if err != nil {
 		return fmt.Errorf("resume %s: %w", channel, err)
 	}
-	if err := script.Run(ctx, l.rdb, []string{ck.pause, ck.pausedUntil}, "resume").Err(); err != nil {
+	if err := resumeScript.Run(ctx, l.rdb, []string{ck.pause, ck.pausedUntil}).Err(); err != nil {
 		return fmt.Errorf("resume %s: %w", channel, err)
 	}
 	return nil
@@ -628,7 +666,7 @@ func (l *Limiter) Status(ctx context.Context, channel string) (Status, error) {
 	for _, f := range models.Families {
 		keys = append(keys, ck.quotaStop(f))
 	}
-	res, err := script.Run(ctx, l.rdb, keys, "status", ck.cfg.DailyQuota, ck.cfg.RatePerMinute,
+	res, err := statusScript.Run(ctx, l.rdb, keys, ck.cfg.DailyQuota, ck.cfg.RatePerMinute,
 		l.opts.Margin.Milliseconds(), ck.cfg.WindowLength().Milliseconds(), StatusBackoffs).Slice()
 	if err != nil {
 		return Status{}, fmt.Errorf("status %s: %w", channel, err)
@@ -673,7 +711,7 @@ func (l *Limiter) Status(ctx context.Context, channel string) (Status, error) {
 	return st, nil
 }
 
-// tierOf mirrors tier() in reserve.lua for state read back by Status.
+// tierOf mirrors tier() in lua/prelude.lua for state read back by Status.
 func tierOf(used, quota int) Tier {
 	switch {
 	case used >= quota:

@@ -692,9 +692,9 @@ func TestEveryKeyHasTTLAndHashTag(t *testing.T) {
 		}
 	}
 	// pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker, and
-	// the held index: held, movable, movable_group, first_ask, pending, turn
-	if n != 16 {
-		t.Errorf("%d keys, want 16", n)
+	// the held index: index, pending, turn
+	if n != 13 {
+		t.Errorf("%d keys, want 13", n)
 	}
 }
 

@@ -32,6 +32,7 @@ var errRecorded = errors.New("script call recorded, not sent")
 
 // scriptCall is one script call of a Limiter method, and its reply once it came.
 type scriptCall struct {
+	sha   string
 	keys  []string
 	args  []any
 	reply *redis.Cmd
@@ -46,9 +47,9 @@ type recorder struct {
 	replay bool
 }
 
-func (r *recorder) call(keys []string, args []any) *redis.Cmd {
+func (r *recorder) call(sha string, keys []string, args []any) *redis.Cmd {
 	if !r.replay {
-		r.calls = append(r.calls, &scriptCall{keys: keys, args: args})
+		r.calls = append(r.calls, &scriptCall{sha: sha, keys: keys, args: args})
 		return redis.NewCmdResult(nil, errRecorded)
 	}
 	if r.next >= len(r.calls) {
@@ -59,20 +60,21 @@ func (r *recorder) call(keys []string, args []any) *redis.Cmd {
 	return c.reply
 }
 
-func (r *recorder) Eval(_ context.Context, _ string, keys []string, args ...any) *redis.Cmd {
-	return r.call(keys, args)
+// A script's source is recorded by its SHA1: the limiter's scripts are known by it.
+func (r *recorder) Eval(_ context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	return r.call(redis.NewScript(src).Hash(), keys, args)
 }
 
-func (r *recorder) EvalSha(_ context.Context, _ string, keys []string, args ...any) *redis.Cmd {
-	return r.call(keys, args)
+func (r *recorder) EvalSha(_ context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return r.call(sha, keys, args)
 }
 
-func (r *recorder) EvalRO(_ context.Context, _ string, keys []string, args ...any) *redis.Cmd {
-	return r.call(keys, args)
+func (r *recorder) EvalRO(_ context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	return r.call(redis.NewScript(src).Hash(), keys, args)
 }
 
-func (r *recorder) EvalShaRO(_ context.Context, _ string, keys []string, args ...any) *redis.Cmd {
-	return r.call(keys, args)
+func (r *recorder) EvalShaRO(_ context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return r.call(sha, keys, args)
 }
 
 func (r *recorder) ScriptExists(ctx context.Context, _ ...string) *redis.BoolSliceCmd {
@@ -110,14 +112,14 @@ func (l *Limiter) batch(ctx context.Context, tx bool, fn func(l *Limiter, replay
 	return nil
 }
 
-// send sends calls, and more, on one pipeline, loading the script first when the
-// server does not know it (after a restart). A client that cannot pipeline gets the
+// send sends calls, and more, on one pipeline, loading the scripts first when the
+// server does not know them (after a restart). A client that cannot pipeline gets the
 // calls one by one: still correct for Settle, not atomic for Dispatch.
 func (l *Limiter) send(ctx context.Context, tx bool, calls []*scriptCall, more func(redis.Pipeliner)) error {
 	p, ok := l.rdb.(pipeliner)
 	if !ok {
 		for _, c := range calls {
-			c.reply = script.Run(ctx, l.rdb, c.keys, c.args...)
+			c.reply = scripts[c.sha].Run(ctx, l.rdb, c.keys, c.args...)
 		}
 		return nil
 	}
@@ -128,7 +130,7 @@ func (l *Limiter) send(ctx context.Context, tx bool, calls []*scriptCall, more f
 	for attempt := 0; ; attempt++ {
 		_, err := run(ctx, func(pipe redis.Pipeliner) error {
 			for _, c := range calls {
-				c.reply = script.EvalSha(ctx, pipe, c.keys, c.args...)
+				c.reply = scripts[c.sha].EvalSha(ctx, pipe, c.keys, c.args...)
 			}
 			if more != nil {
 				more(pipe)
@@ -140,8 +142,10 @@ func (l *Limiter) send(ctx context.Context, tx bool, calls []*scriptCall, more f
 			// method as a direct call would.
 			return nil
 		}
-		if err := script.Load(ctx, l.rdb).Err(); err != nil {
-			return fmt.Errorf("load limiter script: %w", err)
+		for _, c := range calls {
+			if err := scripts[c.sha].Load(ctx, l.rdb).Err(); err != nil {
+				return fmt.Errorf("load limiter script: %w", err)
+			}
 		}
 	}
 }

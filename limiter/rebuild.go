@@ -40,7 +40,7 @@ func (l *Limiter) GateEpoch(ctx context.Context, channel string) (string, error)
 	if err != nil {
 		return "", fmt.Errorf("gate epoch %s: %w", channel, err)
 	}
-	epoch, err := script.Run(ctx, l.rdb, []string{ck.gateEpoch()}, "gate_epoch").Text()
+	epoch, err := gateEpochScript.Run(ctx, l.rdb, []string{ck.gateEpoch()}).Text()
 	if err != nil {
 		return "", fmt.Errorf("gate epoch %s: %w", channel, err)
 	}
@@ -95,8 +95,8 @@ func (l *Limiter) LoadGate(ctx context.Context, channel, property string, f mode
 	for rs := gateRanges(nights); len(rs) > 0; {
 		part := rs[:min(gateRangesPerCall, len(rs))]
 		rs = rs[len(part):]
-		args := make([]any, 0, 3+4*len(part))
-		args = append(args, "gate_load", l.opts.GateTTL.Milliseconds(), cutoff)
+		args := make([]any, 0, 2+4*len(part))
+		args = append(args, l.opts.GateTTL.Milliseconds(), cutoff)
 		for _, r := range part {
 			if r.version < 1 {
 				return raised, fmt.Errorf("load gate %s/%s/%s: %s night %d: version %d must be >= 1: %w",
@@ -104,7 +104,7 @@ func (l *Limiter) LoadGate(ctx context.Context, channel, property string, f mode
 			}
 			args = append(args, r.key, r.from, r.to, r.version)
 		}
-		got, err := script.Run(ctx, l.rdb, []string{key}, args...).Int()
+		got, err := gateLoadScript.Run(ctx, l.rdb, []string{key}, args...).Int()
 		if err != nil {
 			return raised, fmt.Errorf("load gate %s/%s/%s: %w", channel, property, f, err)
 		}
@@ -141,7 +141,7 @@ func (l *Limiter) MarkGateRebuilt(ctx context.Context, channel, epoch string, sc
 	if ck.cfg.Scope != models.ScopeProperty && len(keys) == 1 {
 		keys = append(keys, ck.base+"tat:"+ck.scope("", ""))
 	}
-	got, err := script.Run(ctx, l.rdb, keys, "gate_mark", epoch, l.opts.GateTTL.Milliseconds(),
+	got, err := gateMarkScript.Run(ctx, l.rdb, keys, epoch, l.opts.GateTTL.Milliseconds(),
 		ck.cfg.RatePerMinute, max(1, ck.cfg.Burst), l.opts.Margin.Milliseconds(), ck.cfg.WindowLength().Milliseconds()).Text()
 	if err != nil {
 		return "", fmt.Errorf("mark gate %s: %w", channel, err)

@@ -1,0 +1,90 @@
+-- paritysync limiter v2: every decision and every change of limiter state runs in
+-- one of the scripts beside this file, one per operation, so that each is atomic,
+-- takes one round trip and reads time only from Redis. limiter.go loads each as this
+-- prelude, then gate.lua where the script reads the ordering gate, then the
+-- operation's own file: each script is whole for EVALSHA. The Go side builds KEYS and
+-- ARGV; all keys of one call carry the same {channel} hash tag.
+
+-- The schedule (sched) is a sorted set of send slots, scored by Unix ms: the slots of
+-- the last window (sent, or held and passed) and every reserved future slot. A slot is
+-- granted only where the window (slot - window - margin, slot] holds fewer than the
+-- channel's limit, and no earlier than a GCRA at one slot per (window + margin) / limit
+-- with a tolerance of burst - 1 slots allows. The window is the channel's (60 s on
+-- every real channel; ARGV carries it). The margin absorbs the lateness of a timer
+-- and of the network, so the channel's own window never sees more.
+--
+-- The held index answers "the earliest future slot held by lower-priority work, or by
+-- the equal-priority group furthest over its turn" without reading the schedule: it
+-- holds only future held slots, and each of its steps is O(log n) in them.
+--   index          lex set of four kinds of member, each a kind, SEP, a time of 17
+--                  bytes (pad) and SEP before the id: 'h|slot|id' for every future
+--                  held slot (swept once it is due); for the held slots that may
+--                  still be moved (younger than max age) 'mP|slot|id' by priority P
+--                  then time, 'gP|group|slot|id' by priority, group and time, and
+--                  'a|first ask|id' to age them out. A slot's members go in and out
+--                  together, one ZADD or ZREM.
+--   pending        hash group -> its future held slots (the turn's numerator), and
+--                  'p|group' -> its movable slots at priority p
+--   turn           zset 'p|group' by p * TURN + pending / weight, for every group
+--                  with movable work at priority p: the one furthest over its turn
+--                  at p is the highest score below (p + 1) * TURN
+-- A slot given back, sent, come due or moved leaves the index (and re-enters it at
+-- its new place when moved); entries a reservation writes are its res record's
+-- fields (k is the slot as written in the index).
+
+if redis.replicate_commands then
+  pcall(redis.replicate_commands)
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local day = 86400000
+local midnight = (math.floor(now / day) + 1) * day
+
+
+local function tier(used, quota)
+  if used >= quota then return 'stop' end
+  if used * 100 >= quota * 95 then return 'throttle' end
+  if used * 100 >= quota * 85 then return 'page' end
+  if used * 100 >= quota * 70 then return 'warn' end
+  return 'ok'
+end
+
+-- limit is the window's capacity now: the declared limit less what others use of the
+-- channel's budget (adaptive), halved in the throttle tier; at least one.
+local function limit_now(rate, foreign, used, quota)
+  local r = rate - foreign
+  if used * 100 >= quota * 95 then r = r / 2 end
+  return math.max(1, math.floor(r))
+end
+
+-- window_slot moves t, which is at or after every slot in the schedule, to where
+-- the window (t - w, t] holds fewer than r slots.
+-- Since t is at or after every slot, the r-th newest slot overall is the one that
+-- decides: a rank lookup, O(log n), where an offset into a score range would walk r.
+local function window_slot(sched, t, r, w)
+  local rth = redis.call('ZREVRANGE', sched, r - 1, r - 1, 'WITHSCORES')
+  if rth[2] and tonumber(rth[2]) > t - w then
+    t = math.max(t, tonumber(rth[2]) + w)
+  end
+  return t
+end
+
+-- The held index's members sort as strings: a slot is written with a fixed width so
+-- that string order is time order, and fields are joined by a byte no id contains.
+local SEP = '\1'
+local HI = '\255'
+local function pad(ms) return string.format('%017.3f', ms) end
+-- score17 writes a score exactly: Lua's own number formatting keeps 14 digits.
+local function score17(x) return string.format('%.17g', x) end
+-- BUDGET_TTL is how long a channel's budget identity outlives its last decision or
+-- check, after which a worker with another configuration may claim the channel.
+local BUDGET_TTL = 600000
+-- TURN separates the priorities in the turn score: priority * TURN + held / weight.
+local TURN = 1e9
+
+-- EPOCH_TAG starts the gate's epoch since the gate holds ranges: an epoch without it
+-- was marked over a gate of one field per night, which this script does not read,
+-- so it counts as none and the gate is rebuilt from the system of record (the
+-- sweep below then drops the old fields).
+local EPOCH_TAG = 'ranges:'

@@ -1,0 +1,440 @@
+-- reserve: one decision for one request.
+-- KEYS: pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker,
+--       index, pending, turn, paused_until of scope, budget, quota_stop of the
+--       request's family
+-- ARGV: id, priority, cost, daily quota, rate/min, burst, margin ms, poll ms,
+--       lease ms, max age ms, group, weight, gate ttl ms, line count, hold,
+--       window ms, cutoff day, then per line: room|plan, first day, last day, version
+-- -> {state, wait ms, slots left in window, daily used, daily quota, tier,
+--     reason, dropped (line, first day, last day) triples...}
+
+local id = ARGV[1]
+local prio = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local quota = tonumber(ARGV[4])
+local rate = tonumber(ARGV[5])
+local burst = tonumber(ARGV[6])
+local margin = tonumber(ARGV[7])
+local poll = tonumber(ARGV[8])
+local lease_ms = tonumber(ARGV[9])
+local max_age = tonumber(ARGV[10])
+local group = ARGV[11]
+local weight = tonumber(ARGV[12])
+local gate_ttl = tonumber(ARGV[13])
+local nlines = tonumber(ARGV[14])
+-- hold reserves without sending: a due slot is answered as a wait of 0 and kept.
+local hold = ARGV[15] == '1'
+local window = tonumber(ARGV[16])
+-- cutoff is the property's today (days since 1970): earlier nights leave the gate.
+local cutoff = tonumber(ARGV[17])
+local sched, res = KEYS[5], KEYS[7]
+-- The held index (see "The held index" in the prelude): future held slots by time,
+-- the movable ones by priority and by priority and group, and their first asks, in
+-- one lex set; each group's count of future held slots; and each group's turn
+-- score per priority.
+local idx, pend, turn = KEYS[11], KEYS[12], KEYS[13]
+local w = window + margin
+-- Decisions keep the channel's budget identity (CheckConfig) alive, renewing it
+-- once its TTL fell half a minute short.
+if redis.call('PTTL', KEYS[15]) < BUDGET_TTL - 30000 then redis.call('PEXPIRE', KEYS[15], BUDGET_TTL) end
+
+-- pending holds, per group g, its future held slots (field g) and, per priority p,
+-- its movable ones (field p|g): what the turn scores are made of.
+-- turn_update re-scores group g (weight gw) at every priority where it has movable
+-- work: one HMGET and a ZADD per such priority.
+local function turn_update(g, gw)
+  local f = {g}
+  for p = 1, 5 do f[#f + 1] = p .. SEP .. g end
+  local v = redis.call('HMGET', pend, unpack(f))
+  local n = tonumber(v[1] or '0')
+  for p = 1, 5 do
+    if tonumber(v[p + 1] or '0') > 0 then
+      redis.call('ZADD', turn, score17(p * TURN + n / gw), p .. SEP .. g)
+    end
+  end
+end
+-- The index's members of a held slot: by time (h), by first ask (a), by priority (m)
+-- and by priority and group (g).
+local function held_of(hid, h) return 'h' .. SEP .. h.k .. SEP .. hid end
+local function ask_of(hid, h) return 'a' .. SEP .. pad(h.f) .. SEP .. hid end
+local function by_prio(hid, h) return 'm' .. h.p .. SEP .. h.k .. SEP .. hid end
+local function by_group(hid, h) return 'g' .. h.p .. SEP .. h.g .. SEP .. h.k .. SEP .. hid end
+-- movable_rem takes a held slot out of the movable index (aged out), its first ask
+-- written as ask; it reports whether the slot was movable.
+local function movable_rem(hid, h, ask)
+  if redis.call('ZREM', idx, by_prio(hid, h), by_group(hid, h), ask or ask_of(hid, h)) == 0 then return false end
+  if redis.call('HINCRBY', pend, h.p .. SEP .. h.g, -1) <= 0 then
+    redis.call('HDEL', pend, h.p .. SEP .. h.g)
+    redis.call('ZREM', turn, h.p .. SEP .. h.g)
+  end
+  return true
+end
+-- index_add enters a future held slot; index_rem takes one out (sent, given back,
+-- due, or re-reserved), at most once whatever calls it. Both O(log n), one write
+-- of the index each.
+local function index_add(hid, h)
+  redis.call('HINCRBY', pend, h.g, 1)
+  if now - h.f < max_age then
+    redis.call('ZADD', idx, 0, held_of(hid, h), 0, by_prio(hid, h), 0, by_group(hid, h), 0, ask_of(hid, h))
+    redis.call('HINCRBY', pend, h.p .. SEP .. h.g, 1)
+  else
+    redis.call('ZADD', idx, 0, held_of(hid, h))
+  end
+  turn_update(h.g, h.w)
+end
+local function index_rem(hid, h)
+  local n = redis.call('ZREM', idx, held_of(hid, h), by_prio(hid, h), by_group(hid, h), ask_of(hid, h))
+  if n == 0 then return end
+  if redis.call('HINCRBY', pend, h.g, -1) <= 0 then redis.call('HDEL', pend, h.g) end
+  if n > 1 and redis.call('HINCRBY', pend, h.p .. SEP .. h.g, -1) <= 0 then
+    redis.call('HDEL', pend, h.p .. SEP .. h.g)
+    redis.call('ZREM', turn, h.p .. SEP .. h.g)
+  end
+  turn_update(h.g, h.w)
+end
+-- index_move moves a movable held slot to slot t: its group's counts stay.
+local function index_move(hid, h, t)
+  redis.call('ZREM', idx, held_of(hid, h), by_prio(hid, h), by_group(hid, h))
+  h.s, h.k = t, pad(t)
+  redis.call('ZADD', idx, 0, held_of(hid, h), 0, by_prio(hid, h), 0, by_group(hid, h))
+end
+-- keep_alive renews the schedule's keys, and with held the index's, so that they
+-- outlive slot upto by a window and a second: after that the script forgets every
+-- slot and reservation they hold, so an idle channel's schedule leaves Redis soon
+-- after its last slot. A TTL is only ever lengthened (other slots of the scope,
+-- and for res of the whole channel, may need it longer), and then by a window
+-- more, so that most calls only read it. Every key is renewed by the call that
+-- writes it: a key emptied and written again must not live on without a TTL.
+local function keep_alive(upto, held)
+  local ttl = math.ceil(upto - now + w) + 1000
+  local function renew(k)
+    if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl + math.ceil(w)) end
+  end
+  renew(sched)
+  renew(res)
+  if held then
+    for i = 11, 13 do renew(KEYS[i]) end
+  end
+end
+-- A reservation's record (res) is its fields joined by SEP, the group last: a
+-- string.format and a string.match, where JSON cost several microseconds a record
+-- each way. st is 'held' or 'sent'; s the slot, k the slot as written in the lex
+-- sets, p the priority, w the group's weight, f the first ask; t0 and t1 the pace
+-- before and after the slot was taken ('' and nil when it may not give the pace
+-- back); g the turn group.
+local function encode(h)
+  return string.format('%s\1%s\1%s\1%d\1%s\1%s\1%s\1%s\1%s', h.st, score17(h.s), h.k or '',
+    h.p, score17(h.w), score17(h.f), h.t0 or '', h.t1 or '', h.g)
+end
+local function decode(raw)
+  if string.sub(raw, 1, 1) == '{' then return cjson.decode(raw) end -- written as JSON before
+  local st, s, k, p, gw, f, t0, t1, g = string.match(raw,
+    '^([^\1]*)\1([^\1]*)\1([^\1]*)\1([^\1]*)\1([^\1]*)\1([^\1]*)\1([^\1]*)\1([^\1]*)\1(.*)$')
+  if t1 == '' then t1 = nil end
+  return {st = st, s = tonumber(s), k = k, p = tonumber(p), w = tonumber(gw), f = tonumber(f), t0 = t0, t1 = t1, g = g}
+end
+local function entry(hid)
+  local raw = redis.call('HGET', res, hid)
+  if raw then return decode(raw) end
+  return nil
+end
+
+-- Held slots that came due leave the index (their holders may still send within
+-- the margin), and work that has waited max_age is never moved again: each slot
+-- passes each step once, so both cost O(log n) amortized per slot.
+-- A member's id follows its kind, a SEP, the 17 bytes of its time and a SEP.
+for _, m in ipairs(redis.call('ZRANGEBYLEX', idx, '(h' .. SEP, '(h' .. SEP .. pad(now) .. HI)) do
+  local hid = string.sub(m, 21)
+  local h = entry(hid)
+  if h then index_rem(hid, h) end
+  if not h or h.k ~= string.sub(m, 3, 19) then redis.call('ZREM', idx, m) end
+end
+for _, m in ipairs(redis.call('ZRANGEBYLEX', idx, '(a' .. SEP, '(a' .. SEP .. pad(now - max_age) .. HI)) do
+  local hid = string.sub(m, 21)
+  local h = entry(hid)
+  if not h or not movable_rem(hid, h, m) then redis.call('ZREM', idx, m) end
+end
+
+-- The channel's plain values, in one read: none is written before it is used.
+local vals = redis.call('MGET', KEYS[1], KEYS[2], KEYS[14], KEYS[16], KEYS[3], KEYS[4], KEYS[6])
+local used = tonumber(vals[5] or '0')
+local r = limit_now(rate, tonumber(vals[6] or '0') or 0, used, quota)
+local cur = tier(used, quota)
+
+-- Slots that left the window are forgotten, and with them the reservations they
+-- belonged to (a holder that comes back later asks afresh). Each slot leaves once.
+local old = redis.call('ZRANGEBYSCORE', sched, '-inf', '(' .. string.format('%.3f', now - w))
+if #old > 0 then
+  for _, m in ipairs(old) do
+    if not string.find(m, '@', 1, true) then redis.call('HDEL', res, m) end
+  end
+  redis.call('ZREMRANGEBYSCORE', sched, '-inf', '(' .. string.format('%.3f', now - w))
+end
+local left = math.max(0, r - redis.call('ZCOUNT', sched, '(' .. string.format('%.3f', now - w), string.format('%.3f', now)))
+
+local reason = vals[1]
+if reason then
+  return {'paused', poll, left, used, quota, cur, reason}
+end
+-- A back-off holds the channel, or only this scope (a 429 on a per-property channel).
+local paused_until = math.max(tonumber(vals[2] or '0'), tonumber(vals[3] or '0'))
+if paused_until > now then
+  return {'backoff', math.ceil(paused_until - now), left, used, quota, cur, ''}
+end
+-- A quota_exhausted answer stops only the family it came from, until the reset.
+local stop_until = tonumber(vals[4] or '0')
+if stop_until > now then
+  return {'quota', math.ceil(stop_until - now), left, used, quota, 'stop', 'family'}
+end
+-- The circuit breaker: open, nothing goes until the cool-down ends; then one probe
+-- request (leased like a send) tests the channel while every other waits for it.
+local brk = redis.call('HMGET', KEYS[10], 'st', 'until', 'probe', 'probe_until')
+local probe = false
+if brk[1] == 'open' then
+  local untl = tonumber(brk[2])
+  if now < untl then
+    return {'breaker', math.ceil(untl - now), left, used, quota, cur, ''}
+  end
+  probe = true
+elseif brk[1] == 'half' then
+  if brk[3] ~= id and tonumber(brk[4] or '0') > now then
+    return {'breaker', math.ceil(math.min(tonumber(brk[4]) - now, 2000)), left, used, quota, cur, ''}
+  end
+  probe = true
+end
+local after = used + cost
+if after > quota then
+  return {'quota', math.ceil(midnight - now), left, used, quota, 'stop', ''}
+end
+if prio >= 4 and after * 100 >= quota * 95 then
+  return {'quota', math.ceil(midnight - now), left, used, quota, tier(after, quota), ''}
+end
+
+-- The reservation this id holds, if any.
+local e = entry(id)
+local first = now
+if e then
+  first = e.f
+  if e.st == 'held' and (e.s > now or hold) then
+    return {'wait', math.max(0, math.ceil(e.s - now)), left, used, quota, cur, ''}
+  end
+  if e.st == 'sent' or now - e.s > margin then
+    -- A re-send (Temporal retried the request) or a holder too late for its
+    -- slot: the old slot stays in the window as sent, and a new one is needed.
+    index_rem(id, e)
+    redis.call('ZREM', sched, id)
+    redis.call('ZADD', sched, e.s, id .. '@' .. e.s)
+    e = nil
+  elseif e.s <= paused_until then
+    -- A slot that came due during a back-off was never used: it is given back,
+    -- and its holder queues behind the back-off's end with every other waiter,
+    -- at the restarted pace, rather than leave with them within the margin.
+    index_rem(id, e)
+    redis.call('ZREM', sched, id)
+    e = nil
+  end
+end
+
+-- pace is the pacing timestamp this request moves to if it goes: written at once
+-- for a slot it holds, but for a slot due now only once the gate lets it send, so
+-- that an answer which sends nothing leaves the pace where it was.
+local pace = nil
+local slot
+if e then
+  slot = e.s
+else
+  local interval = w / r
+  -- Bulk work (priority 4 and 5) never uses the burst: it leaves the burst to more
+  -- urgent work and keeps a saturated window evenly paced, so an urgent request
+  -- finds a slot to take within one interval instead of a gap a burst left.
+  local tau = 0
+  if prio <= 3 then tau = (burst - 1) * interval end
+  local tat_raw = vals[7]
+  local tat = tonumber(tat_raw or '0')
+  -- A back-off that ended within the window restarts the pace from its end with
+  -- no burst: the requests that waited for it leave one interval apart.
+  if paused_until > 0 then tat = math.max(tat, paused_until + tau) end
+  local tail = math.max(now, tat - tau)
+  -- The pace is kept to a microsecond in Redis; less than a millisecond is now.
+  if tail - now < 1 then tail = now end
+  local last = redis.call('ZREVRANGE', sched, 0, 0, 'WITHSCORES')
+  if last[2] then tail = math.max(tail, tonumber(last[2])) end
+  tail = window_slot(sched, tail, r, w)
+  slot = tail
+  -- Strict priority and turns: a request may take the earliest future slot held by
+  -- lower-priority work, or the earliest held by equal-priority work of the group
+  -- (property and family) furthest over its weighted turn, if that group holds more
+  -- than this request's turn; the holder moves to the tail. Work that has waited
+  -- max_age left the movable index above, which bounds how long bulk waits.
+  -- Each candidate is one range lookup: O(log n) whatever the schedule holds.
+  local victim = nil
+  if tail > now then
+    local lo, hi = pad(now) .. HI, pad(tail) .. SEP
+    for p = prio + 1, 5 do
+      local x = redis.call('ZRANGEBYLEX', idx, '(m' .. p .. SEP .. lo, '(m' .. p .. SEP .. hi, 'LIMIT', 0, 1)
+      if x[1] then
+        local k, hid = string.match(x[1], '^m%d' .. SEP .. '([^' .. SEP .. ']+)' .. SEP .. '(.*)$')
+        if not victim or k < victim.k then victim = {k = k, id = hid} end
+      end
+    end
+    local mine = (tonumber(redis.call('HGET', pend, group) or '0') + 1) / weight
+    local over = redis.call('ZREVRANGEBYSCORE', turn, '(' .. score17((prio + 1) * TURN),
+      '(' .. score17(prio * TURN + mine), 'LIMIT', 0, 1)
+    if over[1] then
+      local x = redis.call('ZRANGEBYLEX', idx, '(g' .. over[1] .. SEP .. lo, '(g' .. over[1] .. SEP .. hi, 'LIMIT', 0, 1)
+      if x[1] then
+        local rest = string.sub(x[1], #over[1] + 3)
+        local k, hid = string.match(rest, '^([^' .. SEP .. ']+)' .. SEP .. '(.*)$')
+        if not victim or k < victim.k then victim = {k = k, id = hid} end
+      end
+    end
+  end
+  if victim then
+    local h = entry(victim.id)
+    slot = tonumber(victim.k)
+    index_move(victim.id, h, tail)
+    h.t0, h.t1 = nil, nil
+    redis.call('ZADD', sched, score17(tail), victim.id)
+    redis.call('HSET', res, victim.id, encode(h))
+  end
+  local next_tat = string.format('%.3f', math.max(tat, tail) + interval)
+  pace = {v = next_tat, ttl = math.ceil(math.max(tat, tail) + interval - now + w)}
+  e = {st = 'held', s = slot, k = pad(slot), p = prio, g = group, w = weight, f = first}
+  if not victim then
+    -- Only a request that took the tail may give its pace back: after a move the
+    -- pace also covers the holder that went to the tail.
+    e.t0, e.t1 = tat_raw or '', next_tat
+  end
+  redis.call('ZADD', sched, score17(slot), id)
+  if slot > now or hold then
+    redis.call('SET', KEYS[6], pace.v, 'PX', pace.ttl)
+    pace = nil
+    if slot > now then index_add(id, e) end
+    redis.call('HSET', res, id, encode(e))
+    keep_alive(tail, true)
+    return {'wait', math.max(0, math.ceil(slot - now)), left, used, quota, cur, ''}
+  end
+end
+
+-- The slot is due. The ordering gate decides what of the request may go.
+local lines = {}
+local bykey = {}
+for i = 0, nlines - 1 do
+  local b = 18 + i * 4
+  local l = {k = ARGV[b], a = tonumber(ARGV[b + 1]), z = tonumber(ARGV[b + 2]), v = ARGV[b + 3]}
+  lines[#lines + 1] = l
+  bykey[l.k] = bykey[l.k] or {}
+  table.insert(bykey[l.k], l)
+end
+-- release_slot gives the slot back, and the pace with it if nothing was reserved
+-- after it: the schedule is left as if the call had not been made.
+local function release_slot()
+  index_rem(id, e)
+  redis.call('ZREM', sched, id)
+  redis.call('HDEL', res, id)
+  if e.t1 and redis.call('GET', KEYS[6]) == e.t1 then
+    local before = tonumber(e.t0)
+    if before and before - now + w > 0 then
+      redis.call('SET', KEYS[6], e.t0, 'PX', math.ceil(before - now + w))
+    else
+      redis.call('DEL', KEYS[6])
+    end
+  end
+end
+
+-- Two requests touching the same nights are never in flight together.
+local leases = redis.call('HGETALL', KEYS[9])
+local busy = 0
+for i = 1, #leases, 2 do
+  local holder = leases[i]
+  if holder ~= id then
+    local lv = cjson.decode(leases[i + 1])
+    if lv.e <= now then
+      redis.call('HDEL', KEYS[9], holder)
+    else
+      for _, hl in ipairs(lv.l) do
+        for _, l in ipairs(bykey[hl[1]] or {}) do
+          if hl[2] <= l.z and hl[3] >= l.a then busy = math.max(busy, lv.e) end
+        end
+      end
+    end
+  end
+end
+if busy > 0 then
+  release_slot()
+  return {'blocked', math.ceil(math.min(busy - now, 2000)), left, used, quota, cur, ''}
+end
+
+-- Nights already sent with a newer version are dropped; the rest are recorded.
+-- A line with no nights (malformed) is left for the channel to refuse; nights
+-- before the cutoff are no longer in the gate, so they go unchecked (and leased).
+local gate = gate_fields(KEYS[8], cutoff)
+local dropped, kept, live, writes = {}, {}, 0, {}
+for _, l in ipairs(lines) do
+  l.c = math.max(l.a, cutoff)
+  if l.z >= l.c then
+    writes[#writes + 1] = {k = l.k, a = l.c, z = l.z, v = vpad(l.v)}
+    l.w = writes[#writes]
+  end
+end
+gate.write(writes)
+for li, l in ipairs(lines) do
+  if l.z < l.a then
+    live = live + 1
+  elseif not l.w then
+    kept[#kept + 1] = {l.k, l.a, l.z}
+    live = live + 1
+  else
+    local drop = l.w.drop
+    for d = 1, #drop, 2 do
+      dropped[#dropped + 1] = li - 1
+      dropped[#dropped + 1] = drop[d]
+      dropped[#dropped + 1] = drop[d + 1]
+    end
+    if l.w.kept > 0 then
+      kept[#kept + 1] = {l.k, l.a, l.z}
+      live = live + 1
+    end
+  end
+end
+if nlines > 0 and live == 0 then
+  release_slot()
+  local out = {'superseded', 0, left, used, quota, cur, ''}
+  for _, x in ipairs(dropped) do out[#out + 1] = x end
+  return out
+end
+if #kept > 0 then
+  gate.sweep()
+  gate.flush(gate_ttl)
+  local lease = {e = now + lease_ms, l = kept}
+  -- A re-send while this id's earlier attempt is still leased (its answer never
+  -- came: the channel may still apply it) keeps that attempt's nights and end
+  -- (u), so settling the re-send does not free them early (release).
+  local prev = redis.call('HGET', KEYS[9], id)
+  if prev then prev = cjson.decode(prev) end
+  if prev and prev.e > now then
+    lease.u = math.max(prev.e, prev.u or 0)
+    local seen = {}
+    for _, x in ipairs(kept) do seen[x[1] .. '|' .. x[2] .. '|' .. x[3]] = true end
+    for _, x in ipairs(prev.l) do
+      if not seen[x[1] .. '|' .. x[2] .. '|' .. x[3]] then kept[#kept + 1] = x end
+    end
+  end
+  redis.call('HSET', KEYS[9], id, cjson.encode(lease))
+  redis.call('PEXPIRE', KEYS[9], lease_ms + w)
+end
+
+if probe then
+  redis.call('HSET', KEYS[10], 'st', 'half', 'probe', id, 'probe_until', string.format('%.3f', now + lease_ms))
+  redis.call('PEXPIRE', KEYS[10], day)
+end
+if pace then redis.call('SET', KEYS[6], pace.v, 'PX', pace.ttl) end
+index_rem(id, e)
+e.st, e.t0, e.t1 = 'sent', nil, nil
+redis.call('HSET', res, id, encode(e))
+keep_alive(slot, false)
+redis.call('INCRBY', KEYS[3], cost)
+redis.call('PEXPIREAT', KEYS[3], midnight)
+local out = {'send', 0, math.max(0, left - 1), after, quota, tier(after, quota), ''}
+for _, x in ipairs(dropped) do out[#out + 1] = x end
+return out
