@@ -4,60 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sort"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 
+	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/models"
 )
-
-// keyMemory sums MEMORY USAGE of every key under prefix, in total and by the kind of
-// key (the name between the channel's tag and the next ':').
-func keyMemory(t *testing.T, rdb *redis.Client, prefix string) (int64, map[string]int64) {
-	t.Helper()
-	ctx := context.Background()
-	byKind := map[string]int64{}
-	var total int64
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
-		n, err := rdb.MemoryUsage(ctx, k, 0).Result()
-		if err == redis.Nil {
-			continue // expired meanwhile
-		}
-		if err != nil {
-			t.Fatalf("MEMORY USAGE %s: %v", k, err)
-		}
-		kind := k[len(prefix):]
-		if i := strings.IndexByte(kind, '}'); i >= 0 {
-			kind = kind[i+2:]
-		}
-		kind, _, _ = strings.Cut(kind, ":")
-		byKind[kind] += n
-		total += n
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return total, byKind
-}
-
-func kinds(m map[string]int64) string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	var b strings.Builder
-	for _, k := range ks {
-		fmt.Fprintf(&b, " %s=%d", k, m[k])
-	}
-	return b.String()
-}
 
 // TestRedisMemoryAfterALargeBatch drives 100,000 mutations over a year of nights —
 // 46 properties × 3 rooms × 2 rate plans, a price and a version of their own each
@@ -105,7 +59,7 @@ func TestRedisMemoryAfterALargeBatch(t *testing.T) {
 	}
 	reqs := models.Coalesce(ms, map[string]models.ChannelConfig{"mem": cfg}).Requests
 
-	before, _ := keyMemory(t, rdb, prefix)
+	before, _ := redistest.Memory(t, rdb, prefix)
 	start := time.Now()
 	ok := true
 	lines := 0
@@ -132,14 +86,14 @@ func TestRedisMemoryAfterALargeBatch(t *testing.T) {
 		}
 	}
 	took := time.Since(start)
-	peak, peakKinds := keyMemory(t, rdb, prefix)
+	peak, peakKinds := redistest.Memory(t, rdb, prefix)
 
 	// Wait for the leases and the schedule to expire: a window, a lease and a second.
 	deadline := time.Now().Add(30 * time.Second)
 	var after int64
-	var afterKinds map[string]int64
+	var afterKinds redistest.Kinds
 	for {
-		after, afterKinds = keyMemory(t, rdb, prefix)
+		after, afterKinds = redistest.Memory(t, rdb, prefix)
 		if afterKinds["sched"]+afterKinds["res"]+afterKinds["lease"] == 0 || time.Now().After(deadline) {
 			break
 		}
@@ -148,8 +102,8 @@ func TestRedisMemoryAfterALargeBatch(t *testing.T) {
 	gates, _ := rdb.Keys(ctx, prefix+"{mem}:gate:*").Result()
 	t.Logf("%d mutations, %d requests, %d lines in %s; Redis memory under the prefix: before %d B, "+
 		"after the last settle %d B (%s), once leases and reservations expired %d B (%s); %d gate keys",
-		len(ms), len(reqs), lines, took.Round(time.Millisecond), before, peak, kinds(peakKinds), after,
-		kinds(afterKinds), len(gates))
+		len(ms), len(reqs), lines, took.Round(time.Millisecond), before, peak, peakKinds, after,
+		afterKinds, len(gates))
 	if left := afterKinds["sched"] + afterKinds["res"] + afterKinds["lease"]; left > 0 {
 		t.Errorf("%d B of schedule, reservations and leases still held 30 s after the batch", left)
 	}

@@ -4,64 +4,20 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
 
 	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/devtest"
+	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sample"
 )
-
-// stackMemory sums MEMORY USAGE of every key under prefix, in total and by kind:
-// gate, sched (the schedule), res (reservations), lease and the rest by the name
-// after the channel's tag (or the first name under the prefix when there is none).
-func stackMemory(t *testing.T, rdb *redis.Client, prefix string) (int64, map[string]int64) {
-	t.Helper()
-	ctx := context.Background()
-	byKind := map[string]int64{}
-	var total int64
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
-		n, err := rdb.MemoryUsage(ctx, k, 0).Result()
-		if err == redis.Nil {
-			continue // expired meanwhile
-		}
-		require.NoError(t, err, "MEMORY USAGE %s", k)
-		kind := k[len(prefix):]
-		if i := strings.IndexByte(kind, '}'); i >= 0 && i+1 < len(kind) {
-			kind = strings.TrimPrefix(kind[i+1:], ":")
-		}
-		kind, _, _ = strings.Cut(kind, ":")
-		byKind[kind] += n
-		total += n
-	}
-	require.NoError(t, iter.Err())
-	return total, byKind
-}
-
-func memoryKinds(m map[string]int64) string {
-	var b strings.Builder
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		fmt.Fprintf(&b, " %s=%d", k, m[k])
-	}
-	return strings.TrimSpace(b.String())
-}
 
 // yearOfRates is n rate changes over a year of nights on one channel: properties ×
 // 3 rooms × 2 rate plans each night, as many properties as a year of n needs, with a
@@ -137,7 +93,7 @@ func measureBatchMemory(t *testing.T, srv *devtest.Env, n, every int) {
 	key, err := st.SaveBatch(context.Background(), batchID, ms)
 	require.NoError(t, err)
 
-	before, beforeKinds := stackMemory(t, s.rdb, s.prefix)
+	before, beforeKinds := redistest.Memory(t, s.rdb, s.prefix)
 	started := time.Now()
 	bs := waitBatch(t, s.startBatch(t, models.BatchSyncInput{BatchID: batchID, PayloadKey: key,
 		Retry: models.DefaultRetryPolicy()}), 25*time.Minute)
@@ -145,14 +101,14 @@ func measureBatchMemory(t *testing.T, srv *devtest.Env, n, every int) {
 	total := bs.Totals()
 	require.True(t, bs.Done)
 	require.Equal(t, n, total.Committed, "every change committed: %+v", total)
-	finished, finishedKinds := stackMemory(t, s.rdb, s.prefix)
+	finished, finishedKinds := redistest.Memory(t, s.rdb, s.prefix)
 
 	// Wait for the leases, the schedule and the reservations to expire.
 	deadline := time.Now().Add(3 * time.Minute)
 	var after int64
-	var afterKinds map[string]int64
+	var afterKinds redistest.Kinds
 	for {
-		after, afterKinds = stackMemory(t, s.rdb, s.prefix)
+		after, afterKinds = redistest.Memory(t, s.rdb, s.prefix)
 		if afterKinds["sched"]+afterKinds["res"]+afterKinds["lease"] == 0 || time.Now().After(deadline) {
 			break
 		}
@@ -163,8 +119,8 @@ func measureBatchMemory(t *testing.T, srv *devtest.Env, n, every int) {
 	t.Logf("%d mutations (%s to %s) in %d requests, batch in %s; Redis memory under the prefix: "+
 		"before %d B (%s); when the batch finished %d B (%s); %s later, leases and reservations expired, "+
 		"%d B (%s): grew %d B (%.2f MB)",
-		n, today.AddDays(1), last, cs.Accepted, took.Round(time.Second), before, memoryKinds(beforeKinds),
-		finished, memoryKinds(finishedKinds), idle.Round(time.Second), after, memoryKinds(afterKinds),
+		n, today.AddDays(1), last, cs.Accepted, took.Round(time.Second), before, beforeKinds,
+		finished, finishedKinds, idle.Round(time.Second), after, afterKinds,
 		after-before, float64(after-before)/(1<<20))
 	require.Zero(t, afterKinds["sched"]+afterKinds["res"]+afterKinds["lease"],
 		"schedule, reservations and leases still held 3 minutes after the batch")
