@@ -85,7 +85,7 @@
 //	<prefix>{<channel>}:budget                rate, burst, scope and window in force (CheckConfig);
 //	                                          TTL 10 min, renewed by every decision
 //	<prefix>{<channel>}:gate:<property>:<family>   newest version sent, per room|plan the
-//	                                          ranges of nights sent at one version (31 B
+//	                                          ranges of nights sent at one version (16 B
 //	                                          each, lua/gate.lua says how); nights before the
 //	                                          property's today leave it (Options.Zones);
 //	                                          TTL Options.GateTTL (30 days) after the last send

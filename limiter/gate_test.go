@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -26,17 +27,20 @@ func gateRecords(t *testing.T, rdb *redis.Client, key, roomPlan string) []gateRa
 	if err != nil {
 		t.Fatal(err)
 	}
-	const width = 31
-	if len(s)%width != 0 {
-		t.Fatalf("gate field %s: %d bytes, not a whole number of %d-byte records", roomPlan, len(s), width)
+	// '#', then records of three bytes of first night, three of last night and ten
+	// of version (20 digits, two to a byte).
+	const width = 16
+	if len(s) == 0 || s[0] != '#' || (len(s)-1)%width != 0 {
+		t.Fatalf("gate field %s: %d bytes, not '#' and whole %d-byte records", roomPlan, len(s), width)
 	}
+	s = s[1:]
+	day := func(b string) int64 { return int64(b[0])<<16 | int64(b[1])<<8 | int64(b[2]) }
 	var out []gateRange
 	for i := 0; i < len(s); i += width {
-		from, err1 := strconv.ParseInt(s[i:i+6], 10, 64)
-		to, err2 := strconv.ParseInt(s[i+6:i+12], 10, 64)
-		v, err3 := strconv.ParseInt(s[i+12:i+31], 10, 64)
-		if err1 != nil || err2 != nil || err3 != nil || from > to {
-			t.Fatalf("gate field %s: bad record %q", roomPlan, s[i:i+width])
+		from, to := day(s[i:i+3]), day(s[i+3:i+6])
+		v, err := strconv.ParseInt(hex.EncodeToString([]byte(s[i+6:i+16])), 10, 64)
+		if err != nil || from > to {
+			t.Fatalf("gate field %s: bad record %x", roomPlan, s[i:i+width])
 		}
 		r := gateRange{key: roomPlan, from: from, to: to, version: v}
 		if k := len(out) - 1; k >= 0 {
@@ -343,8 +347,9 @@ func TestGateForgetsNightsBeforeThePropertysToday(t *testing.T) {
 }
 
 // TestGateOfNightFieldsIsRebuilt: a gate marked whole while it held one field per
-// night (before it held ranges) counts as lost, so its owner rebuilds it from the
-// system of record, and the old fields leave it.
+// night (before it held ranges), or ranges written as text (31 bytes a record,
+// before they were packed), counts as lost, so its owner rebuilds it from the system
+// of record, and the old fields leave it.
 func TestGateOfNightFieldsIsRebuilt(t *testing.T) {
 	rdb, prefix := testRedis(t)
 	l := New(rdb, []models.ChannelConfig{testChannel("old", 1_000_000, 500_000, 1<<40)}, Options{Prefix: prefix})
@@ -354,6 +359,12 @@ func TestGateOfNightFieldsIsRebuilt(t *testing.T) {
 	rdb.HSet(ctx, key, "DBL|BAR|"+strconv.FormatInt(dayNumber(mustDate("2030-05-01")), 10), "7")
 	if e, err := l.GateEpoch(ctx, "old"); err != nil || e != "" {
 		t.Fatalf("epoch of a gate of nights: %q, %v; want none", e, err)
+	}
+	d := strconv.FormatInt(dayNumber(mustDate("2030-05-03")), 10)
+	rdb.Set(ctx, prefix+"{old}:gate_epoch", "ranges:epoch-of-text", time.Hour)
+	rdb.HSet(ctx, key, "STD|BAR", fmt.Sprintf("%06s%06s%019d", d, d, 9))
+	if e, err := l.GateEpoch(ctx, "old"); err != nil || e != "" {
+		t.Fatalf("epoch of a gate of text ranges: %q, %v; want none", e, err)
 	}
 	if n, err := l.LoadGate(ctx, "old", "prop_00000001", models.FamilyRates,
 		[]GateNight{{Room: "DBL", Plan: "BAR", Night: mustDate("2030-05-01"), Version: 7}}); err != nil || n != 1 {

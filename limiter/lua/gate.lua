@@ -1,20 +1,40 @@
 -- The ordering gate: one hash per (channel, property, family), a field per room|plan
--- holding the nights sent there as ranges, one version each: records of GREC bytes,
--- sorted and disjoint, each the range's first and last night (days since 1970, six
--- digits) and its version (19 digits, zero-padded, so that versions above 2^53 — a
--- nanosecond clock — compare exactly, as strings). Neighbouring ranges of one
--- version are merged on write, so a year sent at one version a week is 52 records.
--- Nights before the cutoff (the property's today, from Go) leave the gate: a field
--- loses them whenever it is written, and every field of the hash once a day (the
--- field 'cutoff' holds the day that was last done). A request's lines of one
--- room|plan cost a binary search each and one pass over the records they skip
+-- holding the nights sent there as ranges, one version each: GMARK, then records of
+-- GREC bytes, sorted and disjoint, each the range's first and last night (days since
+-- 1970, three bytes big-endian) and its version (20 decimal digits packed two to a
+-- byte, so that versions above 2^53 — a nanosecond clock — compare exactly, as
+-- strings). Neighbouring ranges of one version are merged on write, so a year sent at
+-- one version a week is 52 records. A field without GMARK was written before this
+-- layout: it is dropped, and the rebuild the epoch's tag asks for loads its nights
+-- again (EPOCH_TAG). Nights before the cutoff (the property's today, from Go) leave
+-- the gate: a field loses them whenever it is written, and every field of the hash
+-- once a day (the field 'cutoff' holds the day that was last done). A request's lines
+-- of one room|plan cost a binary search each and one pass over the records they skip
 -- (copied a run at a time), whatever their nights.
-local GREC = 31
-local function vpad(v) return string.rep('0', 19 - #v) .. v end
-local function rec(a, z, v) return string.format('%06d%06d', a, z) .. v end
-local function rec_a(s, i) return tonumber(string.sub(s, (i - 1) * GREC + 1, (i - 1) * GREC + 6)) end
-local function rec_z(s, i) return tonumber(string.sub(s, (i - 1) * GREC + 7, (i - 1) * GREC + 12)) end
-local function rec_v(s, i) return string.sub(s, (i - 1) * GREC + 13, i * GREC) end
+local GREC = 16
+local GMARK = '#'
+local function vpad(v)
+  local p = string.rep('0', 20 - #v) .. v
+  local out = {}
+  for i = 1, 20, 2 do out[#out + 1] = string.char(tonumber(string.sub(p, i, i + 1), 16)) end
+  return table.concat(out)
+end
+local function day3(d) return string.char(math.floor(d / 65536) % 256, math.floor(d / 256) % 256, d % 256) end
+local function rec(a, z, v) return day3(a) .. day3(z) .. v end
+local function rec_day(s, o)
+  local b1, b2, b3 = string.byte(s, o + 1, o + 3)
+  return b1 * 65536 + b2 * 256 + b3
+end
+local function rec_a(s, i) return rec_day(s, (i - 1) * GREC) end
+local function rec_z(s, i) return rec_day(s, (i - 1) * GREC + 3) end
+local function rec_v(s, i) return string.sub(s, (i - 1) * GREC + 7, i * GREC) end
+
+-- gate_records is a field's records, or nil for a field of an earlier layout.
+local function gate_records(raw)
+  if raw == '' then return '' end
+  if string.sub(raw, 1, 1) ~= GMARK or (#raw - 1) % GREC ~= 0 then return nil end
+  return string.sub(raw, 2)
+end
 
 -- first_ending is the first record of s from record lo on whose last night is d or
 -- later (one past the last record when none is): a binary search.
@@ -145,11 +165,11 @@ local function gate_fields(key, cutoff)
   local g = {}
   function g.get(f)
     if cur[f] == nil then
-      orig[f] = redis.call('HGET', key, f) or ''
-      if #orig[f] % GREC ~= 0 then
-        cur[f] = ''
+      local recs = gate_records(redis.call('HGET', key, f) or '')
+      if recs == nil then
+        orig[f], cur[f] = false, '' -- an earlier layout: dropped (flush deletes it)
       else
-        cur[f] = gate_prune(orig[f], cutoff)
+        orig[f], cur[f] = recs, gate_prune(recs, cutoff)
       end
     end
     return cur[f]
@@ -193,13 +213,13 @@ local function gate_fields(key, cutoff)
     for i = 1, #all, 2 do
       local f = all[i]
       if f ~= 'cutoff' and cur[f] == nil then
-        orig[f] = all[i + 1]
-        if #orig[f] % GREC ~= 0 then
-          -- A night's field of the gate before it held ranges: its versions were
-          -- loaded again by the rebuild the epoch's tag asked for (gate_epoch).
-          cur[f] = ''
+        local recs = gate_records(all[i + 1])
+        if recs == nil then
+          -- A field of an earlier layout: its versions were loaded again by the
+          -- rebuild the epoch's tag asked for (gate_epoch).
+          orig[f], cur[f] = false, ''
         else
-          cur[f] = gate_prune(orig[f], cutoff)
+          orig[f], cur[f] = recs, gate_prune(recs, cutoff)
         end
       end
     end
@@ -214,7 +234,7 @@ local function gate_fields(key, cutoff)
           dels[#dels + 1] = f
         else
           sets[#sets + 1] = f
-          sets[#sets + 1] = s
+          if f == 'cutoff' then sets[#sets + 1] = s else sets[#sets + 1] = GMARK .. s end
         end
       end
     end

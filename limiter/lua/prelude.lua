@@ -83,8 +83,9 @@ local BUDGET_TTL = 600000
 -- TURN separates the priorities in the turn score: priority * TURN + held / weight.
 local TURN = 1e9
 
--- EPOCH_TAG starts the gate's epoch since the gate holds ranges: an epoch without it
--- was marked over a gate of one field per night, which this script does not read,
--- so it counts as none and the gate is rebuilt from the system of record (the
--- sweep below then drops the old fields).
-local EPOCH_TAG = 'ranges:'
+-- EPOCH_TAG starts the gate's epoch since the gate holds packed ranges (lua/gate.lua):
+-- an epoch without it was marked over a gate of an earlier layout (a field per night,
+-- or ranges as text), which these scripts do not read, so it counts as none and the
+-- gate is rebuilt from the system of record (the gate's sweep then drops the old
+-- fields).
+local EPOCH_TAG = 'ranges2:'
