@@ -46,6 +46,7 @@ import (
 // anything but an outcome (a wait, a 429, a failure) ends the chain unreported:
 // the lane pushes that request itself, as Temporal would have retried it.
 func (a *Activities) PushRequest(ctx context.Context, in models.PushInput) (models.PushResult, error) {
+	defer heartbeatEvery(ctx, models.PushHeartbeatEvery)()
 	res, err := a.pushOne(ctx, in)
 	if err != nil || res.Deferred != nil || in.NextReservation == "" || len(in.Then) == 0 {
 		return res, err
@@ -534,4 +535,29 @@ func (h *heldSlots) take(id string) (time.Time, bool) {
 	due, ok := h.due[id]
 	delete(h.due, id)
 	return due, ok
+}
+
+// heartbeatEvery heartbeats the activity of ctx every d, the first after d, until
+// the function it returns is called: Temporal then notices within the activity's
+// HeartbeatTimeout when the worker running it died.
+func heartbeatEvery(ctx context.Context, d time.Duration) (stop func()) {
+	if !activity.IsActivity(ctx) {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	}()
+	return func() { close(done) }
 }

@@ -332,7 +332,8 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 			_ = workflow.Await(ctx, func() bool { return s.paused == "" })
 		}
 		var res models.PushResult
-		err := workflow.ExecuteActivity(withSummary(actx, s.pushSummary(about, i)), acts.PushRequest, in).Get(ctx, &res)
+		pctx := workflow.WithHeartbeatTimeout(withSummary(actx, s.pushSummary(about, i)), models.PushHeartbeatTimeout)
+		err := workflow.ExecuteActivity(pctx, acts.PushRequest, in).Get(ctx, &res)
 		if err == nil && res.About != "" {
 			about = res.About
 		}
