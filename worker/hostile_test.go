@@ -276,6 +276,10 @@ func TestHostileChannel(t *testing.T) {
 	t.Run("two workers", func(t *testing.T) { t.Parallel(); hostileTwoWorkers(t, table) })
 }
 
+// answerReach is how long an answer may take from the channel to the limiter's
+// back-off: a loopback read and one Redis round trip, with a busy machine's lateness.
+const answerReach = 500 * time.Millisecond
+
 // hostileGarbage: half the pushes are answered 200 with a body that confirms
 // nothing, one shape per batch. Each batch has nights of its own: a 200 that
 // confirms nothing keeps its nights leased (the channel may have applied it), so
@@ -347,7 +351,10 @@ func hostileClock(t *testing.T, table *hostileTable) {
 
 	// An arrival is early when it comes before the latest time an earlier answer
 	// announced; in flight when no answer announcing that time had reached the
-	// worker when it was sent. The announced dates are on the channel's clock.
+	// worker when it was sent. The announced dates are on the channel's clock. An
+	// answer reaches the worker (read, settled into the limiter's back-off) some
+	// time after it leaves the channel: answerReach allows for that on a loaded
+	// machine, where a push granted a moment earlier may write its call meanwhile.
 	type announce struct {
 		known time.Time // when the answer left the channel
 		until time.Time // the announced time, on our clock
@@ -384,7 +391,7 @@ func hostileClock(t *testing.T, table *hostileTable) {
 			throttled++
 			at, err := http.ParseTime(e.header.Get(models.HeaderRetryAfter))
 			require.NoError(t, err, "a date-only Retry-After: %q", e.header.Get(models.HeaderRetryAfter))
-			anns = append(anns, announce{known: e.end, until: at.Add(-offset)})
+			anns = append(anns, announce{known: e.end.Add(answerReach), until: at.Add(-offset)})
 		}
 	}
 	simEarly := s.sim.Stats()["expedia"].EarlyArrivals
