@@ -76,6 +76,7 @@ func TestPrepareBatchRetryRecordsOutcomesOnce(t *testing.T) {
 }
 
 func TestDiffChannelRepairsALostAcknowledgementAtTheNewerVersion(t *testing.T) {
+	t.Parallel() // waits on the read pace, on an environment of its own
 	e := newActivityEnv(t, envOptions{})
 	v1 := e.preparedChunk("b-v1", e.mutation("l-1", 5, 1, withRate("80.00")))
 	if _, err := e.push(models.PushInput{BatchID: "b-v1", ChunkKey: v1.Key}); err != nil {
@@ -120,6 +121,7 @@ func TestDiffChannelRepairsALostAcknowledgementAtTheNewerVersion(t *testing.T) {
 }
 
 func TestDiffChannelReadsPayTheLimiter(t *testing.T) {
+	t.Parallel() // waits on the read pace, on an environment of its own
 	e := newActivityEnv(t, envOptions{})
 	for i, p := range []string{"prop_00000001", "prop_00000002", "prop_00000003"} {
 		m := e.mutation("rd-"+p, 3+i, 1, withRate("70.00"))

@@ -220,6 +220,9 @@ func (r *receiveTimes) wrap(h http.Handler) http.Handler {
 // still reaches the channel within the margin of the decision that granted its slot:
 // no write stands between the two.
 func TestPushCallStartsWithinTheMarginWhenPostgresIsSlow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a real-time run with every PostgreSQL write delayed 700 ms (make test runs it)")
+	}
 	rc, pc, rt := &redisCounter{}, &pgCounter{}, &receiveTimes{}
 	e := newActivityEnv(t, envOptions{limiterRDB: countedRedis(t, rc), pgTracer: pc, handler: rt.wrap})
 	const n, slow = 4, 700 * time.Millisecond

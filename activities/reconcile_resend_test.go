@@ -13,6 +13,7 @@ import (
 // read_back false is not read (its protocol may have no read-back); every committed
 // cell becomes a repair at its committed version instead.
 func TestDiffChannelResendsAChannelWithoutReadBack(t *testing.T) {
+	t.Parallel() // waits on the read pace, on an environment of its own
 	e := newActivityEnv(t, envOptions{})
 	for i, m := range []models.Mutation{
 		e.mutation("r-1", 3, 4, withRate("80.00")),

@@ -12,6 +12,7 @@ import (
 )
 
 func TestDiffChannelFindsDriftAndStoresRepairs(t *testing.T) {
+	t.Parallel() // waits on the read pace, on an environment of its own
 	e := newActivityEnv(t, envOptions{})
 	for i, m := range []models.Mutation{
 		e.mutation("d-1", 3, 4, withRate("80.00")),
@@ -65,6 +66,7 @@ func TestDiffChannelFindsDriftAndStoresRepairs(t *testing.T) {
 }
 
 func TestDiffChannelOutsideTheWindowIsNotChecked(t *testing.T) {
+	t.Parallel() // waits on the read pace, on an environment of its own
 	e := newActivityEnv(t, envOptions{})
 	c := e.preparedChunk("b-far", e.mutation("f-1", 40, 1, withRate("70.00")))
 	if _, err := e.push(models.PushInput{BatchID: "b-far", ChunkKey: c.Key}); err != nil {
@@ -113,6 +115,7 @@ func TestPrepareBatchResendSaltChangesEveryKey(t *testing.T) {
 }
 
 func TestDiffChannelResumesAfterTheLastPropertyOfItsHeartbeat(t *testing.T) {
+	t.Parallel() // waits on the read pace, on an environment of its own
 	e := newActivityEnv(t, envOptions{})
 	props := []string{"prop_1a2b3c4d", "prop_1a2b3c4e", "prop_1a2b3c4f"}
 	// Each property's rate is pushed while the channel drops it: each has one drifted
