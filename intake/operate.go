@@ -144,25 +144,11 @@ func (s *Server) getDLQ(w http.ResponseWriter, r *http.Request) {
 
 // replayDLQ re-sends the chosen open dead letters as one new batch.
 func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBody(w, r, 1<<20)
+	sel, _, ok := s.readDLQSelection(w, r, false)
 	if !ok {
 		return
 	}
-	var in struct {
-		IDs     []int64 `json:"ids"`
-		Channel string  `json:"channel"`
-		Reason  string  `json:"reason"`
-		Batch   string  `json:"batch"`
-	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil || (len(in.IDs) == 0 && in.Channel == "" && in.Reason == "" && in.Batch == "") {
-		writeProblem(w, r, http.StatusBadRequest, probBadRequest,
-			`want a selection: {"ids": [1, 2]} or any of {"channel", "reason", "batch"}`)
-		return
-	}
-	entries, err := ops.SelectDeadLetters(r.Context(), s.st,
-		ops.DeadLetterSelection{IDs: in.IDs, Channel: in.Channel, Reason: in.Reason, BatchID: in.Batch})
+	entries, err := ops.SelectDeadLetters(r.Context(), s.st, sel)
 	if errors.Is(err, store.ErrDeadLetterNotFound) {
 		writeProblem(w, r, http.StatusNotFound, probNotFound, err.Error())
 		return
@@ -221,33 +207,47 @@ func (s *Server) exportDLQ(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// ackDLQ acknowledges the selected open dead letters, so they leave the open list.
-func (s *Server) ackDLQ(w http.ResponseWriter, r *http.Request) {
+// readDLQSelection reads the body of a dead-letter replay or ack: ids, or any of
+// channel, reason and batch, and (withNote) an optional note. It answers 400 for an
+// unreadable body, an unknown field or an empty selection.
+func (s *Server) readDLQSelection(w http.ResponseWriter, r *http.Request, withNote bool) (ops.DeadLetterSelection, string, bool) {
 	body, ok := s.readBody(w, r, 1<<20)
 	if !ok {
-		return
+		return ops.DeadLetterSelection{}, "", false
 	}
 	var in struct {
 		IDs     []int64 `json:"ids"`
 		Channel string  `json:"channel"`
 		Reason  string  `json:"reason"`
 		Batch   string  `json:"batch"`
-		Note    string  `json:"note"`
+		Note    *string `json:"note"`
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
-	sel := ops.DeadLetterSelection{}
 	err := dec.Decode(&in)
-	if err == nil {
-		sel = ops.DeadLetterSelection{IDs: in.IDs, Channel: in.Channel, Reason: in.Reason, BatchID: in.Batch}
-	}
-	if err != nil || sel.Empty() {
-		writeProblem(w, r, http.StatusBadRequest, probBadRequest,
-			`want a selection: {"ids": [1, 2]} or any of {"channel", "reason", "batch"}, and an optional "note"`,
+	sel := ops.DeadLetterSelection{IDs: in.IDs, Channel: in.Channel, Reason: in.Reason, BatchID: in.Batch}
+	if err != nil || sel.Empty() || (in.Note != nil && !withNote) {
+		want := `want a selection: {"ids": [1, 2]} or any of {"channel", "reason", "batch"}`
+		if withNote {
+			want += `, and an optional "note"`
+		}
+		writeProblem(w, r, http.StatusBadRequest, probBadRequest, want,
 			func(p *problem) { p.Field, p.Rule = "ids", "a selection is required" })
+		return ops.DeadLetterSelection{}, "", false
+	}
+	if in.Note == nil {
+		return sel, "", true
+	}
+	return sel, *in.Note, true
+}
+
+// ackDLQ acknowledges the selected open dead letters, so they leave the open list.
+func (s *Server) ackDLQ(w http.ResponseWriter, r *http.Request) {
+	sel, note, ok := s.readDLQSelection(w, r, true)
+	if !ok {
 		return
 	}
-	note := strings.TrimSpace(in.Note)
+	note = strings.TrimSpace(note)
 	if note == "" {
 		note = "acknowledged over the API"
 	}

@@ -261,17 +261,24 @@ SELECT o.mutation_id, ch.slug, coalesce(o.family::text, ''), o.outcome::text, co
 FROM outcomes o JOIN batches b ON b.id = o.batch JOIN channels ch ON ch.id = o.channel
 WHERE o.mutation_id = $2 AND starts_with(b.batch_id, $1)
 ORDER BY o.recorded_at, o.family NULLS FIRST`, batchPrefix, mutationID)
-	var out []MutationOutcome
-	var o MutationOutcome
-	var family, outcome string
-	if _, err := pgx.ForEachRow(rows, []any{&o.MutationID, &o.Channel, &family, &outcome, &o.Reason, &o.RecordedAt}, func() error {
-		o.Family, o.Outcome = models.Family(family), models.Outcome(outcome)
-		out = append(out, o)
-		return nil
-	}); err != nil {
+	out, err := scanMutationOutcomes(rows, nil)
+	if err != nil {
 		return nil, fmt.Errorf("outcomes of %s: %w", mutationID, err)
 	}
 	return out, nil
+}
+
+// scanMutationOutcomes appends to out the rows of a query selecting mutation id,
+// channel slug, family (empty for a whole mutation), outcome, reason and recorded_at.
+func scanMutationOutcomes(rows pgx.Rows, out []MutationOutcome) ([]MutationOutcome, error) {
+	var o MutationOutcome
+	var family, outcome string
+	_, err := pgx.ForEachRow(rows, []any{&o.MutationID, &o.Channel, &family, &outcome, &o.Reason, &o.RecordedAt}, func() error {
+		o.Family, o.Outcome = models.Family(family), models.Outcome(outcome)
+		out = append(out, o)
+		return nil
+	})
+	return out, err
 }
 
 // addOutcome counts n updates with outcome o into c.

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/paritysync/paritysync/models"
 )
 
 // Post is a webhook post (POST /v1/changes) that named a callback URL: Answer is
@@ -147,14 +145,8 @@ JOIN batches b ON b.id = o.batch AND starts_with(b.batch_id, $1)
 JOIN channels ch ON ch.id = m.channel
 WHERE m.event_id = $2
 ORDER BY ch.slug, o.mutation_id, o.recorded_at, o.family NULLS FIRST`, batchPrefix, eventID)
-	out := []MutationOutcome{}
-	var o MutationOutcome
-	var family, outcome string
-	if _, err := pgx.ForEachRow(rows, []any{&o.MutationID, &o.Channel, &family, &outcome, &o.Reason, &o.RecordedAt}, func() error {
-		o.Family, o.Outcome = models.Family(family), models.Outcome(outcome)
-		out = append(out, o)
-		return nil
-	}); err != nil {
+	out, err := scanMutationOutcomes(rows, []MutationOutcome{})
+	if err != nil {
 		return nil, fmt.Errorf("outcomes of post %s: %w", eventID, err)
 	}
 	return out, nil
