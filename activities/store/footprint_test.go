@@ -188,11 +188,17 @@ func TestFootprintPerCell(t *testing.T) {
 	}
 	f := measureFootprint(t, 10000, 3)
 	t.Log("\n" + f.String())
-	// Measured 340–412 B on this 2-core machine, loaded or not: where free space
-	// lands in the pages varies with the timing of the writers and autovacuum. The
-	// bound is well under the Redis ledger's 560 B and catches a row that grows.
-	if per := float64(f.cellBytesSteady) / float64(f.cells); per > 450 {
-		t.Errorf("%.0f B per cell after %d batches, want at most 450", per, f.rounds)
+	// A row that grows shows in the first batch as written: 340 B alone, 413 B
+	// under make test's load on this 2-core machine, well under the Redis ledger's
+	// 560 B. After more batches the figure also holds the dead row versions plain
+	// VACUUM has not reclaimed yet, which varies with the writers' and autovacuum's
+	// timing: 364 B alone, 461–569 B under make test's load on 2026-12-02; the
+	// second bound catches a table that keeps every version.
+	if per := float64(f.cellBytesFirst) / float64(f.cells); per > 450 {
+		t.Errorf("%.0f B per cell after one batch, want at most 450", per)
+	}
+	if per := float64(f.cellBytesSteady) / float64(f.cells); per > 700 {
+		t.Errorf("%.0f B per cell after %d batches, want at most 700", per, f.rounds)
 	}
 }
 
