@@ -20,51 +20,17 @@ import (
 	"github.com/paritysync/paritysync/models"
 )
 
-// Error types of the typed, non-retryable errors PushRequest returns. The workflow
-// tells them apart by type and waits or dead-letters; Temporal never retries them.
-const (
-	ErrRateLimited    = "RateLimited"    // the limiter said wait (held slot, pause, back-off): wait, then ask again
-	ErrThrottled      = "Throttled"      // the channel answered 429/503 with or without Retry-After
-	ErrTransient      = "Transient"      // 5xx, timeout, network: back off, bounded attempts
-	ErrAuthExpired    = "AuthExpired"    // 401: refresh the credential once
-	ErrQuotaExhausted = "QuotaExhausted" // daily budget spent: wait for the reset (Failure.Wait), then go again
-	ErrRejected       = "Rejected"       // other 4xx: dead-letter now
-	// ErrPayloadLost means a batch's stored payload or request is gone (released or
-	// past its retention): retrying cannot bring it back. The updates are parked
-	// where they are known, and reconciliation re-sends the desired state.
-	ErrPayloadLost = "PayloadLost"
-)
-
-// NonRetryableErrors lists the typed errors for activity RetryPolicies.
-var NonRetryableErrors = []string{ErrRateLimited, ErrThrottled, ErrTransient, ErrAuthExpired, ErrQuotaExhausted,
-	ErrRejected, ErrPayloadLost}
-
-// payloadError turns a store.ErrBatchNotFound into the typed ErrPayloadLost and
+// payloadError turns a store.ErrBatchNotFound into the typed models.ErrPayloadLost and
 // passes any other error through (Temporal retries it within its bound).
 func payloadError(err error) error {
 	if errors.Is(err, store.ErrBatchNotFound) {
-		return FailureError(ErrPayloadLost, Failure{Message: err.Error()})
+		return FailureError(models.ErrPayloadLost, models.Failure{Message: err.Error()})
 	}
 	return err
 }
 
-// Failure is the detail every typed PushRequest error carries.
-type Failure struct {
-	// Wait is how long to wait before trying again (rate limited, throttled).
-	Wait time.Duration `json:"wait"`
-	// ServerWait is true when the channel said how long (Retry-After).
-	ServerWait bool   `json:"server_wait"`
-	Status     int    `json:"status,omitempty"`
-	Message    string `json:"message,omitempty"`
-	Tier       string `json:"tier,omitempty"`
-	// Paused is the operator's reason when the channel is paused.
-	Paused string `json:"paused,omitempty"`
-	// Held is true when the wait is for a slot the limiter holds for the request.
-	Held bool `json:"held,omitempty"`
-}
-
 // FailureError is the typed, non-retryable error of kind errType carrying f.
-func FailureError(errType string, f Failure) error {
+func FailureError(errType string, f models.Failure) error {
 	msg := errType
 	if f.Status != 0 {
 		msg = fmt.Sprintf("%s: status %d", errType, f.Status)
@@ -73,7 +39,7 @@ func FailureError(errType string, f Failure) error {
 		msg += ": " + f.Message
 	}
 	opts := temporal.ApplicationErrorOptions{NonRetryable: true, Details: []any{f}}
-	if errType == ErrRateLimited || errType == ErrThrottled {
+	if errType == models.ErrRateLimited || errType == models.ErrThrottled {
 		// Waiting for budget is normal operation: benign errors are logged at debug
 		// level and do not count as failures in the SDK's metrics.
 		opts.Category = temporal.ApplicationErrorCategoryBenign
@@ -100,7 +66,7 @@ type Activities struct {
 	// (models.PlanInFlight); zero means models.DefaultMaxInFlight.
 	MaxInFlight int
 	// ShortWait is the longest wait for a held slot spent inside the activity rather
-	// than in a durable timer; DefaultShortWait when zero.
+	// than in a durable timer; models.DefaultShortWait when zero.
 	ShortWait time.Duration
 	// Now is the clock for ledger and dead-letter timestamps.
 	Now func() time.Time
@@ -370,7 +336,7 @@ func (a *Activities) storeChunks(ctx context.Context, batchID string, reqs []mod
 func permanent(err error) error {
 	if errors.Is(err, limiter.ErrNoBudget) || errors.Is(err, limiter.ErrUnknownChannel) ||
 		errors.Is(err, limiter.ErrInvalidRequest) {
-		return FailureError(ErrRejected, Failure{Message: err.Error()})
+		return FailureError(models.ErrRejected, models.Failure{Message: err.Error()})
 	}
 	return err
 }

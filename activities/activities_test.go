@@ -348,7 +348,7 @@ func deferralOf(t *testing.T, res models.PushResult, err error) models.Deferral 
 	return *res.Deferred
 }
 
-func failureOf(t *testing.T, err error, errType string) Failure {
+func failureOf(t *testing.T, err error, errType string) models.Failure {
 	t.Helper()
 	var appErr *temporal.ApplicationError
 	if !errors.As(err, &appErr) {
@@ -360,7 +360,7 @@ func failureOf(t *testing.T, err error, errType string) Failure {
 	if !appErr.NonRetryable() {
 		t.Fatalf("%s error is retryable", errType)
 	}
-	var f Failure
+	var f models.Failure
 	if err := appErr.Details(&f); err != nil {
 		t.Fatalf("decode failure detail: %v", err)
 	}
@@ -542,7 +542,7 @@ func TestPrepareBatchByReference(t *testing.T) {
 	}
 
 	_, err = e.exec(e.acts.PrepareBatch, models.BatchSyncInput{BatchID: "b-gone", PayloadKey: key + "-missing"})
-	if f := failureOf(t, err, ErrPayloadLost); !strings.Contains(f.Message, store.ErrBatchNotFound.Error()) {
+	if f := failureOf(t, err, models.ErrPayloadLost); !strings.Contains(f.Message, store.ErrBatchNotFound.Error()) {
 		t.Errorf("missing payload: %+v, want %v", f, store.ErrBatchNotFound)
 	}
 }
@@ -699,7 +699,7 @@ func TestPushRequestHeldSlotMakesNoCall(t *testing.T) {
 	}
 	res, err := e.push(models.PushInput{BatchID: "b-deny", ChunkKey: chunk.Key, Reservation: "b-deny/0"})
 	f := deferralOf(t, res, err)
-	if time.Duration(f.Wait) <= DefaultShortWait || !f.Held || f.Paused != "" {
+	if time.Duration(f.Wait) <= models.DefaultShortWait || !f.Held || f.Paused != "" {
 		t.Errorf("deferral %+v, want a held slot beyond the short wait and no pause", f)
 	}
 	if res.About != "push rates "+testProperty+" "+e.today.AddDays(3).String()+", 1 line" {
@@ -779,7 +779,7 @@ func TestPushRequestThrottledWritesChannelBackoff(t *testing.T) {
 	e := newActivityEnv(t, envOptions{sim: func(c *sim.Config) { c.Faults = sim.Faults{StormSeconds: 30} }})
 	chunk := e.preparedChunk("b-429", e.mutation("t-1", 3, 1, withRate("80.00")))
 	_, err := e.push(models.PushInput{BatchID: "b-429", ChunkKey: chunk.Key})
-	f := failureOf(t, err, ErrThrottled)
+	f := failureOf(t, err, models.ErrThrottled)
 	if !f.ServerWait || f.Wait <= 0 || f.Wait > 30*time.Second || f.Status != 429 {
 		t.Errorf("failure %+v, want status 429 and the server's wait of at most 30 s", f)
 	}
@@ -799,7 +799,7 @@ func TestPushRequestServerErrorIsTransient(t *testing.T) {
 	e := newActivityEnv(t, envOptions{sim: func(c *sim.Config) { c.Faults = sim.Faults{ErrorRatio: 1} }})
 	chunk := e.preparedChunk("b-5xx", e.mutation("s-1", 3, 1, withRate("80.00")))
 	_, err := e.push(models.PushInput{BatchID: "b-5xx", ChunkKey: chunk.Key})
-	f := failureOf(t, err, ErrTransient)
+	f := failureOf(t, err, models.ErrTransient)
 	if f.Status < 500 || f.Status > 599 {
 		t.Errorf("failure %+v, want a 5xx status", f)
 	}
@@ -812,7 +812,7 @@ func TestPushRequestWrongTokenIsAuthExpired(t *testing.T) {
 	e := newActivityEnv(t, envOptions{tokens: channels.StaticCredential("not-the-token")})
 	chunk := e.preparedChunk("b-401", e.mutation("a-1", 3, 1, withRate("80.00")))
 	_, err := e.push(models.PushInput{BatchID: "b-401", ChunkKey: chunk.Key})
-	f := failureOf(t, err, ErrAuthExpired)
+	f := failureOf(t, err, models.ErrAuthExpired)
 	if f.Status != 401 {
 		t.Errorf("failure %+v, want status 401", f)
 	}
@@ -848,7 +848,7 @@ func TestPushRequestRefreshesCredentialWhenAsked(t *testing.T) {
 	chunk := e.preparedChunk("b-refresh", e.mutation("r-1", 3, 1, withRate("80.00")))
 
 	_, err := e.push(models.PushInput{BatchID: "b-refresh", ChunkKey: chunk.Key})
-	failureOf(t, err, ErrAuthExpired)
+	failureOf(t, err, models.ErrAuthExpired)
 	if tokens.refreshed != 0 {
 		t.Fatalf("refreshed %d times before being asked", tokens.refreshed)
 	}
@@ -871,7 +871,7 @@ func TestPushRequestChannelRejectionCarriesMessage(t *testing.T) {
 		Refs: []models.MutationRef{{ID: "r-1", Version: 1, Line: 0, StayDate: from}}}
 	key := e.saveChunk("b-400", bad)
 	_, err := e.push(models.PushInput{BatchID: "b-400", ChunkKey: key})
-	f := failureOf(t, err, ErrRejected)
+	f := failureOf(t, err, models.ErrRejected)
 	if f.Status != 400 || !strings.Contains(f.Message, "lines[0].to: before from") {
 		t.Errorf("failure %+v, want 400 with the channel's message about lines[0].to", f)
 	}
@@ -887,7 +887,7 @@ func TestPushRequestChannelQuotaExhausted(t *testing.T) {
 		t.Fatalf("first push spends the quota: %v", err)
 	}
 	_, err := e.push(models.PushInput{BatchID: "b-quota", ChunkKey: chunk.Key, Index: 1})
-	f := failureOf(t, err, ErrQuotaExhausted)
+	f := failureOf(t, err, models.ErrQuotaExhausted)
 	if f.Status != 400 || !strings.Contains(f.Message, models.ErrorQuotaExhausted) {
 		t.Errorf("failure %+v, want 400 quota_exhausted", f)
 	}
@@ -978,7 +978,7 @@ func TestPushRequestRedisUnreachableFailsClosed(t *testing.T) {
 		t.Fatal("push succeeded without a limiter")
 	}
 	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && (appErr.NonRetryable() || slices.Contains(NonRetryableErrors, appErr.Type())) {
+	if errors.As(err, &appErr) && (appErr.NonRetryable() || slices.Contains(models.NonRetryableErrors, appErr.Type())) {
 		t.Errorf("error %v is typed %q (non-retryable %v), want a plain retryable error", err, appErr.Type(), appErr.NonRetryable())
 	}
 	if n := e.simRequests(); n != 0 {

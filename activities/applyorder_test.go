@@ -31,10 +31,10 @@ func TestTimedOutPushKeepsApplyOrder(t *testing.T) {
 	v1 := e.preparedChunk("b-v1", e.mutation("m-v1", 3, 1, withRate("100.00")))
 	in1 := models.PushInput{BatchID: "b-v1", ChunkKey: v1.Key, Index: 0, Reservation: "b-v1/0"}
 	_, err := e.push(in1)
-	failureOf(t, err, ErrTransient) // the client gave up; the channel applies v1 later
+	failureOf(t, err, models.ErrTransient) // the client gave up; the channel applies v1 later
 	// The retry of the same request is not held by its own lease.
 	_, err = e.push(in1)
-	failureOf(t, err, ErrTransient)
+	failureOf(t, err, models.ErrTransient)
 	lastLate := time.Now().Add(applyDelay) // the retry's late apply is due by then
 	if n := e.simRequests(); n != 2 {
 		t.Fatalf("simulator received %d pushes of v1, want 2 (the retry went)", n)

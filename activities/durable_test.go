@@ -88,7 +88,7 @@ func TestDiffChannelRepairsALostAcknowledgementAtTheNewerVersion(t *testing.T) {
 	}
 	v2 := e.preparedChunk("b-v2", e.mutation("l-2", 5, 2, withRate("95.00")))
 	_, err := e.push(models.PushInput{BatchID: "b-v2", ChunkKey: v2.Key})
-	failureOf(t, err, ErrTransient)
+	failureOf(t, err, models.ErrTransient)
 	if err := e.sim.SetFaults(sim.Faults{}); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestPushRequestFamilyWithoutBudgetIsRejectedNotRetried(t *testing.T) {
 	e.lim = limiter.New(e.rdb, []models.ChannelConfig{cfg}, limiter.Options{Prefix: e.prefix})
 	e.acts.Limiter = e.lim
 	_, err := e.push(models.PushInput{BatchID: "b-nobudget", ChunkKey: chunk.Key})
-	if f := failureOf(t, err, ErrRejected); !strings.Contains(f.Message, limiter.ErrNoBudget.Error()) {
+	if f := failureOf(t, err, models.ErrRejected); !strings.Contains(f.Message, limiter.ErrNoBudget.Error()) {
 		t.Errorf("failure %+v, want the limiter's reason", f)
 	}
 	if n := e.simRequests(); n != 0 {
@@ -185,7 +185,7 @@ func TestQuotaExhaustedStopsTheFamilyUntilTheReset(t *testing.T) {
 		t.Fatalf("first push spends the quota: %v", err)
 	}
 	_, err := e.push(models.PushInput{BatchID: "b-q2", ChunkKey: second.Key})
-	f := failureOf(t, err, ErrQuotaExhausted)
+	f := failureOf(t, err, models.ErrQuotaExhausted)
 	st, serr := e.lim.Status(context.Background(), testChannel)
 	if serr != nil {
 		t.Fatal(serr)
@@ -199,7 +199,7 @@ func TestQuotaExhaustedStopsTheFamilyUntilTheReset(t *testing.T) {
 	}
 	// Every further rates request waits in the limiter: the channel sees no more.
 	_, err = e.push(models.PushInput{BatchID: "b-q3", ChunkKey: third.Key})
-	if g := failureOf(t, err, ErrQuotaExhausted); g.Wait <= 0 || !strings.Contains(g.Message, "rates stopped") {
+	if g := failureOf(t, err, models.ErrQuotaExhausted); g.Wait <= 0 || !strings.Contains(g.Message, "rates stopped") {
 		t.Errorf("rates after the stop: %+v, want a wait for the family's stop", g)
 	}
 	if got := e.sim.Stats()[testChannel]; got.Requests != 2 || got.QuotaExhausted != 1 {
@@ -208,7 +208,7 @@ func TestQuotaExhaustedStopsTheFamilyUntilTheReset(t *testing.T) {
 	// Availability is not stopped: it reaches the channel (whose own quota, in
 	// this simulator, is channel-wide, so it is refused there and stopped in turn).
 	_, err = e.push(models.PushInput{BatchID: "b-q4", ChunkKey: avail.Key})
-	failureOf(t, err, ErrQuotaExhausted)
+	failureOf(t, err, models.ErrQuotaExhausted)
 	if got := e.sim.Stats()[testChannel].Requests; got != 3 {
 		t.Errorf("simulator saw %d requests, want 3 (the availability push went)", got)
 	}

@@ -89,7 +89,7 @@ const chainRecords = 3 * time.Second
 func (a *Activities) chainable(ctx context.Context, slot *models.Slot, i int) bool {
 	short := a.ShortWait
 	if short <= 0 {
-		short = DefaultShortWait
+		short = models.DefaultShortWait
 	}
 	if slot == nil || slot.Index != i || slot.Wait > short || ctx.Err() != nil {
 		return false
@@ -111,7 +111,7 @@ func (a *Activities) pushOne(ctx context.Context, in models.PushInput) (models.P
 	}
 	cfg, ok := a.Channels[req.Channel]
 	if !ok {
-		return models.PushResult{}, FailureError(ErrRejected, Failure{Message: "unknown channel " + req.Channel})
+		return models.PushResult{}, FailureError(models.ErrRejected, models.Failure{Message: "unknown channel " + req.Channel})
 	}
 	lr := limiter.Request{Channel: req.Channel, Family: req.Family, Property: req.PropertyID,
 		Priority: req.Priority, Cost: cfg.Cost(req), ID: in.Reservation, Lines: req.Lines}
@@ -157,7 +157,7 @@ func (a *Activities) pushOne(ctx context.Context, in models.PushInput) (models.P
 			if d.FamilyStopped {
 				msg = fmt.Sprintf("%s stopped by the channel's quota_exhausted", req.Family)
 			}
-			return models.PushResult{}, FailureError(ErrQuotaExhausted, Failure{Wait: d.Wait, Tier: string(d.Tier),
+			return models.PushResult{}, FailureError(models.ErrQuotaExhausted, models.Failure{Wait: d.Wait, Tier: string(d.Tier),
 				Message: msg})
 		default:
 			// Waiting for budget is normal operation: a result the workflow waits
@@ -183,7 +183,7 @@ func (a *Activities) pushOne(ctx context.Context, in models.PushInput) (models.P
 		log.Warn("call could not start within the margin of its slot; asking for a new one",
 			"channel", req.Channel, "property", req.PropertyID, "attempt", attempt)
 		if attempt >= maxLateAttempts {
-			return models.PushResult{}, FailureError(ErrRateLimited, Failure{Wait: time.Second,
+			return models.PushResult{}, FailureError(models.ErrRateLimited, models.Failure{Wait: time.Second,
 				Message: "call could not start within the margin of its slot"})
 		}
 	}
@@ -221,7 +221,7 @@ func (a *Activities) pushOne(ctx context.Context, in models.PushInput) (models.P
 	log.Info("pushed", "channel", req.Channel, "family", req.Family, "property", req.PropertyID,
 		"lines", len(send.Lines), "dropped_nights", len(d.Dropped), "status", resp.Status, "class", resp.Class)
 
-	f := Failure{Status: resp.Status, Message: resp.Message}
+	f := models.Failure{Status: resp.Status, Message: resp.Message}
 	switch resp.Class {
 	case channels.ClassCommitted, channels.ClassPartial:
 		res, err := a.acknowledge(ctx, in.BatchID, req, send, dropped, resp)
@@ -232,16 +232,16 @@ func (a *Activities) pushOne(ctx context.Context, in models.PushInput) (models.P
 		return res, nil
 	case channels.ClassThrottled:
 		f.Wait, f.ServerWait = resp.RetryAfter, resp.ServerWait
-		return models.PushResult{}, FailureError(ErrThrottled, f)
+		return models.PushResult{}, FailureError(models.ErrThrottled, f)
 	case channels.ClassTransient:
-		return models.PushResult{}, FailureError(ErrTransient, f)
+		return models.PushResult{}, FailureError(models.ErrTransient, f)
 	case channels.ClassAuthExpired:
-		return models.PushResult{}, FailureError(ErrAuthExpired, f)
+		return models.PushResult{}, FailureError(models.ErrAuthExpired, f)
 	case channels.ClassQuotaExhausted:
 		f.Wait = a.quotaStop(ctx, req.Channel, req.Family)
-		return models.PushResult{}, FailureError(ErrQuotaExhausted, f)
+		return models.PushResult{}, FailureError(models.ErrQuotaExhausted, f)
 	default:
-		return models.PushResult{}, FailureError(ErrRejected, f)
+		return models.PushResult{}, FailureError(models.ErrRejected, f)
 	}
 }
 
@@ -268,9 +268,6 @@ const maxSlotWaits = 3
 // maxLateAttempts bounds how often one PushRequest asks for a new slot because its
 // call could not start within the margin of the last one.
 const maxLateAttempts = 3
-
-// DefaultShortWait is how long PushRequest waits in process for a held slot.
-const DefaultShortWait = 2 * time.Second
 
 // sending records request in.Index as sent before anything is asked of the limiter,
 // and returns it with the lane's next request, reading from the store only what
@@ -308,7 +305,7 @@ func (a *Activities) sending(ctx context.Context, in models.PushInput) (models.C
 func (a *Activities) dispatch(ctx context.Context, lr limiter.Request) (limiter.Dispatched, time.Time, error) {
 	short := a.ShortWait
 	if short <= 0 {
-		short = DefaultShortWait
+		short = models.DefaultShortWait
 	}
 	if due, ok := a.held.take(lr.ID); ok {
 		// This worker held the slot with the previous push: wait for it here instead
@@ -344,7 +341,7 @@ func (a *Activities) dispatch(ctx context.Context, lr limiter.Request) (limiter.
 			}
 			logger(ctx).Warn("ordering gate lost; rebuilding", "channel", lr.Channel, "attempt", rebuilt+1)
 			if rebuilt++; rebuilt > maxGateAttempts {
-				return d, time.Time{}, FailureError(ErrRateLimited, Failure{Wait: time.Second,
+				return d, time.Time{}, FailureError(models.ErrRateLimited, models.Failure{Wait: time.Second,
 					Message: "ordering gate lost; rebuilt, ask again"})
 			}
 			if _, err := a.gateEpoch(ctx, lr.Channel); err != nil {

@@ -348,8 +348,8 @@ func TestPushLeavesAFarSlotToTheLane(t *testing.T) {
 	if res.Committed != 1 || len(res.Chained) != 0 {
 		t.Fatalf("push: committed %d, chained %d, want 1 and 0 (%+v)", res.Committed, len(res.Chained), res.Deferred)
 	}
-	if res.Next == nil || res.Next.Index != 1 || res.Next.Wait <= DefaultShortWait {
-		t.Fatalf("next slot %+v, want request 1's, more than %s away", res.Next, DefaultShortWait)
+	if res.Next == nil || res.Next.Index != 1 || res.Next.Wait <= models.DefaultShortWait {
+		t.Fatalf("next slot %+v, want request 1's, more than %s away", res.Next, models.DefaultShortWait)
 	}
 	if got := e.simRequests(); got != 1 {
 		t.Errorf("simulator received %d requests, want 1", got)

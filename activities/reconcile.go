@@ -155,7 +155,7 @@ const (
 func (a *Activities) readBack(ctx context.Context, in models.DiffInput, property string) (models.ARIState, error) {
 	cfg, ok := a.Channels[in.Channel]
 	if !ok {
-		return models.ARIState{}, FailureError(ErrRejected, Failure{Message: "unknown channel " + in.Channel})
+		return models.ARIState{}, FailureError(models.ErrRejected, models.Failure{Message: "unknown channel " + in.Channel})
 	}
 	attempt := activity.GetInfo(ctx).Attempt
 	for n := 1; ; n++ {
@@ -209,7 +209,7 @@ func (a *Activities) waitForSlot(ctx context.Context, r limiter.Request) error {
 		case d.State == limiter.Send:
 			return nil
 		case d.Wait > maxReadWait:
-			return FailureError(ErrRateLimited, Failure{Wait: d.Wait, Tier: string(d.Tier), Paused: d.PausedReason,
+			return FailureError(models.ErrRateLimited, models.Failure{Wait: d.Wait, Tier: string(d.Tier), Paused: d.PausedReason,
 				Message: "read back " + r.Channel + ": " + string(d.State)})
 		}
 		if err := sleep(ctx, max(d.Wait, 10*time.Millisecond)); err != nil {

@@ -189,7 +189,7 @@ func newWorker(lc fx.Lifecycle, c client.Client, s config.Settings, acts *activi
 	w.RegisterWorkflow(workflows.ChannelSync)
 	w.RegisterWorkflow(workflows.Reconcile)
 	w.RegisterWorkflow(workflows.BurstSmoother)
-	w.RegisterActivity(acts)
+	activities.Register(w, acts)
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
 			// Before polling: a worker of this task queue with another key prefix

@@ -14,7 +14,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/dial/devtest"
 	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
@@ -95,7 +94,7 @@ func TestWorkflowPaths(t *testing.T) {
 		require.Positive(t, bs.Totals().Deferred, "the 429s deferred requests")
 		require.Positive(t, s.sim.Stats()["booking_com"].Throttled-before.Throttled, "the channel answered 429")
 		if recording() {
-			writeChildWith(t, s.tc, id, activities.ErrThrottled, "channelsync_throttled.json")
+			writeChildWith(t, s.tc, id, models.ErrThrottled, "channelsync_throttled.json")
 		}
 	})
 
@@ -111,7 +110,7 @@ func TestWorkflowPaths(t *testing.T) {
 		require.Equal(t, 2, bs.Totals().DeadLettered, "both requests parked")
 		require.Equal(t, 2, storedTotal(t, st, id).DeadLettered, "and stored as dead-lettered")
 		if recording() {
-			writeChildWith(t, s.tc, id, activities.ErrTransient, "channelsync_dead_letter.json")
+			writeChildWith(t, s.tc, id, models.ErrTransient, "channelsync_dead_letter.json")
 		}
 	})
 
@@ -150,7 +149,7 @@ func TestWorkflowPaths(t *testing.T) {
 		require.ErrorAs(t, err, &act, "PrepareBatch failed")
 		var ae *temporal.ApplicationError
 		require.ErrorAs(t, act.Unwrap(), &ae)
-		require.Equal(t, activities.ErrPayloadLost, ae.Type())
+		require.Equal(t, models.ErrPayloadLost, ae.Type())
 		require.True(t, ae.NonRetryable(), "not retried: retrying cannot bring it back")
 		if recording() {
 			writeHistory(t, s.tc, models.BatchWorkflowID(id), "batchsync_payload_lost.json")

@@ -80,7 +80,7 @@ func (b *batchSync) run(ctx workflow.Context) (models.BatchStatus, error) {
 		// an outcome whenever the cancel came.
 		dctx, _ := workflow.NewDisconnectedContext(ctx)
 		actx := withSummary(withActivity(dctx, 10*time.Minute, models.PriorityDefault), b.prepareSummary())
-		err := workflow.ExecuteActivity(actx, acts.PrepareBatch, b.in).Get(dctx, &b.plan)
+		err := workflow.ExecuteActivity(actx, models.ActivityPrepareBatch, b.in).Get(dctx, &b.plan)
 		if ctx.Err() != nil {
 			return b.cancel(ctx)
 		}
@@ -152,7 +152,7 @@ func (b *batchSync) run(ctx workflow.Context) (models.BatchStatus, error) {
 	// Every update has its outcome in the store: the payload and requests can go.
 	rctx := withSummary(withActivity(ctx, time.Minute, models.PriorityDefault),
 		"release the stored payload of batch "+b.in.BatchID+": every update has its outcome")
-	if err := workflow.ExecuteActivity(rctx, acts.ReleaseBatch, b.in.BatchID).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(rctx, models.ActivityReleaseBatch, b.in.BatchID).Get(ctx, nil); err != nil {
 		// Prune drops them after their retention anyway.
 		log.Warn("release batch", "error", err)
 	}
@@ -296,7 +296,7 @@ func (b *batchSync) cancel(ctx workflow.Context) (models.BatchStatus, error) {
 	var counts []models.ChannelCounts
 	actx := withSummary(withActivity(dctx, time.Minute, models.PriorityUrgent),
 		"close batch "+b.in.BatchID+": cancelled for every update still waiting")
-	if err := workflow.ExecuteActivity(actx, acts.CancelBatch, models.CancelInput{BatchID: b.in.BatchID,
+	if err := workflow.ExecuteActivity(actx, models.ActivityCancelBatch, models.CancelInput{BatchID: b.in.BatchID,
 		Reason: "batch cancelled by operator"}).Get(dctx, &counts); err != nil {
 		log.Error("close a cancelled batch's outcomes", "error", err)
 	} else {
@@ -318,7 +318,7 @@ func (b *batchSync) parkChunk(ctx workflow.Context, c models.Chunk, cause error)
 	actx := withSummary(withActivity(ctx, 30*time.Second, c.Priority),
 		fmt.Sprintf("dead-letter chunk %d of %s: its child failed", c.N, c.Channel))
 	var res models.DeadLetterResult
-	err := workflow.ExecuteActivity(actx, acts.RecordDeadLetter, models.DeadLetterInput{
+	err := workflow.ExecuteActivity(actx, models.ActivityRecordDeadLetter, models.DeadLetterInput{
 		BatchID: b.in.BatchID, ChunkKey: c.Key, Index: models.WholeChunk,
 		Reason: models.ReasonChildFailed, Message: cause.Error(),
 	}).Get(ctx, &res)
@@ -406,7 +406,7 @@ func (b *batchSync) finish(ctx workflow.Context, state string, st models.BatchSt
 	actx := withActivity(ctx, time.Minute, models.PriorityDefault)
 	in := models.BatchFinished{BatchID: b.in.BatchID, State: state, EndedAt: workflow.Now(ctx), Channels: st.Channels,
 		CallbackURL: b.in.CallbackURL}
-	if err := workflow.ExecuteActivity(actx, acts.FinishBatch, in).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(actx, models.ActivityFinishBatch, in).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Error("record the batch's end", "error", err)
 	}
 }

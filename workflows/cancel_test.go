@@ -15,15 +15,15 @@ import (
 func (s *unitSuite) TestCancelledBatchClosesEveryOutcome() {
 	plan := models.BatchPlan{BatchID: "b1", Mutations: 20, Chunks: []models.Chunk{
 		chunk("booking_com", 3, 0, 5, 10), chunk("expedia", 3, 0, 5, 10)}}
-	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
+	s.env.OnActivity(models.ActivityPrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
 	var pushes atomic.Int32 // mocked activities run on goroutines of their own
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(
 		func(context.Context, models.PushInput) (models.PushResult, error) {
 			pushes.Add(1)
 			return models.PushResult{Committed: 2}, nil
 		}).After(20 * time.Second)
 	var closed []string
-	s.env.OnActivity(acts.CancelBatch, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(models.ActivityCancelBatch, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in models.CancelInput) ([]models.ChannelCounts, error) {
 			closed = append(closed, in.BatchID)
 			// What the store holds: the pushes that ended, the rest cancelled.
@@ -53,13 +53,13 @@ func (s *unitSuite) TestCancelledBatchClosesEveryOutcome() {
 }
 
 func quotaSpent(wait time.Duration) error {
-	return activities.FailureError(activities.ErrQuotaExhausted, activities.Failure{Wait: wait, Status: 400,
+	return activities.FailureError(models.ErrQuotaExhausted, models.Failure{Wait: wait, Status: 400,
 		Message: "quota_exhausted"})
 }
 
 func (s *unitSuite) TestQuotaExhaustedWaitsForTheResetThenCommits() {
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, quotaSpent(3*time.Hour)).Once()
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 2}, nil).Once()
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, quotaSpent(3*time.Hour)).Once()
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 2}, nil).Once()
 
 	counts := s.runChannelSync(chunk("booking_com", 3, 0, 1, 2))
 
@@ -69,9 +69,9 @@ func (s *unitSuite) TestQuotaExhaustedWaitsForTheResetThenCommits() {
 }
 
 func (s *unitSuite) TestQuotaStillSpentAfterTheResetsIsParked() {
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, quotaSpent(time.Hour)).
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, quotaSpent(time.Hour)).
 		Times(MaxQuotaWaits + 1)
-	s.env.OnActivity(acts.RecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
+	s.env.OnActivity(models.ActivityRecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
 		return in.Reason == models.ReasonQuotaExhausted
 	})).Return(models.DeadLetterResult{Updates: 2}, nil).Once()
 

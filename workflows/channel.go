@@ -9,7 +9,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -283,7 +282,7 @@ func (s *channelSync) reserveFirst(ctx, actx workflow.Context, lanes int) map[in
 	}
 	var slots []models.Slot
 	rctx := withSummary(actx, fmt.Sprintf("reserve the first slots of %d lanes to %s", lanes, s.in.Chunk.Channel))
-	if err := workflow.ExecuteActivity(rctx, acts.ReserveSlots, in).Get(ctx, &slots); err != nil {
+	if err := workflow.ExecuteActivity(rctx, models.ActivityReserveSlots, in).Get(ctx, &slots); err != nil {
 		// Not fatal: each lane then asks for itself with its first push.
 		workflow.GetLogger(ctx).Warn("reserve first slots", "error", err)
 		return nil
@@ -333,7 +332,7 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 		}
 		var res models.PushResult
 		pctx := workflow.WithHeartbeatTimeout(withSummary(actx, s.pushSummary(about, i)), models.PushHeartbeatTimeout)
-		err := workflow.ExecuteActivity(pctx, acts.PushRequest, in).Get(ctx, &res)
+		err := workflow.ExecuteActivity(pctx, models.ActivityPushRequest, in).Get(ctx, &res)
 		if err == nil && res.About != "" {
 			about = res.About
 		}
@@ -362,16 +361,16 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 			s.deadLetter(ctx, i, nil, models.ReasonRetryExhausted, 0, err.Error())
 			return nil, 0, true
 		}
-		var f activities.Failure
+		var f models.Failure
 		_ = appErr.Details(&f)
 		switch appErr.Type() {
-		case activities.ErrRateLimited:
+		case models.ErrRateLimited:
 			// As a deferred result (histories recorded before it was one, and the
 			// rare waits that still fail: a lost gate, a call late for its slot).
 			s.counts.Deferred++
 			s.waitDeferred(ctx, models.Deferral{Wait: models.Duration(f.Wait), Held: f.Held, Paused: f.Paused,
 				Tier: f.Tier, Reason: f.Message})
-		case activities.ErrThrottled:
+		case models.ErrThrottled:
 			s.counts.Deferred++
 			deferrals++
 			if deferrals > s.retry.MaxDeferrals {
@@ -385,7 +384,7 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 			}
 			wait = min(wait, s.retry.MaxWait)
 			sleep(ctx, wait, throttleSummary(channel, f, wait))
-		case activities.ErrTransient:
+		case models.ErrTransient:
 			transient++
 			if transient >= s.retry.Attempts {
 				s.deadLetter(ctx, i, nil, models.ReasonRetryExhausted, f.Status, f.Message)
@@ -393,16 +392,16 @@ func (s *channelSync) deliver(ctx, actx workflow.Context, i int, slot *models.Sl
 			}
 			wait := Backoff(s.retry, key, transient)
 			sleep(ctx, wait, transientSummary(channel, f, wait, transient+1, s.retry.Attempts))
-		case activities.ErrAuthExpired:
+		case models.ErrAuthExpired:
 			if in.RefreshCredential {
 				s.deadLetter(ctx, i, nil, models.ReasonAuth, f.Status, "credential refused after refresh")
 				return nil, 0, true
 			}
 			in.RefreshCredential = true
-		case activities.ErrPayloadLost:
+		case models.ErrPayloadLost:
 			s.deadLetter(ctx, i, nil, models.ReasonPayloadLost, 0, f.Message)
 			return nil, 0, true
-		case activities.ErrQuotaExhausted:
+		case models.ErrQuotaExhausted:
 			// The day's quota is spent — the channel's (the limiter holds every
 			// worker off the channel until it resets) or only this request's family
 			// (the channel answered quota_exhausted: the limiter stops that family
@@ -464,7 +463,7 @@ func (s *channelSync) waitDeferred(ctx workflow.Context, d models.Deferral) {
 
 // throttleSummary is the UI summary of the wait after channel answered 429 or 503:
 // its Retry-After, or our back-off when it gave none.
-func throttleSummary(channel string, f activities.Failure, wait time.Duration) string {
+func throttleSummary(channel string, f models.Failure, wait time.Duration) string {
 	if f.ServerWait {
 		return fmt.Sprintf("Retry-After %s from %s", readable(wait), channel)
 	}
@@ -473,7 +472,7 @@ func throttleSummary(channel string, f activities.Failure, wait time.Duration) s
 
 // transientSummary is the UI summary of the wait before attempt of attempts after a
 // 5xx or no answer.
-func transientSummary(channel string, f activities.Failure, wait time.Duration, attempt, attempts int) string {
+func transientSummary(channel string, f models.Failure, wait time.Duration, attempt, attempts int) string {
 	return fmt.Sprintf("retry %d/%d in %s after %s from %s", attempt, attempts, readable(wait), statusText(f.Status), channel)
 }
 
@@ -501,7 +500,7 @@ const MaxQuotaWaits = 2
 
 // shortWait is the longest held-slot wait the activity spends in process; a lane
 // starts the push at once for such a slot instead of setting a timer.
-func (s *channelSync) shortWait() time.Duration { return activities.DefaultShortWait }
+func (s *channelSync) shortWait() time.Duration { return models.DefaultShortWait }
 
 // waitPause waits out a limiter pause that no signal announced: until a resume signal
 // or poll, whichever comes first. One lane polls; the others wait for it, so a pause
@@ -523,7 +522,7 @@ func (s *channelSync) deadLetter(ctx workflow.Context, i int, lines []int, reaso
 	dctx := withSummary(withActivity(ctx, 30*time.Second, s.in.Chunk.Priority),
 		fmt.Sprintf("dead-letter request %d of %s: %s", i+1, s.in.Chunk.Channel, reason))
 	var res models.DeadLetterResult
-	err := workflow.ExecuteActivity(dctx, acts.RecordDeadLetter, models.DeadLetterInput{
+	err := workflow.ExecuteActivity(dctx, models.ActivityRecordDeadLetter, models.DeadLetterInput{
 		BatchID: s.in.BatchID, ChunkKey: s.in.Chunk.Key, Index: i, Lines: lines,
 		Reason: reason, Status: status, Message: msg,
 	}).Get(ctx, &res)

@@ -15,8 +15,8 @@ func (s *unitSuite) TestBatchSyncSignalRightBeforeContinueAsNewIsNotLost() {
 		chunks = append(chunks, chunk("expedia", 3, n, 1, 1))
 	}
 	plan := models.BatchPlan{BatchID: "b1", Mutations: 12, Chunks: chunks}
-	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 1}, nil).After(10 * time.Second)
+	s.env.OnActivity(models.ActivityPrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 1}, nil).After(10 * time.Second)
 	s.env.RegisterDelayedCallback(func() { s.env.SetContinueAsNewSuggested(true) }, 25*time.Second)
 	// The pause lands in the workflow task that sees the last running children
 	// finish, the one that continues as new.
@@ -34,7 +34,7 @@ func (s *unitSuite) TestBatchSyncSignalRightBeforeContinueAsNewIsNotLost() {
 }
 
 func (s *unitSuite) TestChannelSyncSignalRightBeforeContinueAsNewIsNotLost() {
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 2}, nil).After(10 * time.Second)
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 2}, nil).After(10 * time.Second)
 	s.env.RegisterDelayedCallback(func() { s.env.SetCurrentHistoryLength(MaxHistory) }, 35*time.Second)
 	// A lane delivers the request it took before the history filled up, so the last
 	// push ends at 50 s; the pause lands in the workflow task of its result, the
@@ -55,8 +55,8 @@ func (s *unitSuite) TestCancelDuringPrepareBatchRecordsCancelledOutcomes() {
 	plan := models.BatchPlan{BatchID: "b1", Mutations: 10, Chunks: []models.Chunk{chunk("expedia", 3, 0, 5, 10)}}
 	// PrepareBatch is a minute in when the operator cancels: it ends and stores its
 	// requests, and the batch then closes them as cancelled without pushing any.
-	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).After(time.Minute).Once()
-	s.env.OnActivity(acts.CancelBatch, mock.Anything, mock.MatchedBy(func(in models.CancelInput) bool {
+	s.env.OnActivity(models.ActivityPrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).After(time.Minute).Once()
+	s.env.OnActivity(models.ActivityCancelBatch, mock.Anything, mock.MatchedBy(func(in models.CancelInput) bool {
 		return in.BatchID == "b1"
 	})).Return([]models.ChannelCounts{{Channel: "expedia", Total: 10, Cancelled: 10}}, nil).Once()
 	s.env.RegisterDelayedCallback(s.env.CancelWorkflow, 10*time.Second)

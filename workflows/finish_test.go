@@ -14,8 +14,8 @@ import (
 // once, done, with its counts and the callback URL it was started with.
 func (s *unitSuite) TestBatchRecordsItsEndOnceWithItsCallback() {
 	plan := models.BatchPlan{BatchID: "b1", Mutations: 3, Chunks: []models.Chunk{chunk("expedia", 3, 0, 1, 3)}}
-	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 3}, nil)
+	s.env.OnActivity(models.ActivityPrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 3}, nil)
 
 	s.env.ExecuteWorkflow(BatchSync, models.BatchSyncInput{BatchID: "b1", Window: 1, CallbackURL: "https://pms.example/hooks/b1"})
 
@@ -31,9 +31,9 @@ func (s *unitSuite) TestBatchRecordsItsEndOnceWithItsCallback() {
 // TestCancelledBatchRecordsItsEndAsCancelled: the cancel path records the end too.
 func (s *unitSuite) TestCancelledBatchRecordsItsEndAsCancelled() {
 	plan := models.BatchPlan{BatchID: "b1", Mutations: 10, Chunks: []models.Chunk{chunk("expedia", 3, 0, 5, 10)}}
-	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 2}, nil).After(20 * time.Second)
-	s.env.OnActivity(acts.CancelBatch, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(models.ActivityPrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 2}, nil).After(20 * time.Second)
+	s.env.OnActivity(models.ActivityCancelBatch, mock.Anything, mock.Anything).Return(
 		func(context.Context, models.CancelInput) ([]models.ChannelCounts, error) {
 			return []models.ChannelCounts{{Channel: "expedia", Total: 10, Cancelled: 10}}, nil
 		}).Once()

@@ -34,7 +34,7 @@ func (s *unitSuite) TestChildrenTakeTheChannelsInFlightBudget() {
 		chunk("channex", 3, 0, 100, 100), chunk("channex", 3, 1, 100, 100), chunk("channex", 3, 2, 100, 100),
 		chunk("channex", 3, 3, 20, 20)},
 		InFlight: []models.ChannelInFlight{{Channel: "channex", Properties: 50, InFlight: 24}}}
-	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
+	s.env.OnActivity(models.ActivityPrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
 	got := s.startedChildren()
 
 	s.env.ExecuteWorkflow(BatchSync, models.BatchSyncInput{BatchID: "b1", Mutations: []models.Mutation{{ID: "m1"}}})
@@ -54,7 +54,7 @@ func (s *unitSuite) TestSmallChunksShareTheBudgetAndOtherChannelsAreNotHeldBack(
 		chunk("channex", 3, 0, 4, 4), chunk("channex", 3, 1, 4, 4), chunk("channex", 3, 2, 4, 4),
 		chunk("channex", 3, 3, 4, 4), chunk("expedia", 3, 0, 4, 4)},
 		InFlight: []models.ChannelInFlight{{Channel: "channex", InFlight: 10}, {Channel: "expedia", InFlight: 4}}}
-	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
+	s.env.OnActivity(models.ActivityPrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
 	got := s.startedChildren()
 
 	s.env.ExecuteWorkflow(BatchSync, models.BatchSyncInput{BatchID: "b1", Mutations: []models.Mutation{{ID: "m1"}}})

@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/mock"
 
-	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -26,7 +25,7 @@ func (s *unitSuite) runPaced(c models.Chunk, window int) models.ChannelCounts {
 func (s *unitSuite) TestPacedLanesEndWhileTheirSlotsNeedATimer() {
 	var mu sync.Mutex // the test environment runs the mocked pushes side by side
 	var last []int    // requests pushed without holding a next slot
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -55,7 +54,7 @@ func (s *unitSuite) TestPacedLanesEndWhileTheirSlotsNeedATimer() {
 func (s *unitSuite) TestPacedLaneHandsItsPushTheRequestsWhoseSlotsAreNear() {
 	var mu sync.Mutex
 	var inputs []models.PushInput
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -93,5 +92,5 @@ func (s *unitSuite) TestPacedLaneHandsItsPushTheRequestsWhoseSlotsAreNear() {
 	s.Equal(4, inputs[2].Next)
 	s.Equal([]int{5}, inputs[2].Then)
 	s.Empty(inputs[3].NextReservation)
-	_ = activities.DefaultShortWait
+	_ = models.DefaultShortWait
 }

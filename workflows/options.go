@@ -11,7 +11,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -23,9 +22,6 @@ const (
 	// under Temporal's 10,000-event guidance.
 	MaxHistory = 4000
 )
-
-// acts is a nil receiver used only to name activity methods type-safely.
-var acts *activities.Activities
 
 // Search attribute keys.
 var (
@@ -50,7 +46,7 @@ func withActivity(ctx workflow.Context, timeout time.Duration, priority int) wor
 			BackoffCoefficient:     2,
 			MaximumInterval:        30 * time.Second,
 			MaximumAttempts:        MaxActivityAttempts,
-			NonRetryableErrorTypes: activities.NonRetryableErrors,
+			NonRetryableErrorTypes: models.NonRetryableErrors,
 		},
 		Priority: temporal.Priority{PriorityKey: priority},
 		// A cancelled batch waits for an in-flight push to end, so its outcome is

@@ -38,7 +38,7 @@ func Reconcile(ctx workflow.Context, in models.ReconcileInput) (models.Reconcile
 	info := workflow.GetInfo(ctx)
 	diffs := make([]workflow.Future, len(in.Channels))
 	for i, ch := range in.Channels {
-		diffs[i] = workflow.ExecuteActivity(actx, acts.DiffChannel, models.DiffInput{
+		diffs[i] = workflow.ExecuteActivity(actx, models.ActivityDiffChannel, models.DiffInput{
 			Channel: ch, From: day, To: day.AddDays(horizon - 1), BatchID: repairBatchID(info.WorkflowExecution.RunID, ch),
 		})
 	}
@@ -83,7 +83,7 @@ func Reconcile(ctx workflow.Context, in models.ReconcileInput) (models.Reconcile
 		res.Channels[i].Repair = &st
 	}
 	// The nightly run also keeps the store within its retention.
-	if err := workflow.ExecuteActivity(withActivity(ctx, 10*time.Minute, models.PriorityBulk), acts.PruneStore).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(withActivity(ctx, 10*time.Minute, models.PriorityBulk), models.ActivityPruneStore).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("prune store", "error", err)
 	}
 	workflow.GetLogger(ctx).Info("reconciled", "day", day.String(), "channels", len(in.Channels), "errors", len(errs))

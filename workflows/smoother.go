@@ -143,7 +143,7 @@ func (s *smoother) recount(ctx workflow.Context) {
 	defer func() { s.counted = true }()
 	var got models.Admitted
 	actx := withActivity(ctx, 30*time.Second, models.PriorityUrgent)
-	if err := workflow.ExecuteActivity(actx, acts.WaitingChanges, s.in.Channel).Get(ctx, &got); err != nil {
+	if err := workflow.ExecuteActivity(actx, models.ActivityWaitingChanges, s.in.Channel).Get(ctx, &got); err != nil {
 		// A later take finds them all the same: it takes up to MaxBatch.
 		workflow.GetLogger(ctx).Error("count waiting changes", "error", err)
 		return
@@ -173,7 +173,7 @@ func (s *smoother) admit(ctx workflow.Context, ref models.SubmitRef) (models.Sub
 	defer func() { s.busy = false }()
 	var got models.Admitted
 	actx := withActivity(ctx, 30*time.Second, models.PriorityUrgent)
-	if err := workflow.ExecuteActivity(actx, acts.AdmitChanges, models.AdmitInput{Channel: s.in.Channel,
+	if err := workflow.ExecuteActivity(actx, models.ActivityAdmitChanges, models.AdmitInput{Channel: s.in.Channel,
 		Submission: ref.Submission}).Get(ctx, &got); err != nil {
 		return models.SubmitResult{}, fmt.Errorf("admit %s: %w", ref.Submission, err)
 	}
@@ -249,7 +249,7 @@ func (s *smoother) flush(ctx workflow.Context) {
 	s.busy = true
 	var taken models.Taken
 	actx := withActivity(ctx, time.Minute, models.PriorityUrgent)
-	err := workflow.ExecuteActivity(actx, acts.TakeChanges, models.TakeInput{Channel: s.in.Channel, BatchID: batchID,
+	err := workflow.ExecuteActivity(actx, models.ActivityTakeChanges, models.TakeInput{Channel: s.in.Channel, BatchID: batchID,
 		MaxPriority: through, Max: s.in.MaxBatch}).Get(ctx, &taken)
 	s.busy = false
 	if err != nil {
@@ -317,7 +317,7 @@ func (s *smoother) close(ctx workflow.Context, batchID string, err error) {
 		ended = "was cancelled"
 	}
 	reason := fmt.Sprintf("batch %s %s before this update had an outcome", batchID, ended)
-	if err := workflow.ExecuteActivity(actx, acts.CloseBatch, models.CloseInput{BatchID: batchID, Reason: reason}).
+	if err := workflow.ExecuteActivity(actx, models.ActivityCloseBatch, models.CloseInput{BatchID: batchID, Reason: reason}).
 		Get(ctx, &closed); err != nil {
 		workflow.GetLogger(ctx).Error("close a failed batch's outcomes", "batch", batchID, "error", err)
 		return

@@ -36,7 +36,7 @@ type claimCheck struct {
 // withClaimCheck mocks the smoother's activities over a claimCheck.
 func (s *unitSuite) withClaimCheck() *claimCheck {
 	c := &claimCheck{staged: map[string][]models.Mutation{}, batches: map[string][]models.Mutation{}}
-	s.env.OnActivity(acts.AdmitChanges, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(models.ActivityAdmitChanges, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in models.AdmitInput) (models.Admitted, error) {
 			c.mu.Lock()
 			defer c.mu.Unlock()
@@ -48,7 +48,7 @@ func (s *unitSuite) withClaimCheck() *claimCheck {
 			delete(c.staged, in.Submission)
 			return got, nil
 		}).Maybe()
-	s.env.OnActivity(acts.WaitingChanges, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(models.ActivityWaitingChanges, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, _ string) (models.Admitted, error) {
 			c.mu.Lock()
 			defer c.mu.Unlock()
@@ -58,7 +58,7 @@ func (s *unitSuite) withClaimCheck() *claimCheck {
 			}
 			return got, nil
 		}).Maybe()
-	s.env.OnActivity(acts.TakeChanges, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(models.ActivityTakeChanges, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in models.TakeInput) (models.Taken, error) {
 			c.mu.Lock()
 			defer c.mu.Unlock()
@@ -78,7 +78,7 @@ func (s *unitSuite) withClaimCheck() *claimCheck {
 			}
 			return taken, nil
 		}).Maybe()
-	s.env.OnActivity(acts.CloseBatch, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(models.ActivityCloseBatch, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in models.CloseInput) (int, error) {
 			c.mu.Lock()
 			defer c.mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -28,13 +27,13 @@ func TestDeferralSummariesSayWhyTheyWait(t *testing.T) {
 }
 
 func TestThrottleAndRetrySummariesNameTheAnswer(t *testing.T) {
-	if got := throttleSummary("expedia", activities.Failure{ServerWait: true, Status: 429}, 20*time.Second); got != "Retry-After 20s from expedia" {
+	if got := throttleSummary("expedia", models.Failure{ServerWait: true, Status: 429}, 20*time.Second); got != "Retry-After 20s from expedia" {
 		t.Errorf("%q", got)
 	}
-	if got := throttleSummary("expedia", activities.Failure{Status: 503}, 1300*time.Millisecond); got != "back-off 1.3s after 503 from expedia" {
+	if got := throttleSummary("expedia", models.Failure{Status: 503}, 1300*time.Millisecond); got != "back-off 1.3s after 503 from expedia" {
 		t.Errorf("%q", got)
 	}
-	if got := transientSummary("expedia", activities.Failure{Status: 503}, 1300*time.Millisecond, 2, 5); got != "retry 2/5 in 1.3s after 503 from expedia" {
+	if got := transientSummary("expedia", models.Failure{Status: 503}, 1300*time.Millisecond, 2, 5); got != "retry 2/5 in 1.3s after 503 from expedia" {
 		t.Errorf("%q", got)
 	}
 }

@@ -39,21 +39,21 @@ func (s *unitSuite) SetupTest() {
 	s.newEnv()
 	// Lanes hold their first slots in one activity; unless a test says otherwise the
 	// limiter holds none, and every lane asks with its first push.
-	s.env.OnActivity(acts.ReserveSlots, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
+	s.env.OnActivity(models.ActivityReserveSlots, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
 }
 
 func (s *unitSuite) newEnv() {
 	s.env = s.NewTestWorkflowEnvironment()
 	s.env.RegisterWorkflow(BatchSync)
 	s.env.RegisterWorkflow(ChannelSync)
-	s.env.RegisterActivity(&activities.Activities{})
+	activities.Register(s.env, &activities.Activities{})
 	s.released, s.finished = nil, nil
-	s.env.OnActivity(acts.FinishBatch, mock.Anything, mock.Anything).Return(func(_ context.Context, in models.BatchFinished) error {
+	s.env.OnActivity(models.ActivityFinishBatch, mock.Anything, mock.Anything).Return(func(_ context.Context, in models.BatchFinished) error {
 		s.finished = append(s.finished, in)
 		return nil
 	}).Maybe()
-	s.env.OnActivity(acts.PruneStore, mock.Anything).Return(store.Pruned{}, nil).Maybe()
-	s.env.OnActivity(acts.ReleaseBatch, mock.Anything, mock.Anything).Return(func(_ context.Context, id string) error {
+	s.env.OnActivity(models.ActivityPruneStore, mock.Anything).Return(store.Pruned{}, nil).Maybe()
+	s.env.OnActivity(models.ActivityReleaseBatch, mock.Anything, mock.Anything).Return(func(_ context.Context, id string) error {
 		s.released = append(s.released, id)
 		return nil
 	}).Maybe()
@@ -69,7 +69,7 @@ func chunk(channel string, priority, n, requests, updates int) models.Chunk {
 }
 
 func throttled(wait time.Duration) error {
-	return activities.FailureError(activities.ErrThrottled, activities.Failure{Wait: wait, ServerWait: true, Status: 429})
+	return activities.FailureError(models.ErrThrottled, models.Failure{Wait: wait, ServerWait: true, Status: 429})
 }
 
 func (s *unitSuite) runChannelSync(c models.Chunk) models.ChannelCounts {
@@ -82,8 +82,8 @@ func (s *unitSuite) runChannelSync(c models.Chunk) models.ChannelCounts {
 }
 
 func (s *unitSuite) Test429WaitsExactlyRetryAfterThenCommits() {
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, throttled(17*time.Second)).Once()
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 3}, nil).Once()
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, throttled(17*time.Second)).Once()
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 3}, nil).Once()
 
 	counts := s.runChannelSync(chunk("booking_com", 3, 0, 1, 3))
 
@@ -94,8 +94,8 @@ func (s *unitSuite) Test429WaitsExactlyRetryAfterThenCommits() {
 }
 
 func (s *unitSuite) TestRetryAfterIsCappedByMaxWait() {
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, throttled(time.Hour)).Once()
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 1}, nil).Once()
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, throttled(time.Hour)).Once()
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 1}, nil).Once()
 
 	s.runChannelSync(chunk("booking_com", 3, 0, 1, 1))
 
@@ -103,9 +103,9 @@ func (s *unitSuite) TestRetryAfterIsCappedByMaxWait() {
 }
 
 func (s *unitSuite) Test503BacksOffWithJitterThenCommits() {
-	transient := activities.FailureError(activities.ErrTransient, activities.Failure{Status: 503})
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, transient).Twice()
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 2}, nil).Once()
+	transient := activities.FailureError(models.ErrTransient, models.Failure{Status: 503})
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, transient).Twice()
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 2}, nil).Once()
 
 	counts := s.runChannelSync(chunk("expedia", 3, 0, 1, 2))
 
@@ -118,9 +118,9 @@ func (s *unitSuite) Test503BacksOffWithJitterThenCommits() {
 }
 
 func (s *unitSuite) TestTransientFailuresExhaustAttemptsThenDeadLetter() {
-	transient := activities.FailureError(activities.ErrTransient, activities.Failure{Status: 500})
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, transient).Times(5)
-	s.env.OnActivity(acts.RecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
+	transient := activities.FailureError(models.ErrTransient, models.Failure{Status: 500})
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, transient).Times(5)
+	s.env.OnActivity(models.ActivityRecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
 		return in.Reason == models.ReasonRetryExhausted && in.Status == 500
 	})).Return(models.DeadLetterResult{Updates: 4}, nil).Once()
 
@@ -131,9 +131,9 @@ func (s *unitSuite) TestTransientFailuresExhaustAttemptsThenDeadLetter() {
 }
 
 func (s *unitSuite) Test400DeadLettersWithoutRetry() {
-	rejected := activities.FailureError(activities.ErrRejected, activities.Failure{Status: 400, Message: "lines[0].amount: invalid"})
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, rejected).Once()
-	s.env.OnActivity(acts.RecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
+	rejected := activities.FailureError(models.ErrRejected, models.Failure{Status: 400, Message: "lines[0].amount: invalid"})
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, rejected).Once()
+	s.env.OnActivity(models.ActivityRecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
 		return in.Reason == models.ReasonRejected && in.Status == 400 && in.Message == "lines[0].amount: invalid"
 	})).Return(models.DeadLetterResult{Updates: 2}, nil).Once()
 
@@ -145,12 +145,12 @@ func (s *unitSuite) Test400DeadLettersWithoutRetry() {
 }
 
 func (s *unitSuite) Test401RefreshesOnceThenDeadLetters() {
-	auth := activities.FailureError(activities.ErrAuthExpired, activities.Failure{Status: 401})
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.MatchedBy(func(in models.PushInput) bool { return !in.RefreshCredential })).
+	auth := activities.FailureError(models.ErrAuthExpired, models.Failure{Status: 401})
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.MatchedBy(func(in models.PushInput) bool { return !in.RefreshCredential })).
 		Return(models.PushResult{}, auth).Once()
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.MatchedBy(func(in models.PushInput) bool { return in.RefreshCredential })).
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.MatchedBy(func(in models.PushInput) bool { return in.RefreshCredential })).
 		Return(models.PushResult{}, auth).Once()
-	s.env.OnActivity(acts.RecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
+	s.env.OnActivity(models.ActivityRecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
 		return in.Reason == models.ReasonAuth
 	})).Return(models.DeadLetterResult{Updates: 1}, nil).Once()
 
@@ -159,10 +159,10 @@ func (s *unitSuite) Test401RefreshesOnceThenDeadLetters() {
 }
 
 func (s *unitSuite) TestPartialSuccessDeadLettersOnlyFailedLines() {
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{
 		Committed: 5, Failed: []models.FailedLine{{Line: 2, Code: "closed", Message: "room closed"}},
 	}, nil).Once()
-	s.env.OnActivity(acts.RecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
+	s.env.OnActivity(models.ActivityRecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
 		return in.Reason == models.ReasonLineFailed && len(in.Lines) == 1 && in.Lines[0] == 2
 	})).Return(models.DeadLetterResult{Updates: 1}, nil).Once()
 
@@ -174,7 +174,7 @@ func (s *unitSuite) TestPartialSuccessDeadLettersOnlyFailedLines() {
 func (s *unitSuite) TestPauseSignalHoldsNewRequestsUntilResume() {
 	var mu sync.Mutex
 	var calls []time.Time
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -215,9 +215,9 @@ func (s *unitSuite) TestMixedBatchCountsEveryOutcome() {
 			{Channel: "expedia", Total: 3},
 		},
 	}
-	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
-	rejected := activities.FailureError(activities.ErrRejected, activities.Failure{Status: 422})
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(models.ActivityPrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
+	rejected := activities.FailureError(models.ErrRejected, models.Failure{Status: 422})
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
 			switch {
 			case in.ChunkKey == plan.Chunks[1].Key:
@@ -228,10 +228,10 @@ func (s *unitSuite) TestMixedBatchCountsEveryOutcome() {
 				return models.PushResult{Committed: 1, Superseded: 1, Failed: []models.FailedLine{{Line: 1}}}, nil
 			}
 		})
-	s.env.OnActivity(acts.RecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
+	s.env.OnActivity(models.ActivityRecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
 		return in.Reason == models.ReasonLineFailed
 	})).Return(models.DeadLetterResult{Updates: 1}, nil)
-	s.env.OnActivity(acts.RecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
+	s.env.OnActivity(models.ActivityRecordDeadLetter, mock.Anything, mock.MatchedBy(func(in models.DeadLetterInput) bool {
 		return in.Reason == models.ReasonRejected
 	})).Return(models.DeadLetterResult{Updates: 3}, nil)
 
@@ -255,9 +255,9 @@ func (s *unitSuite) TestUrgentChunksStartFirst() {
 	plan := models.BatchPlan{BatchID: "b1", Mutations: 3, Chunks: []models.Chunk{
 		chunk("booking_com", 5, 0, 1, 1), chunk("expedia", 3, 0, 1, 1), chunk("agoda", 1, 0, 1, 1), chunk("booking_com", 1, 0, 1, 1),
 	}}
-	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
+	s.env.OnActivity(models.ActivityPrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
 	var order []string
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
 			order = append(order, in.ChunkKey)
 			return models.PushResult{Committed: 1}, nil
@@ -271,10 +271,10 @@ func (s *unitSuite) TestUrgentChunksStartFirst() {
 
 func (s *unitSuite) TestBatchForwardsPauseToRunningChildren() {
 	plan := models.BatchPlan{BatchID: "b1", Mutations: 2, Chunks: []models.Chunk{chunk("booking_com", 3, 0, 2, 2)}}
-	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
+	s.env.OnActivity(models.ActivityPrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
 	var calls []time.Time
 	start := s.env.Now()
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
 			calls = append(calls, s.env.Now())
 			if len(calls) == 1 {
@@ -323,7 +323,7 @@ func (s *unitSuite) TestChannelSyncContinuesAsNewWithItsProgress() {
 	// Each push takes 10 s of workflow time; the history fills up at 35 s.
 	var mu sync.Mutex // mocked activities run on goroutines of their own
 	pushed := map[int]bool{}
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -361,8 +361,8 @@ func (s *unitSuite) TestBatchSyncContinuesAsNewWithItsPlan() {
 	}
 	plan := models.BatchPlan{BatchID: "b1", Mutations: 12, Chunks: chunks,
 		Decided: []models.ChannelCounts{{Channel: "expedia", Total: 12}}}
-	s.env.OnActivity(acts.PrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 1}, nil).After(10 * time.Second)
+	s.env.OnActivity(models.ActivityPrepareBatch, mock.Anything, mock.Anything).Return(plan, nil).Once()
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 1}, nil).After(10 * time.Second)
 	s.env.RegisterDelayedCallback(func() { s.env.SetContinueAsNewSuggested(true) }, 25*time.Second)
 
 	s.env.ExecuteWorkflow(BatchSync, models.BatchSyncInput{BatchID: "b1", Mutations: []models.Mutation{{ID: "m1"}},
@@ -379,9 +379,9 @@ func (s *unitSuite) TestBatchSyncContinuesAsNewWithItsPlan() {
 }
 
 func (s *unitSuite) TestReconcileRepairsOnlyDriftedChannels() {
-	s.env.OnActivity(acts.DiffChannel, mock.Anything, mock.MatchedBy(func(in models.DiffInput) bool { return in.Channel == "agoda" })).
+	s.env.OnActivity(models.ActivityDiffChannel, mock.Anything, mock.MatchedBy(func(in models.DiffInput) bool { return in.Channel == "agoda" })).
 		Return(models.ChannelDrift{Channel: "agoda", Checked: 40}, nil).Once()
-	s.env.OnActivity(acts.DiffChannel, mock.Anything, mock.MatchedBy(func(in models.DiffInput) bool {
+	s.env.OnActivity(models.ActivityDiffChannel, mock.Anything, mock.MatchedBy(func(in models.DiffInput) bool {
 		return in.Channel == "expedia" && in.To.DaysSince(in.From) == 6
 	})).Return(models.ChannelDrift{Channel: "expedia", Checked: 40, Drifted: 3, PayloadKey: "k"}, nil).Once()
 	s.env.OnWorkflow(BatchSync, mock.Anything, mock.MatchedBy(func(in models.BatchSyncInput) bool {
@@ -413,27 +413,27 @@ func (s *unitSuite) TestReconcileWithoutChannelsFails() {
 }
 
 func heldSlot(wait time.Duration) error {
-	return activities.FailureError(activities.ErrRateLimited, activities.Failure{Wait: wait, Held: true})
+	return activities.FailureError(models.ErrRateLimited, models.Failure{Wait: wait, Held: true})
 }
 
 func (s *unitSuite) TestHeldSlotIsOneTimerAndWaitingNeverDeadLetters() {
 	// Far more waits than the throttling budget allows: budget waits never count.
 	waits := models.DefaultRetryPolicy().MaxDeferrals + 5
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, heldSlot(40*time.Second)).Times(waits)
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 2}, nil).Once()
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, heldSlot(40*time.Second)).Times(waits)
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 2}, nil).Once()
 
 	counts := s.runChannelSync(chunk("booking_com", 3, 0, 1, 2))
 
 	s.Len(s.timers, waits)
 	// Half the activity's short wait early: the push waits the rest in process.
-	s.Equal(40*time.Second-activities.DefaultShortWait/2, s.timers[0])
+	s.Equal(40*time.Second-models.DefaultShortWait/2, s.timers[0])
 	s.Equal(2, counts.Committed)
 	s.Zero(counts.DeadLettered)
 }
 
 func (s *unitSuite) TestLaneWaitsForTheNextSlotItsPushReserved() {
 	var inputs []models.PushInput
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
 			inputs = append(inputs, in)
 			res := models.PushResult{Committed: 1}
@@ -447,7 +447,7 @@ func (s *unitSuite) TestLaneWaitsForTheNextSlotItsPushReserved() {
 
 	s.Equal(3, counts.Committed)
 	// One timer per request after the first, each the slot its predecessor reserved.
-	early := 9*time.Second - activities.DefaultShortWait/2
+	early := 9*time.Second - models.DefaultShortWait/2
 	s.Equal([]time.Duration{early, early}, s.timers)
 	s.Require().Len(inputs, 3)
 	for i, in := range inputs {
@@ -465,12 +465,12 @@ func (s *unitSuite) TestLaneWaitsForTheNextSlotItsPushReserved() {
 func (s *unitSuite) TestLanesStartOnSlotsHeldInOneActivity() {
 	s.newEnv() // without the default ReserveSlots mock
 	var asked models.ReserveSlotsInput
-	s.env.OnActivity(acts.ReserveSlots, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(models.ActivityReserveSlots, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in models.ReserveSlotsInput) ([]models.Slot, error) {
 			asked = in
 			return []models.Slot{{Index: 0, Wait: 20 * time.Second}, {Index: 2, Wait: 21 * time.Second}}, nil
 		}).Once()
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 1}, nil).Times(4)
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 1}, nil).Times(4)
 
 	s.env.ExecuteWorkflow(ChannelSync, models.ChannelSyncInput{BatchID: "b1", Chunk: chunk("agoda", 3, 0, 4, 4), Window: 2})
 
@@ -478,12 +478,12 @@ func (s *unitSuite) TestLanesStartOnSlotsHeldInOneActivity() {
 	// Lane 1 starts with request 0 and holds 1 next; lane 2 starts with 2.
 	s.Equal([]int{0, 2}, asked.Indexes)
 	s.Len(asked.Reservations, 2)
-	early := activities.DefaultShortWait / 2
+	early := models.DefaultShortWait / 2
 	s.ElementsMatch([]time.Duration{20*time.Second - early, 21*time.Second - early}, s.timers)
 }
 
 func (s *unitSuite) TestNearSlotIsWaitedInTheActivityNotATimer() {
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
 			res := models.PushResult{Committed: 1}
 			if in.NextReservation != "" {
@@ -498,9 +498,9 @@ func (s *unitSuite) TestNearSlotIsWaitedInTheActivityNotATimer() {
 }
 
 func (s *unitSuite) TestLimiterPauseIsOneLongWaitThatAResumeEnds() {
-	paused := activities.FailureError(activities.ErrRateLimited, activities.Failure{Wait: 30 * time.Minute, Paused: "maintenance"})
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, paused).Times(3)
-	s.env.OnActivity(acts.PushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 1}, nil).Once()
+	paused := activities.FailureError(models.ErrRateLimited, models.Failure{Wait: 30 * time.Minute, Paused: "maintenance"})
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{}, paused).Times(3)
+	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(models.PushResult{Committed: 1}, nil).Once()
 	// The pause lasts 70 minutes; a resume signal ends it before the third poll.
 	s.env.RegisterDelayedCallback(func() {
 		s.env.SignalWorkflow(models.SignalResumeChannel, models.PauseSignal{Channel: "booking_com"})
