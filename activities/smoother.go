@@ -2,16 +2,11 @@ package activities
 
 import (
 	"context"
-	"time"
 
 	"go.temporal.io/sdk/activity"
 
 	"github.com/paritysync/paritysync/models"
 )
-
-// stagedRetention is how long a staged submission waits for its admission: far
-// longer than any submit update takes, so only refused or lost ones are pruned.
-const stagedRetention = 24 * time.Hour
 
 // AdmitChanges admits a submission staged in the claim check into its channel's
 // waiting changes; the smoother calls it for each submit it accepts.
