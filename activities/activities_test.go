@@ -185,7 +185,7 @@ func (e *activityEnv) execWith(fn any, in any, setup func(*testsuite.TestActivit
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(testLogWriter{e.t}, nil))))
 	env := suite.NewTestActivityEnvironment()
-	env.RegisterActivity(e.acts)
+	Register(env, e.acts)
 	if setup != nil {
 		setup(env)
 	}
@@ -200,43 +200,63 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (e *activityEnv) prepare(in models.BatchSyncInput) models.BatchPlan {
+// result runs activity fn with in and decodes its result as a T. The activity's
+// error is returned; a result that does not decode fails the test.
+func result[T any](e *activityEnv, fn, in any) (T, error) {
 	e.t.Helper()
-	v, err := e.exec(e.acts.PrepareBatch, in)
+	var out T
+	v, err := e.exec(fn, in)
 	if err != nil {
-		e.t.Fatalf("PrepareBatch: %v", err)
+		return out, err
 	}
-	var plan models.BatchPlan
-	if err := v.Get(&plan); err != nil {
+	if err := v.Get(&out); err != nil {
 		e.t.Fatal(err)
 	}
-	return plan
+	return out, nil
+}
+
+// mustResult is result failing the test on the activity's error, named by name.
+func mustResult[T any](e *activityEnv, name string, fn, in any) T {
+	e.t.Helper()
+	out, err := result[T](e, fn, in)
+	if err != nil {
+		e.t.Fatalf("%s: %v", name, err)
+	}
+	return out
+}
+
+func (e *activityEnv) prepare(in models.BatchSyncInput) models.BatchPlan {
+	e.t.Helper()
+	return mustResult[models.BatchPlan](e, "PrepareBatch", e.acts.PrepareBatch, in)
 }
 
 func (e *activityEnv) push(in models.PushInput) (models.PushResult, error) {
 	e.t.Helper()
-	v, err := e.exec(e.acts.PushRequest, in)
-	if err != nil {
-		return models.PushResult{}, err
-	}
-	var res models.PushResult
-	if err := v.Get(&res); err != nil {
-		e.t.Fatal(err)
-	}
-	return res, nil
+	return result[models.PushResult](e, e.acts.PushRequest, in)
 }
 
 func (e *activityEnv) deadLetter(in models.DeadLetterInput) models.DeadLetterResult {
 	e.t.Helper()
-	v, err := e.exec(e.acts.RecordDeadLetter, in)
-	if err != nil {
-		e.t.Fatalf("RecordDeadLetter: %v", err)
+	return mustResult[models.DeadLetterResult](e, "RecordDeadLetter", e.acts.RecordDeadLetter, in)
+}
+
+// diff runs DiffChannel on the test channel over the next 30 nights, storing the
+// repairs as batch batchID.
+func (e *activityEnv) diff(batchID string) models.ChannelDrift {
+	e.t.Helper()
+	return mustResult[models.ChannelDrift](e, "DiffChannel", e.acts.DiffChannel,
+		models.DiffInput{Channel: testChannel, From: e.today, To: e.today.AddDays(29), BatchID: batchID})
+}
+
+// pushEach prepares and pushes each of ms as a batch of its own (batch-0, batch-1,
+// ...), failing the test on an error.
+func (e *activityEnv) pushEach(batch string, ms ...models.Mutation) {
+	e.t.Helper()
+	for i, m := range ms {
+		if _, err := e.pushNew(fmt.Sprintf("%s-%d", batch, i), m); err != nil {
+			e.t.Fatal(err)
+		}
 	}
-	var res models.DeadLetterResult
-	if err := v.Get(&res); err != nil {
-		e.t.Fatal(err)
-	}
-	return res
 }
 
 // saveChunk stores reqs as chunk n of batch and returns its key.
@@ -271,6 +291,23 @@ func (e *activityEnv) chunkRequests(c models.Chunk) []models.ChannelRequest {
 }
 
 func (e *activityEnv) simRequests() int { return e.sim.Stats()[testChannel].Requests }
+
+// pushNew prepares m as batch and pushes the batch's one request.
+func (e *activityEnv) pushNew(batch string, m models.Mutation) (models.PushResult, error) {
+	e.t.Helper()
+	c := e.preparedChunk(batch, m)
+	return e.push(models.PushInput{BatchID: batch, ChunkKey: c.Key})
+}
+
+// limiterStatus is the test channel's status in the limiter.
+func (e *activityEnv) limiterStatus() limiter.Status {
+	e.t.Helper()
+	st, err := e.lim.Status(context.Background(), testChannel)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st
+}
 
 // cellState reads what the store holds for one cell and family; ok is false when it
 // holds nothing.
@@ -750,10 +787,7 @@ func TestPushRequestReservesTheLanesNextSlot(t *testing.T) {
 	if err != nil || res.Committed != 1 {
 		t.Fatalf("second push on its held slot: %+v, %v", res, err)
 	}
-	st, err := e.lim.Status(context.Background(), testChannel)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := e.limiterStatus()
 	if st.InWindow != 2 {
 		t.Fatalf("window holds %d slots, want 2", st.InWindow)
 	}
@@ -777,16 +811,12 @@ func TestPushRequestPausedChannelMakesNoCall(t *testing.T) {
 
 func TestPushRequestThrottledWritesChannelBackoff(t *testing.T) {
 	e := newActivityEnv(t, envOptions{sim: func(c *sim.Config) { c.Faults = sim.Faults{StormSeconds: 30} }})
-	chunk := e.preparedChunk("b-429", e.mutation("t-1", 3, 1, withRate("80.00")))
-	_, err := e.push(models.PushInput{BatchID: "b-429", ChunkKey: chunk.Key})
+	_, err := e.pushNew("b-429", e.mutation("t-1", 3, 1, withRate("80.00")))
 	f := failureOf(t, err, models.ErrThrottled)
 	if !f.ServerWait || f.Wait <= 0 || f.Wait > 30*time.Second || f.Status != 429 {
 		t.Errorf("failure %+v, want status 429 and the server's wait of at most 30 s", f)
 	}
-	st, err := e.lim.Status(context.Background(), testChannel)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := e.limiterStatus()
 	if st.PausedFor <= 0 || st.PausedFor > 30*time.Second {
 		t.Errorf("limiter paused for %s, want the channel back-off of up to 30 s", st.PausedFor)
 	}
@@ -797,8 +827,7 @@ func TestPushRequestThrottledWritesChannelBackoff(t *testing.T) {
 
 func TestPushRequestServerErrorIsTransient(t *testing.T) {
 	e := newActivityEnv(t, envOptions{sim: func(c *sim.Config) { c.Faults = sim.Faults{ErrorRatio: 1} }})
-	chunk := e.preparedChunk("b-5xx", e.mutation("s-1", 3, 1, withRate("80.00")))
-	_, err := e.push(models.PushInput{BatchID: "b-5xx", ChunkKey: chunk.Key})
+	_, err := e.pushNew("b-5xx", e.mutation("s-1", 3, 1, withRate("80.00")))
 	f := failureOf(t, err, models.ErrTransient)
 	if f.Status < 500 || f.Status > 599 {
 		t.Errorf("failure %+v, want a 5xx status", f)
@@ -810,8 +839,7 @@ func TestPushRequestServerErrorIsTransient(t *testing.T) {
 
 func TestPushRequestWrongTokenIsAuthExpired(t *testing.T) {
 	e := newActivityEnv(t, envOptions{tokens: channels.StaticCredential("not-the-token")})
-	chunk := e.preparedChunk("b-401", e.mutation("a-1", 3, 1, withRate("80.00")))
-	_, err := e.push(models.PushInput{BatchID: "b-401", ChunkKey: chunk.Key})
+	_, err := e.pushNew("b-401", e.mutation("a-1", 3, 1, withRate("80.00")))
 	f := failureOf(t, err, models.ErrAuthExpired)
 	if f.Status != 401 {
 		t.Errorf("failure %+v, want status 401", f)
@@ -972,8 +1000,7 @@ func TestPushRequestRedisUnreachableFailsClosed(t *testing.T) {
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 500 * time.Millisecond})
 	t.Cleanup(func() { _ = dead.Close() })
 	e := newActivityEnv(t, envOptions{limiterRDB: dead})
-	chunk := e.preparedChunk("b-noredis", e.mutation("n-1", 3, 1, withRate("80.00")))
-	_, err := e.push(models.PushInput{BatchID: "b-noredis", ChunkKey: chunk.Key})
+	_, err := e.pushNew("b-noredis", e.mutation("n-1", 3, 1, withRate("80.00")))
 	if err == nil {
 		t.Fatal("push succeeded without a limiter")
 	}

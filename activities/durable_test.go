@@ -95,14 +95,7 @@ func TestDiffChannelRepairsALostAcknowledgementAtTheNewerVersion(t *testing.T) {
 	// Cells never acknowledged are checked too.
 	e.preparedChunk("b-never", e.mutation("l-3", 6, 1, func(m *models.Mutation) { m.Inventory = ptr(3) }))
 
-	v, err := e.exec(e.acts.DiffChannel, models.DiffInput{Channel: testChannel, From: e.today, To: e.today.AddDays(29), BatchID: "rc-lost"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var drift models.ChannelDrift
-	if err := v.Get(&drift); err != nil {
-		t.Fatal(err)
-	}
+	drift := e.diff("rc-lost")
 	if drift.Checked != 2 || drift.Unconfirmed != 1 || drift.Drifted != 1 || drift.Reads != 1 {
 		t.Fatalf("drift %+v, want 2 checked: 1 unconfirmed (v2 applied, answer lost), 1 drifted (never sent), 1 read", drift)
 	}
@@ -123,30 +116,16 @@ func TestDiffChannelRepairsALostAcknowledgementAtTheNewerVersion(t *testing.T) {
 func TestDiffChannelReadsPayTheLimiter(t *testing.T) {
 	t.Parallel() // waits on the read pace, on an environment of its own
 	e := newActivityEnv(t, envOptions{})
+	var ms []models.Mutation
 	for i, p := range []string{"prop_00000001", "prop_00000002", "prop_00000003"} {
 		m := e.mutation("rd-"+p, 3+i, 1, withRate("70.00"))
 		m.PropertyID = p
-		c := e.preparedChunk("b-"+p, m)
-		if _, err := e.push(models.PushInput{BatchID: "b-" + p, ChunkKey: c.Key}); err != nil {
-			t.Fatal(err)
-		}
+		ms = append(ms, m)
 	}
-	before, err := e.lim.Status(context.Background(), testChannel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := e.exec(e.acts.DiffChannel, models.DiffInput{Channel: testChannel, From: e.today, To: e.today.AddDays(29), BatchID: "rc-pay"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var drift models.ChannelDrift
-	if err := v.Get(&drift); err != nil {
-		t.Fatal(err)
-	}
-	after, err := e.lim.Status(context.Background(), testChannel)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e.pushEach("b-pay", ms...)
+	before := e.limiterStatus()
+	drift := e.diff("rc-pay")
+	after := e.limiterStatus()
 	if drift.Reads != 3 || after.InWindow-before.InWindow != 3 || after.DailyUsed-before.DailyUsed != 3 {
 		t.Errorf("%d reads took %d slots and %d quota, want 3 each", drift.Reads, after.InWindow-before.InWindow,
 			after.DailyUsed-before.DailyUsed)
@@ -186,10 +165,7 @@ func TestQuotaExhaustedStopsTheFamilyUntilTheReset(t *testing.T) {
 	}
 	_, err := e.push(models.PushInput{BatchID: "b-q2", ChunkKey: second.Key})
 	f := failureOf(t, err, models.ErrQuotaExhausted)
-	st, serr := e.lim.Status(context.Background(), testChannel)
-	if serr != nil {
-		t.Fatal(serr)
-	}
+	st := e.limiterStatus()
 	if len(st.Stopped) != 1 || st.Stopped[0].Family != models.FamilyRates {
 		t.Fatalf("stopped %+v, want rates only", st.Stopped)
 	}

@@ -286,10 +286,7 @@ func TestPushLateForItsSlotAsksForANewOne(t *testing.T) {
 	if gap := rt.at[0].Sub(decided[1]); gap > e.lim.Margin() {
 		t.Errorf("request reached the channel %s after its new slot's decision, want within %s", gap, e.lim.Margin())
 	}
-	st, err := e.lim.Status(context.Background(), testChannel)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := e.limiterStatus()
 	if st.InWindow != 2 {
 		t.Errorf("window holds %d slots, want 2: the late slot stays spent", st.InWindow)
 	}

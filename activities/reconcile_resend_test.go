@@ -1,7 +1,6 @@
 package activities
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -15,30 +14,17 @@ import (
 func TestDiffChannelResendsAChannelWithoutReadBack(t *testing.T) {
 	t.Parallel() // waits on the read pace, on an environment of its own
 	e := newActivityEnv(t, envOptions{})
-	for i, m := range []models.Mutation{
+	e.pushEach("b-resend",
 		e.mutation("r-1", 3, 4, withRate("80.00")),
 		e.mutation("r-2", 4, 6, func(m *models.Mutation) { m.Inventory = ptr(2) }),
-	} {
-		batch := fmt.Sprintf("b-resend-%d", i)
-		c := e.preparedChunk(batch, m)
-		if _, err := e.push(models.PushInput{BatchID: batch, ChunkKey: c.Key}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	cfg := e.acts.Channels[testChannel]
 	cfg.ReadBack = false
 	e.acts.Channels[testChannel] = cfg
 	// Any read would fail: nothing listens at this address.
 	e.acts.Client = channels.New(nil, "http://127.0.0.1:1", e.acts.Tokens, []models.ChannelConfig{cfg}, time.Second)
 
-	v, err := e.exec(e.acts.DiffChannel, models.DiffInput{Channel: testChannel, From: e.today, To: e.today.AddDays(29), BatchID: "rs-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var drift models.ChannelDrift
-	if err := v.Get(&drift); err != nil {
-		t.Fatal(err)
-	}
+	drift := e.diff("rs-1")
 	if drift.Checked != 2 || drift.Resent != 2 || drift.Drifted != 0 || drift.PayloadKey == "" {
 		t.Fatalf("drift %+v, want 2 checked and re-sent, none drifted, a payload", drift)
 	}

@@ -14,16 +14,10 @@ import (
 func TestDiffChannelFindsDriftAndStoresRepairs(t *testing.T) {
 	t.Parallel() // waits on the read pace, on an environment of its own
 	e := newActivityEnv(t, envOptions{})
-	for i, m := range []models.Mutation{
+	e.pushEach("b-applied",
 		e.mutation("d-1", 3, 4, withRate("80.00")),
 		e.mutation("d-2", 4, 4, func(m *models.Mutation) { m.Inventory = ptr(0) }),
-	} {
-		batch := fmt.Sprintf("b-applied-%d", i)
-		c := e.preparedChunk(batch, m)
-		if _, err := e.push(models.PushInput{BatchID: batch, ChunkKey: c.Key}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	// The channel answers 200 but applies nothing: only reading it back shows it.
 	if err := e.sim.SetFaults(sim.Faults{DriftRatio: 1}); err != nil {
 		t.Fatal(err)
@@ -36,14 +30,7 @@ func TestDiffChannelFindsDriftAndStoresRepairs(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	v, err := e.exec(e.acts.DiffChannel, models.DiffInput{Channel: testChannel, From: e.today, To: e.today.AddDays(29), BatchID: "rc-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var drift models.ChannelDrift
-	if err := v.Get(&drift); err != nil {
-		t.Fatal(err)
-	}
+	drift := e.diff("rc-1")
 	if drift.Checked != 3 || drift.Drifted != 1 || drift.PayloadKey == "" {
 		t.Fatalf("drift %+v, want 3 checked, 1 drifted, a payload", drift)
 	}
@@ -68,18 +55,8 @@ func TestDiffChannelFindsDriftAndStoresRepairs(t *testing.T) {
 func TestDiffChannelOutsideTheWindowIsNotChecked(t *testing.T) {
 	t.Parallel() // waits on the read pace, on an environment of its own
 	e := newActivityEnv(t, envOptions{})
-	c := e.preparedChunk("b-far", e.mutation("f-1", 40, 1, withRate("70.00")))
-	if _, err := e.push(models.PushInput{BatchID: "b-far", ChunkKey: c.Key}); err != nil {
-		t.Fatal(err)
-	}
-	v, err := e.exec(e.acts.DiffChannel, models.DiffInput{Channel: testChannel, From: e.today, To: e.today.AddDays(29), BatchID: "rc-2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var drift models.ChannelDrift
-	if err := v.Get(&drift); err != nil {
-		t.Fatal(err)
-	}
+	e.pushEach("b-far", e.mutation("f-1", 40, 1, withRate("70.00")))
+	drift := e.diff("rc-2")
 	if drift.Checked != 0 || drift.Drifted != 0 || drift.PayloadKey != "" {
 		t.Errorf("drift %+v, want nothing checked", drift)
 	}

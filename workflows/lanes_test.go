@@ -14,12 +14,7 @@ import (
 )
 
 func (s *unitSuite) runPaced(c models.Chunk, window int) models.ChannelCounts {
-	s.env.ExecuteWorkflow(ChannelSync, models.ChannelSyncInput{BatchID: "b1", Chunk: c, Window: window, PacedLanes: true})
-	s.Require().True(s.env.IsWorkflowCompleted())
-	s.Require().NoError(s.env.GetWorkflowError())
-	var counts models.ChannelCounts
-	s.Require().NoError(s.env.GetWorkflowResult(&counts))
-	return counts
+	return s.runChild(models.ChannelSyncInput{BatchID: "b1", Chunk: c, Window: window, PacedLanes: true})
 }
 
 func (s *unitSuite) TestPacedLanesEndWhileTheirSlotsNeedATimer() {

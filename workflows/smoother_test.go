@@ -22,6 +22,43 @@ func mutations(prefix string, n int) []models.Mutation {
 	return ms
 }
 
+// bulk is mutations at bulk priority.
+func bulk(prefix string, n int) []models.Mutation {
+	ms := mutations(prefix, n)
+	for i := range ms {
+		ms[i].Priority = models.PriorityBulk
+	}
+	return ms
+}
+
+// stopSell is one stop-sell, urgent (priority 1) by default.
+func stopSell(prefix string) []models.Mutation {
+	ms := mutations(prefix, 1)
+	stop := true
+	ms[0].StopSell = &stop
+	return ms
+}
+
+// batchesEndAfterAnHour mocks BatchSync to end an hour after it starts, and hands
+// started when each batch started (after the test's start) and its input.
+func (s *unitSuite) batchesEndAfterAnHour(started func(at time.Duration, in models.BatchSyncInput)) {
+	begin := s.env.Now()
+	s.env.OnWorkflow(BatchSync, mock.Anything, mock.Anything).Return(
+		func(_ workflow.Context, in models.BatchSyncInput) (models.BatchStatus, error) {
+			started(s.env.Now().Sub(begin)-time.Hour, in) // the mock answers at its end
+			return models.BatchStatus{Done: true}, nil
+		}).After(time.Hour)
+}
+
+// smootherStatus is the running smoother's answer to the status query.
+func (s *unitSuite) smootherStatus() models.SmootherStatus {
+	v, err := s.env.QueryWorkflow(models.QueryStatus)
+	s.Require().NoError(err)
+	var st models.SmootherStatus
+	s.Require().NoError(v.Get(&st))
+	return st
+}
+
 // claimCheck stands in for the store's smoother_changes in the unit tests (the
 // store's own tests and the worker's end-to-end tests run the real one): staged
 // submissions, the admitted changes in order, and the batches taken.
@@ -169,10 +206,7 @@ func (s *unitSuite) TestSmootherRefusesSubmitsOverItsAdmissionLimit() {
 	s.submitAt(c, 10*time.Second, mutations("b", 4), &second)
 	s.submitAt(c, 20*time.Second, mutations("c", 3), &third)
 	s.env.RegisterDelayedCallback(func() {
-		v, err := s.env.QueryWorkflow(models.QueryStatus)
-		s.Require().NoError(err)
-		var st models.SmootherStatus
-		s.Require().NoError(v.Get(&st))
+		st := s.smootherStatus()
 		s.Equal(4, st.Pending, "the refused submit left nothing behind")
 		s.env.CancelWorkflow()
 	}, 30*time.Second)
@@ -219,34 +253,16 @@ func (s *unitSuite) TestSmootherStartsAnUrgentChangeBesideARunningBulkBatch() {
 		mutations int
 	}
 	var got []started
-	begin := s.env.Now()
 	// A bulk batch saturates the channel for an hour.
-	s.env.OnWorkflow(BatchSync, mock.Anything, mock.Anything).Return(
-		func(_ workflow.Context, in models.BatchSyncInput) (models.BatchStatus, error) {
-			// The mock answers at its end, an hour after the batch started.
-			got = append(got, started{s.env.Now().Sub(begin) - time.Hour, c.size(in)})
-			return models.BatchStatus{Done: true}, nil
-		}).After(time.Hour)
-	bulk := mutations("bulk", 60)
-	for i := range bulk {
-		bulk[i].Priority = models.PriorityBulk
-	}
-	stop := mutations("stop", 1)
-	stopSell := true
-	stop[0].StopSell = &stopSell // priority 1 by default
-	more := mutations("more", 5)
-	for i := range more {
-		more[i].Priority = models.PriorityBulk
-	}
+	s.batchesEndAfterAnHour(func(at time.Duration, in models.BatchSyncInput) {
+		got = append(got, started{at, c.size(in)})
+	})
 	var rejected error
-	s.submitAt(c, time.Second, bulk, &rejected)
-	s.submitAt(c, 10*time.Second, stop, &rejected)
-	s.submitAt(c, 20*time.Second, more, &rejected)
+	s.submitAt(c, time.Second, bulk("bulk", 60), &rejected)
+	s.submitAt(c, 10*time.Second, stopSell("stop"), &rejected)
+	s.submitAt(c, 20*time.Second, bulk("more", 5), &rejected)
 	s.env.RegisterDelayedCallback(func() {
-		v, err := s.env.QueryWorkflow(models.QueryStatus)
-		s.Require().NoError(err)
-		var st models.SmootherStatus
-		s.Require().NoError(v.Get(&st))
+		st := s.smootherStatus()
 		s.Equal(2, st.Running, "the urgent batch runs beside the bulk one")
 		s.Equal(5, st.Pending, "more bulk waits for the bulk batch: back-pressure stays")
 	}, 30*time.Minute)
@@ -266,18 +282,9 @@ func (s *unitSuite) TestSmootherStartsAnUrgentChangeBesideARunningBulkBatch() {
 func (s *unitSuite) TestSmootherStartsDefaultWorkBesideBulkAfterTheUsualDebounce() {
 	c := s.withClaimCheck()
 	var at []time.Duration
-	begin := s.env.Now()
-	s.env.OnWorkflow(BatchSync, mock.Anything, mock.Anything).Return(
-		func(_ workflow.Context, in models.BatchSyncInput) (models.BatchStatus, error) {
-			at = append(at, s.env.Now().Sub(begin)-time.Hour) // answered at its end
-			return models.BatchStatus{Done: true}, nil
-		}).After(time.Hour)
-	bulk := mutations("bulk", 10)
-	for i := range bulk {
-		bulk[i].Priority = models.PriorityBulk
-	}
+	s.batchesEndAfterAnHour(func(t time.Duration, _ models.BatchSyncInput) { at = append(at, t) })
 	var rejected error
-	s.submitAt(c, time.Second, bulk, &rejected)
+	s.submitAt(c, time.Second, bulk("bulk", 10), &rejected)
 	s.submitAt(c, 10*time.Second, mutations("rate", 2), &rejected) // priority 3
 	s.env.RegisterDelayedCallback(s.env.CancelWorkflow, 3*time.Hour)
 
@@ -290,23 +297,11 @@ func (s *unitSuite) TestSmootherStartsDefaultWorkBesideBulkAfterTheUsualDebounce
 func (s *unitSuite) TestSmootherAboutToContinueAsNewStillStartsUrgentWork() {
 	c := s.withClaimCheck()
 	var at []time.Duration
-	begin := s.env.Now()
-	s.env.OnWorkflow(BatchSync, mock.Anything, mock.Anything).Return(
-		func(_ workflow.Context, in models.BatchSyncInput) (models.BatchStatus, error) {
-			at = append(at, s.env.Now().Sub(begin)-time.Hour) // answered at its end
-			return models.BatchStatus{Done: true}, nil
-		}).After(time.Hour)
-	bulk := mutations("bulk", 10)
-	for i := range bulk {
-		bulk[i].Priority = models.PriorityBulk
-	}
-	stop := mutations("stop", 1)
-	stopSell := true
-	stop[0].StopSell = &stopSell
+	s.batchesEndAfterAnHour(func(t time.Duration, _ models.BatchSyncInput) { at = append(at, t) })
 	var rejected error
-	s.submitAt(c, time.Second, bulk, &rejected)
+	s.submitAt(c, time.Second, bulk("bulk", 10), &rejected)
 	s.env.RegisterDelayedCallback(func() { s.env.SetContinueAsNewSuggested(true) }, 5*time.Second)
-	s.submitAt(c, 10*time.Second, stop, &rejected)
+	s.submitAt(c, 10*time.Second, stopSell("stop"), &rejected)
 
 	s.env.ExecuteWorkflow(BurstSmoother, models.SmootherInput{Channel: "expedia"})
 
@@ -326,10 +321,7 @@ func (s *unitSuite) TestSmootherClosesTheOutcomesOfABatchThatFailed() {
 	var rejected error
 	s.submitAt(c, time.Second, mutations("a", 3), &rejected)
 	s.env.RegisterDelayedCallback(func() {
-		v, err := s.env.QueryWorkflow(models.QueryStatus)
-		s.Require().NoError(err)
-		var st models.SmootherStatus
-		s.Require().NoError(v.Get(&st))
+		st := s.smootherStatus()
 		s.Zero(st.Running)
 		s.Equal(3, st.Totals.Cancelled, "the failed batch's changes are closed as cancelled")
 		s.env.CancelWorkflow()
@@ -361,10 +353,7 @@ func (s *unitSuite) TestSmootherStartedAfreshCountsEachChangeOnce() {
 	var rejected error
 	s.submitAt(c, 0, mutations("a", 3), &rejected) // with the start, as UpdateWithStart does
 	s.env.RegisterDelayedCallback(func() {
-		v, err := s.env.QueryWorkflow(models.QueryStatus)
-		s.Require().NoError(err)
-		var st models.SmootherStatus
-		s.Require().NoError(v.Get(&st))
+		st := s.smootherStatus()
 		s.Zero(st.Pending, "nothing counted twice")
 		s.env.CancelWorkflow()
 	}, time.Minute)

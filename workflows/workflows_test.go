@@ -73,7 +73,12 @@ func throttled(wait time.Duration) error {
 }
 
 func (s *unitSuite) runChannelSync(c models.Chunk) models.ChannelCounts {
-	s.env.ExecuteWorkflow(ChannelSync, models.ChannelSyncInput{BatchID: "b1", Chunk: c, Window: 1})
+	return s.runChild(models.ChannelSyncInput{BatchID: "b1", Chunk: c, Window: 1})
+}
+
+// runChild runs ChannelSync with in to its end and returns its counts.
+func (s *unitSuite) runChild(in models.ChannelSyncInput) models.ChannelCounts {
+	s.env.ExecuteWorkflow(ChannelSync, in)
 	s.Require().True(s.env.IsWorkflowCompleted())
 	s.Require().NoError(s.env.GetWorkflowError())
 	var counts models.ChannelCounts
