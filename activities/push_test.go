@@ -2,10 +2,13 @@ package activities
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,8 +17,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+	"github.com/shopspring/decimal"
+	"go.temporal.io/sdk/temporal"
 
+	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/channels"
+	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/otasim/sim"
 )
 
 // redisCounter is a go-redis hook counting round trips (a command alone, or a
@@ -350,5 +359,352 @@ func TestPushLeavesAFarSlotToTheLane(t *testing.T) {
 	}
 	if got := e.simRequests(); got != 1 {
 		t.Errorf("simulator received %d requests, want 1", got)
+	}
+}
+
+func TestPushRequestCommittedRecordsAcknowledgedStateAndChannel(t *testing.T) {
+	e := newActivityEnv(t, envOptions{})
+	ctx := context.Background()
+	var ms []models.Mutation
+	for n := range 3 {
+		ms = append(ms, e.mutation("c-"+string(rune('a'+n)), 4+n, 6, func(m *models.Mutation) {
+			m.Amount, m.Currency = decimalPtr("210.50"), "EUR"
+			m.Inventory = ptr(2 + n)
+		}))
+	}
+	plan := e.prepare(models.BatchSyncInput{BatchID: "b-commit", Mutations: ms})
+	if len(plan.Chunks) != 1 || plan.Chunks[0].Requests != 2 {
+		t.Fatalf("plan %+v, want one chunk of a rates and an availability request", plan)
+	}
+	chunk := plan.Chunks[0]
+	for i, req := range e.chunkRequests(chunk) {
+		res, err := e.push(models.PushInput{BatchID: "b-commit", ChunkKey: chunk.Key, Index: i})
+		if err != nil {
+			t.Fatalf("push %d: %v", i, err)
+		}
+		if res.ConfirmationID == "" || res.Committed != len(req.Refs) || res.Superseded != 0 || len(res.Failed) != 0 {
+			t.Fatalf("push %d result %+v, want %d committed", i, res, len(req.Refs))
+		}
+		for _, ref := range req.Refs {
+			cell := models.Cell{Channel: testChannel, PropertyID: testProperty, RoomTypeCode: testRoom, RatePlanCode: testPlan, StayDate: ref.StayDate}
+			got, ok := e.cellState(cell, req.Family)
+			if !ok {
+				t.Fatalf("no state for %s %s", ref.StayDate, req.Family)
+			}
+			want := req.Lines[ref.Line]
+			want.From, want.To = ref.StayDate, ref.StayDate
+			wantValues, _ := json.Marshal(want)
+			gotValues, _ := json.Marshal(got.Acked)
+			if got.Acked.Version != 6 || got.SentVersion != 6 || got.Desired.Version != 6 || got.ConfirmationID != res.ConfirmationID ||
+				string(gotValues) != string(wantValues) {
+				t.Errorf("state %s %s = %+v, want desired, sent and acknowledged version 6, confirmation %s, values %s",
+					ref.StayDate, req.Family, got, res.ConfirmationID, wantValues)
+			}
+		}
+	}
+
+	st, err := e.acts.Client.ReadBack(ctx, testChannel, testProperty, e.today.AddDays(4), e.today.AddDays(6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Cells) != 3 {
+		t.Fatalf("channel holds %d cells, want 3: %+v", len(st.Cells), st.Cells)
+	}
+	for n, c := range st.Cells {
+		if c.Date != e.today.AddDays(4+n) || c.Amount == nil || !c.Amount.Equal(decimal.RequireFromString("210.5")) ||
+			c.Currency != "EUR" || c.Inventory == nil || *c.Inventory != 2+n || c.Version != 6 {
+			t.Errorf("channel cell %d = %+v, want 210.50 EUR, inventory %d, version 6", n, c, 2+n)
+		}
+	}
+}
+
+func TestPushRequestHeldSlotMakesNoCall(t *testing.T) {
+	e := newActivityEnv(t, envOptions{slow: true})
+	ctx := context.Background()
+	chunk := e.preparedChunk("b-deny", e.mutation("d-1", 3, 1, withRate("80.00")))
+	// Other requests hold the window's slots for the next half minute.
+	for i := range 40 {
+		_, err := e.lim.Reserve(ctx, limiter.Request{Channel: testChannel, Family: models.FamilyRates,
+			Property: testProperty, Priority: 3, Cost: 1, ID: fmt.Sprintf("other/%d", i), Hold: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := e.push(models.PushInput{BatchID: "b-deny", ChunkKey: chunk.Key, Reservation: "b-deny/0"})
+	f := deferralOf(t, res, err)
+	if time.Duration(f.Wait) <= models.DefaultShortWait || !f.Held || f.Paused != "" {
+		t.Errorf("deferral %+v, want a held slot beyond the short wait and no pause", f)
+	}
+	if res.About != "push rates "+testProperty+" "+e.today.AddDays(3).String()+", 1 line" {
+		t.Errorf("about %q", res.About)
+	}
+	if n := e.simRequests(); n != 0 {
+		t.Errorf("simulator saw %d requests before the slot", n)
+	}
+}
+
+func TestPushRequestOlderVersionAfterNewerSentIsNeverSent(t *testing.T) {
+	e := newActivityEnv(t, envOptions{})
+	older := e.preparedChunk("b-old", e.mutation("o-1", 3, 5, withRate("80.00")))
+	newer := e.preparedChunk("b-new", e.mutation("n-1", 3, 6, withRate("95.00")))
+	res, err := e.push(models.PushInput{BatchID: "b-new", ChunkKey: newer.Key, Reservation: "b-new/0"})
+	if err != nil || res.Committed != 1 {
+		t.Fatalf("newer: %+v, %v", res, err)
+	}
+	res, err = e.push(models.PushInput{BatchID: "b-old", ChunkKey: older.Key, Reservation: "b-old/0"})
+	if err != nil || res.Superseded != 1 || res.Committed != 0 {
+		t.Fatalf("older after newer: %+v, %v; want superseded", res, err)
+	}
+	st := e.sim.Stats()[testChannel]
+	if st.Requests != 1 || st.StaleReceived != 0 {
+		t.Fatalf("simulator saw %d requests, %d stale; want 1 and 0", st.Requests, st.StaleReceived)
+	}
+}
+
+func TestPushRequestReservesTheLanesNextSlot(t *testing.T) {
+	e := newActivityEnv(t, envOptions{})
+	plan := e.prepare(models.BatchSyncInput{BatchID: "b-next", Mutations: []models.Mutation{
+		e.mutation("x-1", 3, 1, withRate("80.00")),
+		e.mutation("x-2", 3, 1, func(m *models.Mutation) { m.Inventory = ptr(4) }),
+	}})
+	if len(plan.Chunks) != 1 || plan.Chunks[0].Requests != 2 {
+		t.Fatalf("plan %+v, want one chunk of 2 requests", plan)
+	}
+	c := plan.Chunks[0]
+	res, err := e.push(models.PushInput{BatchID: "b-next", ChunkKey: c.Key, Reservation: "b-next/0",
+		Next: 1, NextReservation: "b-next/1"})
+	if err != nil || res.Next == nil || res.Next.Index != 1 {
+		t.Fatalf("first push: %+v, %v; want the next slot", res, err)
+	}
+	if n := e.simRequests(); n != 1 {
+		t.Fatalf("holding the next slot sent it: %d requests", n)
+	}
+	res, err = e.push(models.PushInput{BatchID: "b-next", ChunkKey: c.Key, Index: 1, Reservation: "b-next/1"})
+	if err != nil || res.Committed != 1 {
+		t.Fatalf("second push on its held slot: %+v, %v", res, err)
+	}
+	st := e.limiterStatus()
+	if st.InWindow != 2 {
+		t.Fatalf("window holds %d slots, want 2", st.InWindow)
+	}
+}
+
+func TestPushRequestPausedChannelMakesNoCall(t *testing.T) {
+	e := newActivityEnv(t, envOptions{})
+	chunk := e.preparedChunk("b-pause", e.mutation("p-1", 3, 1, withRate("80.00")))
+	if err := e.lim.Pause(context.Background(), testChannel, "maintenance window"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.push(models.PushInput{BatchID: "b-pause", ChunkKey: chunk.Key})
+	f := deferralOf(t, res, err)
+	if f.Wait <= 0 || f.Paused != "maintenance window" {
+		t.Errorf("deferral %+v, want a wait and the pause reason", f)
+	}
+	if n := e.simRequests(); n != 0 {
+		t.Errorf("simulator saw %d requests on a paused channel", n)
+	}
+}
+
+func TestPushRequestThrottledWritesChannelBackoff(t *testing.T) {
+	e := newActivityEnv(t, envOptions{sim: func(c *sim.Config) { c.Faults = sim.Faults{StormSeconds: 30} }})
+	_, err := e.pushNew("b-429", e.mutation("t-1", 3, 1, withRate("80.00")))
+	f := failureOf(t, err, models.ErrThrottled)
+	if !f.ServerWait || f.Wait <= 0 || f.Wait > 30*time.Second || f.Status != 429 {
+		t.Errorf("failure %+v, want status 429 and the server's wait of at most 30 s", f)
+	}
+	st := e.limiterStatus()
+	if st.PausedFor <= 0 || st.PausedFor > 30*time.Second {
+		t.Errorf("limiter paused for %s, want the channel back-off of up to 30 s", st.PausedFor)
+	}
+	if n := e.simRequests(); n != 1 {
+		t.Errorf("simulator saw %d requests, want 1", n)
+	}
+}
+
+func TestPushRequestServerErrorIsTransient(t *testing.T) {
+	e := newActivityEnv(t, envOptions{sim: func(c *sim.Config) { c.Faults = sim.Faults{ErrorRatio: 1} }})
+	_, err := e.pushNew("b-5xx", e.mutation("s-1", 3, 1, withRate("80.00")))
+	f := failureOf(t, err, models.ErrTransient)
+	if f.Status < 500 || f.Status > 599 {
+		t.Errorf("failure %+v, want a 5xx status", f)
+	}
+	if got, _ := e.cellState(e.mutation("s-1", 3, 1, nil).Cell(), models.FamilyRates); got.Acked.Version != 0 || got.SentVersion != 1 {
+		t.Errorf("state %+v: want sent but not acknowledged", got)
+	}
+}
+
+func TestPushRequestWrongTokenIsAuthExpired(t *testing.T) {
+	e := newActivityEnv(t, envOptions{tokens: channels.StaticCredential("not-the-token")})
+	_, err := e.pushNew("b-401", e.mutation("a-1", 3, 1, withRate("80.00")))
+	f := failureOf(t, err, models.ErrAuthExpired)
+	if f.Status != 401 {
+		t.Errorf("failure %+v, want status 401", f)
+	}
+	if strings.Contains(err.Error(), "not-the-token") {
+		t.Errorf("error %q leaks the token", err)
+	}
+}
+
+// rotatingToken hands out a stale token until it is refreshed.
+type rotatingToken struct {
+	mu        sync.Mutex
+	token     string
+	refreshed int
+}
+
+func (r *rotatingToken) Secret(context.Context) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.token, nil
+}
+
+func (r *rotatingToken) Refresh(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.token = testToken
+	r.refreshed++
+	return nil
+}
+
+func TestPushRequestRefreshesCredentialWhenAsked(t *testing.T) {
+	tokens := &rotatingToken{token: "expired-token"}
+	e := newActivityEnv(t, envOptions{tokens: tokens})
+	chunk := e.preparedChunk("b-refresh", e.mutation("r-1", 3, 1, withRate("80.00")))
+
+	_, err := e.push(models.PushInput{BatchID: "b-refresh", ChunkKey: chunk.Key})
+	failureOf(t, err, models.ErrAuthExpired)
+	if tokens.refreshed != 0 {
+		t.Fatalf("refreshed %d times before being asked", tokens.refreshed)
+	}
+
+	res, err := e.push(models.PushInput{BatchID: "b-refresh", ChunkKey: chunk.Key, RefreshCredential: true})
+	if err != nil {
+		t.Fatalf("push after refresh: %v", err)
+	}
+	if tokens.refreshed != 1 || res.Committed != 1 {
+		t.Errorf("refreshed %d times, committed %d; want 1 and 1", tokens.refreshed, res.Committed)
+	}
+}
+
+func TestPushRequestChannelRejectionCarriesMessage(t *testing.T) {
+	e := newActivityEnv(t, envOptions{})
+	from := e.today.AddDays(9)
+	bad := models.ChannelRequest{Channel: testChannel, PropertyID: testProperty, Family: models.FamilyAvailability, Priority: 3,
+		Lines: []models.ARILine{{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: from, To: from.AddDays(-1),
+			Inventory: ptr(3), Version: 1}},
+		Refs: []models.MutationRef{{ID: "r-1", Version: 1, Line: 0, StayDate: from}}}
+	key := e.saveChunk("b-400", bad)
+	_, err := e.push(models.PushInput{BatchID: "b-400", ChunkKey: key})
+	f := failureOf(t, err, models.ErrRejected)
+	if f.Status != 400 || !strings.Contains(f.Message, "lines[0].to: before from") {
+		t.Errorf("failure %+v, want 400 with the channel's message about lines[0].to", f)
+	}
+}
+
+func TestPushRequestChannelQuotaExhausted(t *testing.T) {
+	e := newActivityEnv(t, envOptions{simChannel: func(c *models.ChannelConfig) { c.DailyQuota = 1 }})
+	chunk := e.preparedChunk("b-quota", e.mutation("q-1", 3, 1, func(m *models.Mutation) {
+		withRate("80.00")(m)
+		m.Inventory = ptr(4)
+	}))
+	if _, err := e.push(models.PushInput{BatchID: "b-quota", ChunkKey: chunk.Key, Index: 0}); err != nil {
+		t.Fatalf("first push spends the quota: %v", err)
+	}
+	_, err := e.push(models.PushInput{BatchID: "b-quota", ChunkKey: chunk.Key, Index: 1})
+	f := failureOf(t, err, models.ErrQuotaExhausted)
+	if f.Status != 400 || !strings.Contains(f.Message, models.ErrorQuotaExhausted) {
+		t.Errorf("failure %+v, want 400 quota_exhausted", f)
+	}
+}
+
+func TestPushRequestPartialCommitsAcceptedLines(t *testing.T) {
+	e := newActivityEnv(t, envOptions{sim: func(c *sim.Config) { c.Faults = sim.Faults{PartialRatio: 1} }})
+	var ms []models.Mutation
+	// Pairs of nights at one price: three lines of two refs each.
+	for n := range 6 {
+		ms = append(ms, e.mutation("pt-"+string(rune('a'+n)), 2+n, 4, withRate([]string{"100.00", "110.00", "120.00"}[n/2])))
+	}
+	chunk := e.preparedChunk("b-207", ms...)
+	req := e.chunkRequests(chunk)[0]
+	if len(req.Lines) != 3 || len(req.Refs) != 6 {
+		t.Fatalf("request %+v, want 3 lines and 6 refs", req)
+	}
+	res, err := e.push(models.PushInput{BatchID: "b-207", ChunkKey: chunk.Key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Failed) == 0 || len(res.Failed) == len(req.Lines) {
+		t.Fatalf("failed lines %+v: want some but not all (change the simulator seed)", res.Failed)
+	}
+	failed := map[int]bool{}
+	for _, f := range res.Failed {
+		failed[f.Line] = true
+		if f.Code == "" {
+			t.Errorf("failed line %+v has no code", f)
+		}
+	}
+	var wantRefs []models.MutationRef
+	for _, ref := range req.Refs {
+		if failed[ref.Line] {
+			wantRefs = append(wantRefs, ref)
+		}
+	}
+	if !slices.Equal(res.FailedRefs, wantRefs) {
+		t.Errorf("failed refs %+v, want %+v", res.FailedRefs, wantRefs)
+	}
+	if res.Committed != len(req.Refs)-len(res.FailedRefs) || res.Superseded != 0 {
+		t.Errorf("committed %d superseded %d, want %d committed", res.Committed, res.Superseded, len(req.Refs)-len(res.FailedRefs))
+	}
+	for _, ref := range req.Refs {
+		cell := models.Cell{Channel: testChannel, PropertyID: testProperty, RoomTypeCode: testRoom, RatePlanCode: testPlan, StayDate: ref.StayDate}
+		got, _ := e.cellState(cell, models.FamilyRates)
+		if acked := got.Acked.Version > 0; acked == failed[ref.Line] {
+			t.Errorf("night %s (line %d failed %v): acknowledged %v", ref.StayDate, ref.Line, failed[ref.Line], acked)
+		}
+	}
+}
+
+func TestPushRequestOlderThanAcknowledgedIsSupersededAtCommit(t *testing.T) {
+	e := newActivityEnv(t, envOptions{})
+	ctx := context.Background()
+	chunk := e.preparedChunk("b-race", e.mutation("old", 3, 5, withRate("80.00")), e.mutation("fresh", 4, 5, withRate("80.00")))
+	req := e.chunkRequests(chunk)[0]
+	// Another batch commits a newer version of the first night meanwhile.
+	night := e.today.AddDays(3)
+	newer := models.ChannelRequest{Channel: testChannel, PropertyID: testProperty, Family: models.FamilyRates, Priority: 3,
+		Lines: []models.ARILine{{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: night, To: night,
+			Amount: decimalPtr("95.00"), Currency: "EUR", Version: 9}},
+		Refs: []models.MutationRef{{ID: "newer", Version: 9, Line: 0, StayDate: night}}}
+	if _, _, err := e.store.RecordAcknowledged(ctx, store.Ack{BatchID: "other", Request: newer, ConfirmationID: "conf-newer"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.push(models.PushInput{BatchID: "b-race", ChunkKey: chunk.Key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Superseded != 1 || res.Committed != len(req.Refs)-1 {
+		t.Errorf("result %+v, want 1 superseded and %d committed", res, len(req.Refs)-1)
+	}
+	got, _ := e.cellState(models.Cell{Channel: testChannel, PropertyID: testProperty,
+		RoomTypeCode: testRoom, RatePlanCode: testPlan, StayDate: night}, models.FamilyRates)
+	if got.Acked.Version != 9 || got.ConfirmationID != "conf-newer" {
+		t.Errorf("state %+v, want the newer acknowledged version 9 kept", got)
+	}
+}
+
+func TestPushRequestRedisUnreachableFailsClosed(t *testing.T) {
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 500 * time.Millisecond})
+	t.Cleanup(func() { _ = dead.Close() })
+	e := newActivityEnv(t, envOptions{limiterRDB: dead})
+	_, err := e.pushNew("b-noredis", e.mutation("n-1", 3, 1, withRate("80.00")))
+	if err == nil {
+		t.Fatal("push succeeded without a limiter")
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && (appErr.NonRetryable() || slices.Contains(models.NonRetryableErrors, appErr.Type())) {
+		t.Errorf("error %v is typed %q (non-retryable %v), want a plain retryable error", err, appErr.Type(), appErr.NonRetryable())
+	}
+	if n := e.simRequests(); n != 0 {
+		t.Errorf("simulator saw %d requests without a token", n)
 	}
 }
