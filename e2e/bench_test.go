@@ -375,14 +375,12 @@ func historyCost(t *testing.T, tc client.Client, batchID string) (actions, event
 // them: the run's start, activity attempts, timers, signals, markers, search
 // attribute upserts and updates. A child's start is counted once, by its own run.
 func runCost(t *testing.T, tc client.Client, id, runID string) (actions, events int) {
-	iter := tc.GetWorkflowHistory(context.Background(), id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for iter.HasNext() {
-		e, err := iter.Next()
-		require.NoError(t, err)
-		events++
+	t.Helper()
+	h := runHistory(t, tc, id, runID)
+	for _, e := range h.Events {
 		actions += actionsOf(e)
 	}
-	return actions, events
+	return actions, len(h.Events)
 }
 
 func actionsOf(e *historypb.HistoryEvent) int {

@@ -119,9 +119,7 @@ func hostileStack(t *testing.T, limits map[string]stackChannel, env map[string]s
 	srv := startDevServer(t)
 	x := &exchanges{}
 	e := map[string]string{"PARITYSYNC_CHANNELS_FILE": hostileChannels(t)}
-	for k, v := range env {
-		e[k] = v
-	}
+	maps.Copy(e, env)
 	s := startStackWith(t, srv, stackOptions{Channels: limits, Env: e, Serve: x.serve, Sim: func(c *sim.Config) {
 		c.StaticTokens = append(c.StaticTokens, "ota-pass")
 		if simEdit != nil {

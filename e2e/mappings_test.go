@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/models"
-	"github.com/paritysync/paritysync/otasim/sim"
 )
 
 // TestARunningWorkerPushesAPropertyMappedInTheStore starts the worker app with a
@@ -22,27 +20,15 @@ import (
 // received the new property under its stored ids.
 func TestARunningWorkerPushesAPropertyMappedInTheStore(t *testing.T) {
 	srv := parallelDevServer(t)
-	dir := t.TempDir()
-	chFile := writeFile(t, dir, "channels.yaml", fmt.Sprintf(protocolChannels,
-		writeFile(t, dir, "channex.key", "cx-key\n"), writeFile(t, dir, "ota.secret", "hotel-7:ota-pass\n")))
 	// The new property, as Channex knows it (the worker's file does not).
 	newProp := models.ChannexProperty{PropertyID: "3b9f2c71-5d4e-4f6a-8b1c-2d3e4f5a6b7c", Currency: "EUR",
 		RoomTypes: map[string]string{"DBL": "4c0a3d82-6e5f-4a7b-9c2d-3e4f5a6b7c8d"},
 		RatePlans: map[string]string{"DBL/BAR": "5d1b4e93-7f6a-4b8c-8d3e-4f5a6b7c8d9e"}}
-	s := startStackWith(t, srv, stackOptions{
-		// The worker's default chunk size (unset), not the stacks' small one.
-		Env: map[string]string{"PARITYSYNC_CHANNELS_FILE": chFile, "PARITYSYNC_CHUNK_SIZE": ""},
-		Sim: func(c *sim.Config) {
-			for i, ch := range c.Channels {
-				if ch.Protocol == models.ProtocolChannex {
-					require.NotContains(t, ch.Channex.Properties, "prop_000000a3")
-					props := map[string]models.ChannexProperty{"prop_000000a3": newProp}
-					maps.Copy(props, ch.Channex.Properties)
-					c.Channels[i].Channex = models.ChannexMapping{Properties: props}
-				}
-			}
-			c.StaticTokens = append(c.StaticTokens, "cx-key", "ota-pass")
-		},
+	s := protocolStack(t, srv, func(c *models.ChannelConfig) {
+		require.NotContains(t, c.Channex.Properties, "prop_000000a3")
+		props := map[string]models.ChannexProperty{"prop_000000a3": newProp}
+		maps.Copy(props, c.Channex.Properties)
+		c.Channex = models.ChannexMapping{Properties: props}
 	})
 
 	// Mapped while the worker runs.

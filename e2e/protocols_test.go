@@ -9,6 +9,7 @@ import (
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paritysync/paritysync/dial/devtest"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
 )
@@ -67,28 +68,36 @@ func protocolMutations(today models.Date, channels ...string) []models.Mutation 
 	return ms
 }
 
-// TestEndToEndProtocols runs one batch to a generic, a Channex and an OpenTravel
-// channel, each with its own credential, and reconciles them: Channex is read back
-// and holds what was committed; OpenTravel cannot be read, so its state is re-sent.
-func TestEndToEndProtocols(t *testing.T) {
-	srv := parallelDevServer(t)
+// protocolStack starts a stack on protocolChannels at the worker's default chunk
+// size; channex changes the simulator's Channex channel.
+func protocolStack(t *testing.T, srv *devtest.Env, channex func(*models.ChannelConfig)) *e2eStack {
+	t.Helper()
 	dir := t.TempDir()
 	chFile := writeFile(t, dir, "channels.yaml", fmt.Sprintf(protocolChannels,
 		writeFile(t, dir, "channex.key", "cx-key\n"), writeFile(t, dir, "ota.secret", "hotel-7:ota-pass\n")))
-
-	s := startStackWith(t, srv, stackOptions{
-		// The worker's default chunk size (unset), not the stacks' small one.
+	return startStackWith(t, srv, stackOptions{
+		// The default chunk size (unset), not the stacks' small one.
 		Env: map[string]string{"PARITYSYNC_CHANNELS_FILE": chFile, "PARITYSYNC_CHUNK_SIZE": ""},
 		Sim: func(c *sim.Config) {
 			for i := range c.Channels {
 				if c.Channels[i].Protocol == models.ProtocolChannex {
-					c.Channels[i].RatePerMinute = models.ChannexRequestsPerMinute // per property and endpoint
+					channex(&c.Channels[i])
 				}
 			}
 			// Each channel accepts only its own secret; the shared token would fail on
 			// the Channex and OpenTravel channels if the worker sent it there.
 			c.StaticTokens = append(c.StaticTokens, "cx-key", "ota-pass")
 		},
+	})
+}
+
+// TestEndToEndProtocols runs one batch to a generic, a Channex and an OpenTravel
+// channel, each with its own credential, and reconciles them: Channex is read back
+// and holds what was committed; OpenTravel cannot be read, so its state is re-sent.
+func TestEndToEndProtocols(t *testing.T) {
+	srv := parallelDevServer(t)
+	s := protocolStack(t, srv, func(c *models.ChannelConfig) {
+		c.RatePerMinute = models.ChannexRequestsPerMinute // per property and endpoint
 	})
 	id := uuid.NewString()[:8]
 
