@@ -42,7 +42,8 @@ type effectiveConfig struct {
 
 // New is the worker's application on getenv's configuration; extra options are
 // for tests (fx.Populate of the activities, limiter or metrics registry). A
-// dependency that cannot be reached stops Start with an error OneLine shortens.
+// dependency that cannot be reached fails it, in Err or Start, with an error
+// OneLine reduces to the line an operator needs.
 func New(getenv Getenv, extra ...fx.Option) *fx.App {
 	opts := []fx.Option{
 		fx.NopLogger,
