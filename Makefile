@@ -24,7 +24,7 @@ $(BIN)/server:
 $(BIN)/sql:
 	GOBIN=$(BIN) go install go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION)
 
-# promtool checks the Prometheus config, rules and alert tests (worker/compose_test.go);
+# promtool checks the Prometheus config, rules and alert tests (worker/app/compose_test.go);
 # Debian's prometheus package carries it.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 promtool:
@@ -62,7 +62,7 @@ fmt-check:
 # The production-topology tests (make test-prod) are vetted too.
 vet:
 	go vet ./...
-	go vet -tags prod ./worker
+	go vet -tags prod ./e2e
 
 workflowcheck: $(BIN)/workflowcheck
 	$(BIN)/workflowcheck ./...
@@ -100,14 +100,14 @@ test-unit: xmllint
 # The hostile-channel scenarios in one run (garbage 200s, a skewed clock with dated
 # Retry-After, late applies, workers that disagree), with a figure for each.
 test-hostile: $(BIN)/temporal xmllint
-	scripts/with-db.sh hostile env PARITYSYNC_TEST_REQUIRE=1 TEMPORAL_CLI=$(BIN)/temporal go test -race -count=1 -timeout 15m -run '^TestHostileChannel$$' -v ./worker
+	scripts/with-db.sh hostile env PARITYSYNC_TEST_REQUIRE=1 TEMPORAL_CLI=$(BIN)/temporal go test -race -count=1 -timeout 15m -run '^TestHostileChannel$$' -v ./e2e
 
 # Re-records the histories the replay test (workflows/replay_test.go) replays, from
-# the worker's end-to-end runs on a dev server, then replays them; run it after a
+# the system tests' runs on a dev server (e2e/), then replays them; run it after a
 # deliberate change to a workflow and commit workflows/testdata.
 record-histories: $(BIN)/temporal
 	scripts/with-db.sh record env PARITYSYNC_TEST_REQUIRE=1 PARITYSYNC_RECORD_HISTORY=1 TEMPORAL_CLI=$(BIN)/temporal \
-		go test -count=1 -parallel 8 -run '^(TestEndToEnd|TestBatchLifecycle|TestWorkflowPaths|TestChannelSyncContinuesAsNew|TestSmootherHoldsReferencesAtItsAdmissionLimit)$$' ./worker
+		go test -count=1 -parallel 8 -run '^(TestEndToEnd|TestBatchLifecycle|TestWorkflowPaths|TestChannelSyncContinuesAsNew|TestSmootherHoldsReferencesAtItsAdmissionLimit)$$' ./e2e
 	scripts/with-db.sh record env PARITYSYNC_TEST_REQUIRE=1 PARITYSYNC_RECORD_HISTORY=1 TEMPORAL_CLI=$(BIN)/temporal \
 		go test -count=1 -run '^TestCompletionCallbackIsSignedDeliveredOnceAndRetriedWithTheSameEventID$$' ./intake
 	go test -count=1 -run TestReplay ./workflows
@@ -121,7 +121,7 @@ BENCH ?= all
 bench-e2e: $(BIN)/temporal
 	mkdir -p .run
 	scripts/with-db.sh bench env PARITYSYNC_BENCH=$(BENCH) PARITYSYNC_BENCH_OUT=$(CURDIR)/.run/bench-e2e.md \
-		TEMPORAL_CLI=$(BIN)/temporal go test -count=1 -run TestBenchPushEngine -v -timeout 90m ./worker
+		TEMPORAL_CLI=$(BIN)/temporal go test -count=1 -run TestBenchPushEngine -v -timeout 90m ./e2e
 
 # Redis memory of the full stack (dev server, simulator, worker, a key prefix of its
 # own) before and after a batch over a year of nights, once its leases and
@@ -129,7 +129,7 @@ bench-e2e: $(BIN)/temporal
 MUTATIONS ?= 50000
 measure-memory: $(BIN)/temporal
 	scripts/with-db.sh memory env PARITYSYNC_TEST_REQUIRE=1 PARITYSYNC_MEASURE_MEMORY=$(MUTATIONS) \
-		TEMPORAL_CLI=$(BIN)/temporal go test -count=1 -run '^TestRedisMemoryFullStack$$' -v -timeout 30m ./worker
+		TEMPORAL_CLI=$(BIN)/temporal go test -count=1 -run '^TestRedisMemoryFullStack$$' -v -timeout 30m ./e2e
 
 # The production topology on loopback, without Docker: the Temporal server on
 # PostgreSQL (databases of the run's own), a Redis Cluster of 3 masters and 3
@@ -143,7 +143,7 @@ test-prod: $(BIN)/temporal $(BIN)/server $(BIN)/sql
 	mkdir -p .run
 	scripts/with-db.sh prod env PARITYSYNC_PROD=$(PROD) PARITYSYNC_PROD_OUT=$(CURDIR)/.run/test-prod.md \
 		TEMPORAL_CLI=$(BIN)/temporal TEMPORAL_SERVER=$(BIN)/server TEMPORAL_SQL_TOOL=$(BIN)/sql \
-		go test -tags prod -count=1 -parallel 8 -run TestProd -v -timeout 80m ./worker
+		go test -tags prod -count=1 -parallel 8 -run TestProd -v -timeout 80m ./e2e
 
 clean: down
 	rm -rf $(BIN) .run

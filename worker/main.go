@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/paritysync/paritysync/worker/app"
 )
 
 // version is stamped by the build (-ldflags "-X main.version=...").
@@ -68,34 +69,19 @@ func versionString() string {
 
 func run() error {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
-	app := newApp(os.Getenv)
-	if err := app.Err(); err != nil {
-		return oneLine(err)
+	a := app.New(os.Getenv)
+	if err := a.Err(); err != nil {
+		return app.OneLine(err)
 	}
 	startCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := app.Start(startCtx); err != nil {
-		return oneLine(err)
+	if err := a.Start(startCtx); err != nil {
+		return app.OneLine(err)
 	}
-	sig := <-app.Wait()
+	sig := <-a.Wait()
 	slog.Info("stopping", "signal", sig.Signal)
 	// Long enough for in-flight activities to finish (the worker's stop timeout).
 	stopCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	return app.Stop(stopCtx)
-}
-
-// startupError is a dependency that cannot be reached at start; its message is the
-// one line an operator needs, without fx's wrapping.
-type startupError struct{ err error }
-
-func (e startupError) Error() string { return e.err.Error() }
-func (e startupError) Unwrap() error { return e.err }
-
-func oneLine(err error) error {
-	var se startupError
-	if errors.As(err, &se) {
-		return se
-	}
-	return err
+	return a.Stop(stopCtx)
 }
