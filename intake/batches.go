@@ -15,8 +15,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/paritysync/paritysync/activities/store"
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // batchAccepted is the 202 answer to POST /v1/batches.

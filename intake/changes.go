@@ -14,9 +14,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/paritysync/paritysync/activities/store"
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // Answers to one webhook change.

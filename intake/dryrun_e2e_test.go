@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/paritysync/paritysync/intake/ops"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // workflowCount is how many workflows the stack's namespace lists.

@@ -10,8 +10,8 @@ import (
 	"strings"
 
 	"github.com/paritysync/paritysync/activities/store"
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // channelOf is the path's channel when it is configured; otherwise it answers 404.

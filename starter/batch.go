@@ -17,8 +17,8 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // readMutations reads a JSON array or JSON lines of mutations with

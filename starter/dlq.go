@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/paritysync/paritysync/activities/store"
-	"github.com/paritysync/paritysync/intake/ops"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // Dead letters you can act on: export them, acknowledge them, replay them.

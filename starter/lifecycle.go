@@ -14,8 +14,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/paritysync/paritysync/activities/store"
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // A batch's lifecycle from the operator's side: starting an id once, cancelling,

@@ -10,9 +10,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/paritysync/paritysync/activities/store"
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 func (c *cli) channelCmd() *cobra.Command {

@@ -13,9 +13,9 @@ import (
 	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // Overall states of starter status, in rising order; the exit status is the index.

@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // submitSize is how many mutations one submit stages (its update carries their

@@ -16,8 +16,8 @@ import (
 
 	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/dial/devtest"
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 	"github.com/paritysync/paritysync/otasim/sim"
 	"github.com/paritysync/paritysync/workflows"
 )
