@@ -376,11 +376,8 @@ func (s *Server) getRejections(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	list := []store.MutationOutcome{}
-	if err := s.st.BatchOutcomes(r.Context(), id, models.OutcomeRejected, func(o store.MutationOutcome) error {
-		list = append(list, o)
-		return nil
-	}); err != nil {
+	list, err := ops.Rejections(r.Context(), s.st, id)
+	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
@@ -398,13 +395,10 @@ func (s *Server) getOutcomes(w http.ResponseWriter, r *http.Request) {
 			func(p *problem) { p.Field, p.Rule = "mutation", models.RuleIDFormat })
 		return
 	}
-	list, err := s.st.Outcomes(r.Context(), id, m)
+	list, err := ops.MutationOutcomes(r.Context(), s.st, id, m)
 	if err != nil {
 		s.internal(w, r, err)
 		return
-	}
-	if list == nil {
-		list = []store.MutationOutcome{}
 	}
 	writeJSON(w, http.StatusOK, outcomeList{BatchID: id, Outcomes: list})
 }

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -29,6 +28,7 @@ import (
 	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 //go:embed openapi.yaml
@@ -137,11 +137,10 @@ func NewServer(cfg Config, tc client.Client, rdb redis.UniversalClient, st *stor
 	if cfg.SmootherMaxPending <= 0 {
 		cfg.SmootherMaxPending = models.DefaultMaxPending
 	}
-	v, err := models.NewValidator(cfg.Channels, cfg.Settings.PropertyPattern, time.Now)
+	v, err := ops.NewValidator(cfg.Settings, cfg.Channels)
 	if err != nil {
-		return nil, fmt.Errorf("PARITYSYNC_PROPERTY_PATTERN: %w", err)
+		return nil, err
 	}
-	v.Zones = cfg.Settings.Zones
 	reg := prometheus.NewRegistry()
 	s := &Server{cfg: cfg, tc: tc, rdb: rdb, st: st, keys: keys, validator: v,
 		lim:      limiter.New(rdb, cfg.Channels, limiter.Options{Prefix: cfg.Settings.KeyPrefix, Zones: cfg.Settings.Zones}),
@@ -406,6 +405,5 @@ const ruleIdempotencyKey = "must be 1-255 visible ASCII characters (no spaces or
 
 // uiLink is where the Temporal UI shows a workflow.
 func (s *Server) uiLink(workflowID string) string {
-	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", s.cfg.Settings.TemporalUI,
-		url.PathEscape(s.cfg.Settings.TemporalNamespace), url.PathEscape(workflowID))
+	return ops.WorkflowLink(s.cfg.Settings, workflowID)
 }

@@ -260,15 +260,14 @@ func (c *cli) batchDryRun(file, id string) error {
 		return err
 	}
 	defer d.close()
-	v, err := models.NewValidator(d.channels, d.settings.PropertyPattern, time.Now)
+	v, err := ops.NewValidator(d.settings, d.channels)
 	if err != nil {
-		return configError{fmt.Errorf("PARITYSYNC_PROPERTY_PATTERN: %w", err)}
+		return configError{err}
 	}
-	v.Zones = d.settings.Zones
 	if id == "" {
 		id = "dry-run"
 	}
-	if hasStar(decoded.Mutations) {
+	if ops.NeedsFanOut(decoded.Mutations) {
 		st, err := d.store(context.Background())
 		if err != nil {
 			return err
@@ -305,40 +304,26 @@ func (c *cli) batchDryRun(file, id string) error {
 	return verdict
 }
 
-// hasStar reports whether a mutation of ms is for channel "*" (or names none).
-func hasStar(ms []models.Mutation) bool {
-	for _, m := range ms {
-		if ops.EveryChannel(m) {
-			return true
-		}
-	}
-	return false
-}
-
 // fanOut turns the mutations of file for channel "*" into one per channel their
 // property is on (the store's mappings, as intake does); a row that cannot fan out
 // refuses the whole file, as any bad row does. Without such a row it opens nothing.
 func (c *cli) fanOut(ctx context.Context, d *deps, file string, ms []models.Mutation) ([]models.Mutation, error) {
-	if !hasStar(ms) {
+	if !ops.NeedsFanOut(ms) {
 		return ms, nil
 	}
 	st, err := d.store(ctx)
 	if err != nil {
 		return nil, err
 	}
-	in := models.Decoded{Mutations: ms, Rows: len(ms)}
-	for i := range ms {
-		in.Lines, in.Indexes = append(in.Lines, i+1), append(in.Indexes, i)
-	}
-	out, err := ops.FanOut(ctx, st, in)
+	out, problems, err := ops.FanOutMutations(ctx, st, ms)
 	if err != nil {
 		return nil, err
 	}
-	if len(out.Problems) > 0 {
-		return nil, dataError{fmt.Errorf("%s: row %d (id %s): %s: %s; nothing started", file, out.Problems[0].Index+1,
-			out.Problems[0].ID, out.Problems[0].Field, out.Problems[0].Rule)}
+	if len(problems) > 0 {
+		p := problems[0]
+		return nil, dataError{fmt.Errorf("%s: row %d (id %s): %s: %s; nothing started", file, p.Index+1, p.ID, p.Field, p.Rule)}
 	}
-	return out.Mutations, nil
+	return out, nil
 }
 
 // saverFunc is a function keeping a big batch's claim check.
@@ -371,7 +356,7 @@ const (
 )
 
 // follower follows batchID until it ends, printing progress on stderr, and returns
-// its final status: the workflow's result with the store's counts (statusCounts, as
+// its final status: the workflow's result with the store's counts (ops.ResultCounts, as
 // batch status counts).
 func (c *cli) follower(ctx context.Context, d *deps, tc client.Client, run client.WorkflowRun,
 	batchID string) func(context.Context) (models.BatchStatus, error) {
@@ -389,7 +374,7 @@ func (c *cli) follower(ctx context.Context, d *deps, tc client.Client, run clien
 		if err := run.Get(ctx, &final); err != nil {
 			return final, fmt.Errorf("batch %s: %w", run.GetID(), err)
 		}
-		final.Channels = statusCounts(pr.last.Progress.Channels, &final)
+		final.Channels = ops.ResultCounts(pr.last.Progress.Channels, &final)
 		if final.BatchID == "" {
 			final.BatchID = batchID
 		}

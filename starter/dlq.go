@@ -196,14 +196,6 @@ func (c *cli) dlqAck(ctx context.Context, sel *dlqSelection, note string) error 
 	return nil
 }
 
-func entryIDs(entries []store.DeadLetter) []int64 {
-	ids := make([]int64, len(entries))
-	for i, e := range entries {
-		ids[i] = e.ID
-	}
-	return ids
-}
-
 // replayed is what dlq replay prints.
 type replayed struct {
 	DryRun     bool            `json:"dry_run,omitempty"`
@@ -237,7 +229,7 @@ func (c *cli) dlqReplay(ctx context.Context, sel *dlqSelection, dryRun, wait boo
 		return nil
 	}
 	if dryRun {
-		out := replayed{DryRun: true, Entries: len(entries), IDs: entryIDs(entries)}
+		out := replayed{DryRun: true, Entries: len(entries), IDs: ops.DeadLetterIDs(entries)}
 		for _, e := range entries {
 			out.Updates += len(e.Mutations())
 			out.Would = append(out.Would, deadLetterRowOf(e.Channel, e))
@@ -258,7 +250,7 @@ func (c *cli) dlqReplay(ctx context.Context, sel *dlqSelection, dryRun, wait boo
 	if err != nil {
 		return err
 	}
-	out := replayed{Entries: r.Entries, Updates: r.Updates, IDs: entryIDs(entries), BatchID: r.BatchID,
+	out := replayed{Entries: r.Entries, Updates: r.Updates, IDs: ops.DeadLetterIDs(entries), BatchID: r.BatchID,
 		WorkflowID: r.WorkflowID, Acked: r.Acked, UI: d.uiLink(r.WorkflowID)}
 	if !wait {
 		if c.json() {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
 
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
@@ -14,6 +13,7 @@ import (
 	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // deps are the connections a command needs; each is opened on first use.
@@ -106,8 +106,7 @@ func (d *deps) close() {
 
 // uiLink is where the Temporal UI shows a workflow.
 func (d *deps) uiLink(workflowID string) string {
-	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", d.settings.TemporalUI,
-		url.PathEscape(d.settings.TemporalNamespace), url.PathEscape(workflowID))
+	return ops.WorkflowLink(d.settings, workflowID)
 }
 
 // selectChannels is every configured channel, or just the named one.

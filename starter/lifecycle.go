@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/models"
@@ -107,12 +104,13 @@ func (c *cli) batchCancel(ctx context.Context, arg string) error {
 	if err != nil {
 		return err
 	}
-	if running, err := isRunning(ctx, tc, wfID); err == nil && running {
-		c.diag("cancelling %s: running chunks finish their in-flight request, the rest is cancelled", wfID)
-	}
-	r, err := ops.CancelBatch(ctx, tc, st, batchID)
+	r, err := ops.RequestCancel(ctx, tc, st, batchID)
 	if errors.Is(err, ops.ErrNoBatch) {
 		return notFoundError{fmt.Sprintf("batch cancel: no batch %s", batchID)}
+	}
+	if err == nil && r.Was == ops.StateRunning {
+		c.diag("cancelling %s: running chunks finish their in-flight request, the rest is cancelled", wfID)
+		err = ops.AwaitCancelled(ctx, tc, batchID)
 	}
 	if err != nil {
 		return err
@@ -134,15 +132,6 @@ func (c *cli) batchCancel(ctx context.Context, arg string) error {
 		fmt.Fprintf(c.stdout, "%s already ended\n", wfID)
 	}
 	return c.outcomeTable(counts)
-}
-
-// isRunning reports whether workflow wfID runs.
-func isRunning(ctx context.Context, tc client.Client, wfID string) (bool, error) {
-	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
-	if err != nil {
-		return false, fmt.Errorf("look up %s: %w", wfID, err)
-	}
-	return desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
 }
 
 // outcomeTable prints a batch's outcomes per channel, as the store holds them.
@@ -176,35 +165,12 @@ type statusReport struct {
 	Planned bool `json:"planned"`
 	// Mutations is the batch's, from its result once done.
 	Mutations int `json:"mutations,omitempty"`
-	// Channels count by the one rule of statusCounts.
+	// Channels count by the one rule of ops.ResultCounts.
 	Channels []models.ChannelCounts `json:"channels"`
 	Totals   models.ChannelCounts   `json:"totals"`
 	// Progress is done of total per channel, at the average rate since the start.
 	Progress []ops.ChannelProgress `json:"progress"`
 	UI       string                `json:"ui"`
-}
-
-// statusCounts is the one counting rule of batch status and of the --wait summary,
-// for table and JSON alike. Every outcome is the store's (the system of record; a
-// rejected mutation counts once, in Rejected and in Total), and Total is every
-// update of the channel as PrepareBatch recorded it (never fewer than the outcomes
-// recorded). Once the batch is done, its result adds its deferrals and requests
-// (which only the workflow counts) and its own totals where they are larger.
-func statusCounts(stored []models.ChannelCounts, live *models.BatchStatus) []models.ChannelCounts {
-	out := append([]models.ChannelCounts(nil), stored...)
-	if live == nil {
-		return models.MergeCounts(out)
-	}
-	for _, l := range live.Channels {
-		i := slices.IndexFunc(out, func(c models.ChannelCounts) bool { return c.Channel == l.Channel })
-		if i < 0 {
-			i = len(out)
-			out = append(out, models.ChannelCounts{Channel: l.Channel})
-		}
-		out[i].Total = max(out[i].Total, l.Total)
-		out[i].Deferred, out[i].Requests = l.Deferred, l.Requests
-	}
-	return models.MergeCounts(out)
 }
 
 // batchStatus reports a batch truthfully: its state from Temporal's description
@@ -236,7 +202,7 @@ func (c *cli) batchStatus(ctx context.Context, arg string) error {
 		return err
 	}
 	rep := statusReport{BatchID: batchID, WorkflowID: wfID, State: r.State, Done: r.State != ops.StateRunning,
-		Planned: r.Planned, Channels: statusCounts(r.Counts, r.Final), UI: d.uiLink(wfID)}
+		Planned: r.Planned, Channels: ops.ResultCounts(r.Counts, r.Final), UI: d.uiLink(wfID)}
 	if rep.Channels == nil {
 		rep.Channels = []models.ChannelCounts{}
 	}
@@ -305,14 +271,11 @@ func (c *cli) batchOutcomes(ctx context.Context, arg, mutation string) error {
 	if err != nil {
 		return err
 	}
-	list := []store.MutationOutcome{}
+	var list []store.MutationOutcome
 	if mutation == "" {
-		err = st.BatchOutcomes(ctx, batchID, models.OutcomeRejected, func(o store.MutationOutcome) error {
-			list = append(list, o)
-			return nil
-		})
+		list, err = ops.Rejections(ctx, st, batchID)
 	} else {
-		list, err = st.Outcomes(ctx, batchID, mutation)
+		list, err = ops.MutationOutcomes(ctx, st, batchID, mutation)
 	}
 	if err != nil {
 		return err

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
-	"go.temporal.io/sdk/client"
 
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/ops"
@@ -56,11 +54,10 @@ func (c *cli) batchSubmit(ctx context.Context, file string) error {
 	defer d.close()
 	// Every mutation gets its answer here: the smoother's batches record outcomes
 	// under their own ids, which the PMS never sees. Rejected ones are not sent.
-	v, err := models.NewValidator(d.channels, d.settings.PropertyPattern, time.Now)
+	v, err := ops.NewValidator(d.settings, d.channels)
 	if err != nil {
 		return err
 	}
-	v.Zones = d.settings.Zones
 	if v, err = d.withStoredCodes(ctx, v, ms); err != nil {
 		return err
 	}
@@ -109,7 +106,7 @@ func (c *cli) batchSubmit(ctx context.Context, file string) error {
 			queued := byChannel[ch]
 			for len(queued) > 0 {
 				part := queued[:min(submitSize, len(queued))]
-				res, err := submit(ctx, tc, st, d.settings.TaskQueue, ch, part)
+				res, err := ops.Submit(ctx, tc, d.settings.TaskQueue, st, models.SmootherInput{Channel: ch}, part)
 				if err != nil {
 					_ = report()
 					return submitError(fmt.Errorf("submit %d mutations to %s (%d more of that channel not sent): %w",
@@ -136,10 +133,4 @@ func submitError(err error) error {
 		return refusedError{err}
 	}
 	return err
-}
-
-// submit stages ms in the smoother's claim check and sends one submit update,
-// starting the channel's smoother if it is not running.
-func submit(ctx context.Context, tc client.Client, st ops.ChangeStager, queue, channel string, ms []models.Mutation) (models.SubmitResult, error) {
-	return ops.Submit(ctx, tc, queue, st, models.SmootherInput{Channel: channel}, ms)
 }
