@@ -33,6 +33,20 @@ func readMutations(path string) ([]models.Mutation, error) {
 	return ms, nil
 }
 
+// readBatch reads file's mutations (readMutations), then the configuration: a
+// bad file is refused before the configuration is read. The caller closes the deps.
+func (c *cli) readBatch(file string) ([]models.Mutation, *deps, error) {
+	ms, err := readMutations(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := c.deps()
+	if err != nil {
+		return nil, nil, err
+	}
+	return ms, d, nil
+}
+
 func parseMutations(path string) ([]models.Mutation, error) {
 	body, err := os.ReadFile(path)
 	if err != nil {
@@ -154,11 +168,7 @@ type started struct {
 }
 
 func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool) error {
-	ms, err := readMutations(file)
-	if err != nil {
-		return err
-	}
-	d, err := c.deps()
+	ms, d, err := c.readBatch(file)
 	if err != nil {
 		return err
 	}
@@ -180,8 +190,7 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 	if ms, err = c.fanOut(ctx, d, file, ms); err != nil {
 		return err
 	}
-	tc, err := d.temporal(ctx)
-	if err != nil {
+	if err := d.dial(ctx, useTemporal); err != nil {
 		return err
 	}
 	// The claim check of a big batch opens the store only when it is needed.
@@ -192,11 +201,11 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 		}
 		return st.SaveBatch(ctx, batchID, ms)
 	})
-	b, err := ops.StartBatch(ctx, tc, d.settings.TaskQueue, saver, ops.Batch{ID: batchID, Mutations: ms})
+	b, err := ops.StartBatch(ctx, d.tc, d.settings.TaskQueue, saver, ops.Batch{ID: batchID, Mutations: ms})
 	var conflict *ops.ConflictError
 	if errors.As(err, &conflict) && rerun && !conflict.Running {
 		batchID = rerunID(batchID, time.Now())
-		b, err = ops.StartBatch(ctx, tc, d.settings.TaskQueue, saver, ops.Batch{ID: batchID, Mutations: ms})
+		b, err = ops.StartBatch(ctx, d.tc, d.settings.TaskQueue, saver, ops.Batch{ID: batchID, Mutations: ms})
 	}
 	if errors.As(err, &conflict) {
 		hint := "pick another --id"
@@ -215,7 +224,7 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 		if !wait {
 			return nil
 		}
-		st, err := c.followBatch(ctx, c.follower(ctx, d, tc, b.Run, batchID), batchID, d.uiLink(wfID))
+		st, err := c.followBatch(ctx, c.follower(d, b.Run, batchID), batchID, d.uiLink(wfID))
 		if err != nil {
 			return err
 		}
@@ -231,7 +240,7 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 		return nil
 	}
 	c.diag("started %s (%d mutations); following it (Ctrl-C stops following, not the batch)\n%s", wfID, len(ms), out.UI)
-	st, err := c.followBatch(ctx, c.follower(ctx, d, tc, run, batchID), batchID, out.UI)
+	st, err := c.followBatch(ctx, c.follower(d, run, batchID), batchID, out.UI)
 	if err != nil {
 		return err
 	}
@@ -358,8 +367,7 @@ const (
 // follower follows batchID until it ends, printing progress on stderr, and returns
 // its final status: the workflow's result with the store's counts (ops.ResultCounts, as
 // batch status counts).
-func (c *cli) follower(ctx context.Context, d *deps, tc client.Client, run client.WorkflowRun,
-	batchID string) func(context.Context) (models.BatchStatus, error) {
+func (c *cli) follower(d *deps, run client.WorkflowRun, batchID string) func(context.Context) (models.BatchStatus, error) {
 	return func(ctx context.Context) (models.BatchStatus, error) {
 		var final models.BatchStatus
 		st, err := d.store(ctx)
@@ -367,7 +375,7 @@ func (c *cli) follower(ctx context.Context, d *deps, tc client.Client, run clien
 			return final, err
 		}
 		pr := progressPrinter{c: c}
-		if _, err := ops.WatchBatch(ctx, tc, st, batchID, pollEvery, pr.poll); err != nil {
+		if _, err := ops.WatchBatch(ctx, d.tc, st, batchID, pollEvery, pr.poll); err != nil {
 			return final, err
 		}
 		// The batch has ended: its result is in the history (no query, no worker).

@@ -132,31 +132,26 @@ what would be replayed and sends nothing.
 }
 
 // selected opens the store and loads sel.
-func (c *cli) selected(ctx context.Context, sel *dlqSelection) (*deps, *store.Store, []store.DeadLetter, error) {
+func (c *cli) selected(ctx context.Context, sel *dlqSelection) (*deps, []store.DeadLetter, error) {
 	if err := sel.checkIDs(); err != nil {
-		return nil, nil, nil, err
-	}
-	d, err := c.deps()
-	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	// --channel is not checked against the configuration: dead letters of a
 	// channel since removed from it are still exported, acknowledged or replayed.
-	st, err := d.store(ctx)
+	d, err := c.open(ctx, useStore)
+	if err != nil {
+		return nil, nil, err
+	}
+	entries, err := sel.load(ctx, d.st)
 	if err != nil {
 		d.close()
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	entries, err := sel.load(ctx, st)
-	if err != nil {
-		d.close()
-		return nil, nil, nil, err
-	}
-	return d, st, entries, nil
+	return d, entries, nil
 }
 
 func (c *cli) dlqExport(ctx context.Context, sel *dlqSelection) error {
-	d, _, entries, err := c.selected(ctx, sel)
+	d, entries, err := c.selected(ctx, sel)
 	if err != nil {
 		return err
 	}
@@ -175,17 +170,13 @@ func (c *cli) dlqAck(ctx context.Context, sel *dlqSelection, note string) error 
 	if err := sel.checkIDs(); err != nil {
 		return err
 	}
-	d, err := c.deps()
+	d, err := c.open(ctx, useStore)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	st, err := d.store(ctx)
-	if err != nil {
-		return err
-	}
 	s, _ := sel.selection()
-	a, err := ops.AckDeadLetters(ctx, st, s, note)
+	a, err := ops.AckDeadLetters(ctx, d.st, s, note)
 	if err != nil {
 		return err
 	}
@@ -216,7 +207,7 @@ type replayed struct {
 // reconciliation). The batch re-sends content the channel may have seen, so it
 // carries a fresh idempotency salt.
 func (c *cli) dlqReplay(ctx context.Context, sel *dlqSelection, dryRun, wait bool) error {
-	d, st, entries, err := c.selected(ctx, sel)
+	d, entries, err := c.selected(ctx, sel)
 	if err != nil {
 		return err
 	}
@@ -242,11 +233,10 @@ func (c *cli) dlqReplay(ctx context.Context, sel *dlqSelection, dryRun, wait boo
 			out.Entries, out.Updates)
 		return nil
 	}
-	tc, err := d.temporal(ctx)
-	if err != nil {
+	if err := d.dial(ctx, useTemporal); err != nil {
 		return err
 	}
-	r, err := ops.ReplayDeadLetters(ctx, tc, d.settings.TaskQueue, st, "", entries)
+	r, err := ops.ReplayDeadLetters(ctx, d.tc, d.settings.TaskQueue, d.st, "", entries)
 	if err != nil {
 		return err
 	}
@@ -262,7 +252,7 @@ func (c *cli) dlqReplay(ctx context.Context, sel *dlqSelection, dryRun, wait boo
 	}
 	c.diag("replaying %d entries (%d updates) as %s; %d acknowledged; following it\n%s", r.Entries, r.Updates,
 		r.WorkflowID, r.Acked, out.UI)
-	final, err := c.followBatch(ctx, c.follower(ctx, d, tc, r.Run, r.BatchID), r.BatchID, out.UI)
+	final, err := c.followBatch(ctx, c.follower(d, r.Run, r.BatchID), r.BatchID, out.UI)
 	if err != nil {
 		return err
 	}

@@ -89,33 +89,25 @@ type cancelled struct {
 // batch that ended without closing them (terminated), it closes them itself.
 func (c *cli) batchCancel(ctx context.Context, arg string) error {
 	batchID, wfID := batchWorkflowID(arg)
-	d, err := c.deps()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	d, err := c.open(ctx, useTemporal|useStore)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	tc, err := d.temporal(ctx)
-	if err != nil {
-		return err
-	}
-	st, err := d.store(ctx)
-	if err != nil {
-		return err
-	}
-	r, err := ops.RequestCancel(ctx, tc, st, batchID)
+	r, err := ops.RequestCancel(ctx, d.tc, d.st, batchID)
 	if errors.Is(err, ops.ErrNoBatch) {
 		return notFoundError{fmt.Sprintf("batch cancel: no batch %s", batchID)}
 	}
 	if err == nil && r.Was == ops.StateRunning {
 		c.diag("cancelling %s: running chunks finish their in-flight request, the rest is cancelled", wfID)
-		err = ops.AwaitCancelled(ctx, tc, batchID)
+		err = ops.AwaitCancelled(ctx, d.tc, batchID)
 	}
 	if err != nil {
 		return err
 	}
-	counts, err := st.BatchCounts(ctx, batchID)
+	counts, err := d.st.BatchCounts(ctx, batchID)
 	if err != nil {
 		return err
 	}
@@ -179,22 +171,14 @@ type statusReport struct {
 // report and exit with the same status.
 func (c *cli) batchStatus(ctx context.Context, arg string) error {
 	batchID, wfID := batchWorkflowID(arg)
-	d, err := c.deps()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	d, err := c.open(ctx, useTemporal|useStore)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	tc, err := d.temporal(ctx)
-	if err != nil {
-		return err
-	}
-	st, err := d.store(ctx)
-	if err != nil {
-		return err
-	}
-	r, err := ops.BatchState(ctx, tc, st, batchID)
+	r, err := ops.BatchState(ctx, d.tc, d.st, batchID)
 	if errors.Is(err, ops.ErrNoBatch) {
 		return notFoundError{fmt.Sprintf("batch status: no batch %s", batchID)}
 	}
@@ -262,20 +246,16 @@ func (c *cli) statusTable(rep statusReport, taskQueue string) {
 // mutation's fate, as a table or a JSON array.
 func (c *cli) batchOutcomes(ctx context.Context, arg, mutation string) error {
 	batchID, _ := batchWorkflowID(arg)
-	d, err := c.deps()
+	d, err := c.open(ctx, useStore)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	st, err := d.store(ctx)
-	if err != nil {
-		return err
-	}
 	var list []store.MutationOutcome
 	if mutation == "" {
-		list, err = ops.Rejections(ctx, st, batchID)
+		list, err = ops.Rejections(ctx, d.st, batchID)
 	} else {
-		list, err = ops.MutationOutcomes(ctx, st, batchID, mutation)
+		list, err = ops.MutationOutcomes(ctx, d.st, batchID, mutation)
 	}
 	if err != nil {
 		return err

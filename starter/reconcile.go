@@ -67,25 +67,17 @@ func (c *cli) reconcile(ctx context.Context, schedule bool, channel string, hori
 	if horizon < 1 {
 		return usageError{"--horizon-days must be at least 1"}
 	}
-	d, err := c.deps()
+	d, slugs, err := c.openChannels(ctx, channel, useTemporal)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	slugs, err := d.selectChannels(channel)
-	if err != nil {
-		return err
-	}
 	in := models.ReconcileInput{Channels: slugs, HorizonDays: horizon}
-	tc, err := d.temporal(ctx)
-	if err != nil {
-		return err
-	}
 	if schedule {
-		return c.scheduleReconcile(ctx, tc, d, in, cron)
+		return c.scheduleReconcile(ctx, d, in, cron)
 	}
 	id := models.ReconcileWorkflowID(models.DateOf(time.Now()))
-	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: d.settings.TaskQueue}, workflows.Reconcile, in)
+	run, err := d.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: d.settings.TaskQueue}, workflows.Reconcile, in)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
@@ -119,15 +111,15 @@ func (c *cli) reconcile(ctx context.Context, schedule bool, channel string, hori
 }
 
 // scheduleReconcile creates the nightly schedule, or updates it when it exists.
-func (c *cli) scheduleReconcile(ctx context.Context, tc client.Client, d *deps, in models.ReconcileInput, cron string) error {
+func (c *cli) scheduleReconcile(ctx context.Context, d *deps, in models.ReconcileInput, cron string) error {
 	action := &client.ScheduleWorkflowAction{
 		// Scheduled runs are named reconcile/nightly-<time>.
 		ID: "reconcile/nightly", Workflow: workflows.Reconcile, Args: []any{in}, TaskQueue: d.settings.TaskQueue,
 	}
 	spec := client.ScheduleSpec{CronExpressions: []string{cron}}
-	_, err := tc.ScheduleClient().Create(ctx, client.ScheduleOptions{ID: reconcileScheduleID, Spec: spec, Action: action})
+	_, err := d.tc.ScheduleClient().Create(ctx, client.ScheduleOptions{ID: reconcileScheduleID, Spec: spec, Action: action})
 	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
-		h := tc.ScheduleClient().GetHandle(ctx, reconcileScheduleID)
+		h := d.tc.ScheduleClient().GetHandle(ctx, reconcileScheduleID)
 		err = h.Update(ctx, client.ScheduleUpdateOptions{DoUpdate: func(u client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
 			u.Description.Schedule.Spec = &spec
 			u.Description.Schedule.Action = action

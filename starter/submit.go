@@ -43,11 +43,7 @@ type submitted struct {
 }
 
 func (c *cli) batchSubmit(ctx context.Context, file string) error {
-	ms, err := readMutations(file)
-	if err != nil {
-		return err
-	}
-	d, err := c.deps()
+	ms, d, err := c.readBatch(file)
 	if err != nil {
 		return err
 	}
@@ -94,19 +90,14 @@ func (c *cli) batchSubmit(ctx context.Context, file string) error {
 		return nil
 	}
 	if len(channels) > 0 {
-		tc, err := d.temporal(ctx)
-		if err != nil {
-			return err
-		}
-		st, err := d.store(ctx)
-		if err != nil {
+		if err := d.dial(ctx, useTemporal|useStore); err != nil {
 			return err
 		}
 		for _, ch := range channels {
 			queued := byChannel[ch]
 			for len(queued) > 0 {
 				part := queued[:min(submitSize, len(queued))]
-				res, err := ops.Submit(ctx, tc, d.settings.TaskQueue, st, models.SmootherInput{Channel: ch}, part)
+				res, err := ops.Submit(ctx, d.tc, d.settings.TaskQueue, d.st, models.SmootherInput{Channel: ch}, part)
 				if err != nil {
 					_ = report()
 					return submitError(fmt.Errorf("submit %d mutations to %s (%d more of that channel not sent): %w",
