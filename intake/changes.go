@@ -71,11 +71,7 @@ func smootherID(tenant, id string) string { return tenant + ":" + id }
 // A change without channel, or with "*", is fanned out to every channel its
 // property is on (PUT /v1/properties/{id}/channels) and answered per channel.
 func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBody(w, r, s.cfg.MaxChangeBody)
-	if !ok {
-		return
-	}
-	decoded, ok := decodeBody(w, r, body, s.cfg.MaxChanges)
+	_, decoded, ok := s.readMutations(w, r, s.cfg.MaxChangeBody, s.cfg.MaxChanges)
 	if !ok {
 		return
 	}

@@ -107,36 +107,20 @@ type Server struct {
 
 // NewServer wires the API over its connections.
 func NewServer(cfg Config, tc client.Client, rdb redis.UniversalClient, st *store.Store, keys *keyring, log *slog.Logger) (*Server, error) {
-	if cfg.MaxBatchBody <= 0 {
-		cfg.MaxBatchBody = DefaultMaxBatchBody
-	}
-	if cfg.MaxChangeBody <= 0 {
-		cfg.MaxChangeBody = DefaultMaxChangeBody
-	}
-	if cfg.MaxChanges <= 0 {
-		cfg.MaxChanges = DefaultMaxChanges
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = 30 * time.Second
-	}
+	orDefault(&cfg.MaxBatchBody, DefaultMaxBatchBody)
+	orDefault(&cfg.MaxChangeBody, DefaultMaxChangeBody)
+	orDefault(&cfg.MaxChanges, DefaultMaxChanges)
+	orDefault(&cfg.RequestTimeout, 30*time.Second)
 	if cfg.CancelWait <= 0 || cfg.CancelWait > cfg.RequestTimeout/2 {
 		cfg.CancelWait = cfg.RequestTimeout / 2
 	}
 	if cfg.SubmitTimeout <= 0 || cfg.SubmitTimeout > cfg.RequestTimeout/2 {
 		cfg.SubmitTimeout = cfg.RequestTimeout / 3
 	}
-	if cfg.BodyGrace <= 0 {
-		cfg.BodyGrace = DefaultBodyGrace
-	}
-	if cfg.BodyMinRate <= 0 {
-		cfg.BodyMinRate = DefaultBodyMinRate
-	}
-	if cfg.BodyMaxTime <= 0 {
-		cfg.BodyMaxTime = DefaultBodyMaxTime
-	}
-	if cfg.SmootherMaxPending <= 0 {
-		cfg.SmootherMaxPending = models.DefaultMaxPending
-	}
+	orDefault(&cfg.BodyGrace, DefaultBodyGrace)
+	orDefault(&cfg.BodyMinRate, DefaultBodyMinRate)
+	orDefault(&cfg.BodyMaxTime, DefaultBodyMaxTime)
+	orDefault(&cfg.SmootherMaxPending, models.DefaultMaxPending)
 	v, err := ops.NewValidator(cfg.Settings, cfg.Channels)
 	if err != nil {
 		return nil, err
@@ -161,6 +145,13 @@ func NewServer(cfg Config, tc client.Client, rdb redis.UniversalClient, st *stor
 		}()
 	}
 	return s, nil
+}
+
+// orDefault sets *v to def when it is not positive (unset).
+func orDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // checker is the validator with the channels' codes as stored now for ms (a
