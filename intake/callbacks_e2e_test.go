@@ -61,6 +61,32 @@ func (rc *callbackReceiver) on(path string) []receivedCallback {
 	return out
 }
 
+// testCallbackSecret is acme's callback secret in the callback tests.
+const testCallbackSecret = "acme-callback-secret-0123456789"
+
+// receiveCallbacks serves rc for the test.
+func receiveCallbacks(t *testing.T, rc *callbackReceiver) *httptest.Server {
+	recv := httptest.NewServer(rc)
+	t.Cleanup(recv.Close)
+	return recv
+}
+
+// withCallbacks lets the stack's intake call acme back at the URLs under
+// receiver/hooks/, signed with the secret in a file holding secretFile, and
+// deliver at a test's pace.
+func withCallbacks(t *testing.T, receiver, secretFile string) func(*Config) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "secret"), []byte(secretFile), 0o600))
+	file := filepath.Join(dir, "callbacks.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("tenants:\n  acme:\n    secret_file: "+filepath.Join(dir, "secret")+
+		"\n    allow:\n      - "+receiver+"/hooks/\n"), 0o600))
+	cbs, err := loadCallbacks(file)
+	require.NoError(t, err)
+	return func(cfg *Config) {
+		cfg.Callbacks, cfg.CallbackPoll, cfg.CallbackBackoff = cbs, 50*time.Millisecond, 200*time.Millisecond
+	}
+}
+
 // TestCompletionCallbackIsSignedDeliveredOnceAndRetriedWithTheSameEventID posts
 // two batches naming a callback URL on a local receiver (allowed by the test-only
 // loopback entry of the callbacks file): the one whose receiver answers 2xx gets
@@ -72,19 +98,9 @@ func TestCompletionCallbackIsSignedDeliveredOnceAndRetriedWithTheSameEventID(t *
 	t.Parallel()
 	c := loadContract(t)
 	rc := &callbackReceiver{failFirst: map[string]bool{"/hooks/flaky": true}}
-	recv := httptest.NewServer(rc)
-	t.Cleanup(recv.Close)
-	dir := t.TempDir()
-	secret := "acme-callback-secret-0123456789"
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "secret"), []byte(secret+"\n"), 0o600))
-	file := filepath.Join(dir, "callbacks.yaml")
-	require.NoError(t, os.WriteFile(file, []byte("tenants:\n  acme:\n    secret_file: "+filepath.Join(dir, "secret")+
-		"\n    allow:\n      - "+recv.URL+"/hooks/\n"), 0o600))
-	cbs, err := loadCallbacks(file)
-	require.NoError(t, err)
-	s := startStack(t, func(cfg *Config) {
-		cfg.Callbacks, cfg.CallbackPoll, cfg.CallbackBackoff = cbs, 50*time.Millisecond, 200*time.Millisecond
-	})
+	recv := receiveCallbacks(t, rc)
+	secret := testCallbackSecret
+	s := startStack(t, withCallbacks(t, recv.URL, secret+"\n"))
 	h := s.api
 
 	post := func(path, id string) batchAccepted {

@@ -3,10 +3,7 @@ package main
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,19 +27,9 @@ func TestChangesFanOutPerChannelAndCallBackOncePerPost(t *testing.T) {
 	t.Parallel()
 	c := loadContract(t)
 	rc := &callbackReceiver{}
-	recv := httptest.NewServer(rc)
-	t.Cleanup(recv.Close)
-	dir := t.TempDir()
-	secret := "acme-callback-secret-0123456789"
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "secret"), []byte(secret), 0o600))
-	file := filepath.Join(dir, "callbacks.yaml")
-	require.NoError(t, os.WriteFile(file, []byte("tenants:\n  acme:\n    secret_file: "+filepath.Join(dir, "secret")+
-		"\n    allow:\n      - "+recv.URL+"/hooks/\n"), 0o600))
-	cbs, err := loadCallbacks(file)
-	require.NoError(t, err)
-	s := startStack(t, func(cfg *Config) {
-		cfg.Callbacks, cfg.CallbackPoll, cfg.CallbackBackoff = cbs, 50*time.Millisecond, 200*time.Millisecond
-	})
+	recv := receiveCallbacks(t, rc)
+	secret := testCallbackSecret
+	s := startStack(t, withCallbacks(t, recv.URL, secret))
 	h := s.api
 	resp := c.do(t, h, request(http.MethodPut, "/v1/properties/prop_0000abcd/channels", `{"channels":["expedia","agoda"]}`), true)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -141,19 +128,8 @@ func TestAFannedOutChangeIsAdmittedPerChannel(t *testing.T) {
 	t.Parallel()
 	c := loadContract(t)
 	rc := &callbackReceiver{}
-	recv := httptest.NewServer(rc)
-	t.Cleanup(recv.Close)
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "secret"), []byte("acme-callback-secret-0123456789"), 0o600))
-	file := filepath.Join(dir, "callbacks.yaml")
-	require.NoError(t, os.WriteFile(file, []byte("tenants:\n  acme:\n    secret_file: "+filepath.Join(dir, "secret")+
-		"\n    allow:\n      - "+recv.URL+"/hooks/\n"), 0o600))
-	cbs, err := loadCallbacks(file)
-	require.NoError(t, err)
-	s := startStack(t, func(cfg *Config) {
-		cfg.SmootherMaxPending = 2
-		cfg.Callbacks, cfg.CallbackPoll, cfg.CallbackBackoff = cbs, 50*time.Millisecond, 200*time.Millisecond
-	})
+	recv := receiveCallbacks(t, rc)
+	s := startStack(t, withCallbacks(t, recv.URL, testCallbackSecret), func(cfg *Config) { cfg.SmootherMaxPending = 2 })
 	h := s.api
 	resp := c.do(t, h, request(http.MethodPut, "/v1/properties/prop_0000abcd/channels", `{"channels":["agoda","expedia"]}`), true)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
