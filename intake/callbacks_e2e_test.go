@@ -71,6 +71,18 @@ func receiveCallbacks(t *testing.T, rc *callbackReceiver) *httptest.Server {
 	return recv
 }
 
+// decodeCallback checks a callback body against schema of openapi.yaml and
+// decodes it.
+func decodeCallback[T any](t *testing.T, c *contract, schema string, body []byte) T {
+	t.Helper()
+	var v any
+	require.NoError(t, json.Unmarshal(body, &v))
+	require.NoError(t, c.doc.Components.Schemas[schema].Value.VisitJSON(v), "the body matches %s: %s", schema, body)
+	var ev T
+	require.NoError(t, json.Unmarshal(body, &ev))
+	return ev
+}
+
 // withCallbacks lets the stack's intake call acme back at the URLs under
 // receiver/hooks/, signed with the secret in a file holding secretFile, and
 // deliver at a test's pace.
@@ -119,11 +131,7 @@ func TestCompletionCallbackIsSignedDeliveredOnceAndRetriedWithTheSameEventID(t *
 		ts, err := strconv.ParseInt(g.timestamp, 10, 64)
 		require.NoError(t, err)
 		require.WithinDuration(t, time.Now(), time.Unix(ts, 0), time.Minute)
-		var v any
-		require.NoError(t, json.Unmarshal(g.body, &v))
-		require.NoError(t, c.doc.Components.Schemas["BatchEnded"].Value.VisitJSON(v), "the body matches BatchEnded: %s", g.body)
-		var ev models.BatchEndedEvent
-		require.NoError(t, json.Unmarshal(g.body, &ev))
+		ev := decodeCallback[models.BatchEndedEvent](t, c, "BatchEnded", g.body)
 		require.Equal(t, batchID, ev.BatchID)
 		require.Equal(t, g.eventID, ev.EventID)
 		require.Equal(t, "done", ev.State)

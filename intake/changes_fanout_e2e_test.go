@@ -95,11 +95,7 @@ func TestChangesFanOutPerChannelAndCallBackOncePerPost(t *testing.T) {
 		t.Helper()
 		require.Equal(t, eventID, g.eventID)
 		require.Equal(t, signCallback([]byte(secret), g.timestamp, g.body), g.signature)
-		var v any
-		require.NoError(t, json.Unmarshal(g.body, &v))
-		require.NoError(t, c.doc.Components.Schemas["ChangesCompleted"].Value.VisitJSON(v), "the body matches ChangesCompleted: %s", g.body)
-		var ev store.PostCompleted
-		require.NoError(t, json.Unmarshal(g.body, &ev))
+		ev := decodeCallback[store.PostCompleted](t, c, "ChangesCompleted", g.body)
 		require.Equal(t, eventID, ev.EventID)
 		require.Equal(t, store.EventChangesCompleted, ev.Type)
 		return ev

@@ -362,7 +362,7 @@ func batchID(tenant, idempotencyKey string, now time.Time, random string) string
 		sum := sha256.Sum256([]byte(tenant + "\x00" + idempotencyKey))
 		return tenant + ".k" + hex.EncodeToString(sum[:12])
 	}
-	return tenant + "." + now.UTC().Format("20060102-150405") + "-" + random
+	return ops.TimedBatchID(tenant+".", now, random)
 }
 
 // batchIDPattern is what a batch id may be: its tenant, a dot, and intake's own

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -40,6 +41,20 @@ func ContentDigest(ms []models.Mutation) (string, error) {
 	}
 	sum := sha256.Sum256(body)
 	return hex.EncodeToString(sum[:]), nil
+}
+
+// TenantPattern is what a tenant name may be: it starts every batch id of the
+// tenant (<tenant>.<id>), so it must not hold the separator '.' or anything a URL
+// would escape.
+var TenantPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+
+// BatchIDTime is the layout of the time in a batch id made of one (UTC).
+const BatchIDTime = "20060102-150405"
+
+// TimedBatchID is a batch id made of the time and a random suffix after prefix:
+// <prefix><yyyymmdd-hhmmss>-<random>.
+func TimedBatchID(prefix string, now time.Time, random string) string {
+	return prefix + now.UTC().Format(BatchIDTime) + "-" + random
 }
 
 // ErrBatchExists is wrapped by a ConflictError.

@@ -37,7 +37,7 @@ func ReplayDeadLetters(ctx context.Context, tc client.Client, queue string, st *
 		ms = append(ms, e.Mutations()...)
 	}
 	r.Updates = len(ms)
-	batchID := idPrefix + "replay-" + time.Now().UTC().Format("20060102-150405") + "-" + uuid.NewString()[:8]
+	batchID := TimedBatchID(idPrefix+"replay-", time.Now(), uuid.NewString()[:8])
 	started, err := StartBatch(ctx, tc, queue, st, Batch{ID: batchID, Mutations: ms, ResendSalt: batchID})
 	if err != nil {
 		return r, err

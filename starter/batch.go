@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -155,9 +154,6 @@ rate_per_minute windows); the exit status is 3 when some rows would be rejected.
 	return cmd
 }
 
-// tenantName is what a tenant name may be, as in intake's keys file.
-var tenantName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
-
 // started is what batch start prints.
 type started struct {
 	BatchID    string              `json:"batch_id"`
@@ -176,11 +172,11 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 
 	batchID := id
 	if batchID == "" {
-		batchID = time.Now().UTC().Format("20060102-150405") + "-" + uuid.NewString()[:8]
+		batchID = ops.TimedBatchID("", time.Now(), uuid.NewString()[:8])
 	}
 	if tenant := strings.TrimSpace(c.getenv("PARITYSYNC_TENANT")); tenant != "" {
-		if !tenantName.MatchString(tenant) {
-			return usageError{fmt.Sprintf("PARITYSYNC_TENANT %q: must match %s", tenant, tenantName)}
+		if !ops.TenantPattern.MatchString(tenant) {
+			return usageError{fmt.Sprintf("PARITYSYNC_TENANT %q: must match %s", tenant, ops.TenantPattern)}
 		}
 		// The tenant's batch: intake lets that tenant's key read it.
 		if !strings.HasPrefix(batchID, tenant+".") {

@@ -20,7 +20,7 @@ import (
 
 // rerunID names a re-run of a finished batch: a new batch, whose outcomes are its own.
 func rerunID(batchID string, now time.Time) string {
-	return batchID + ".rerun-" + now.UTC().Format("20060102-150405")
+	return batchID + ".rerun-" + now.UTC().Format(ops.BatchIDTime)
 }
 
 // batchWorkflowID accepts a batch id or its workflow id.
