@@ -1,8 +1,10 @@
-// Package ops holds paritysync's operations as a PMS or an operator performs them:
-// start, read and cancel a batch, hand changes to a channel's smoother, pause and
-// resume a channel, read the quota, replay dead letters. The starter (a command
-// line) and intake (the HTTP API) both call these; each keeps only its own
-// presentation.
+// Package ops is paritysync's service layer: the operations as a PMS or an
+// operator performs them, over Temporal, the limiter and the store. Start, follow,
+// read and cancel a batch (a dry run of one too, with channel "*" fanned out);
+// read its outcomes; hand changes to a channel's smoother; pause and resume a
+// channel and read its quota; list, export, acknowledge and replay dead letters.
+// The starter (the command line) and intake (the HTTP API) both call these; each
+// keeps only its own parsing and presentation.
 package ops
 
 import (

@@ -52,21 +52,6 @@ func (sel *dlqSelection) selection() (ops.DeadLetterSelection, error) {
 	return out, nil
 }
 
-// load reads every selected dead letter, oldest first.
-func (sel *dlqSelection) load(ctx context.Context, st *store.Store) ([]store.DeadLetter, error) {
-	s, err := sel.selection()
-	if err != nil {
-		return nil, err
-	}
-	return ops.SelectDeadLetters(ctx, st, s)
-}
-
-// checkIDs refuses an --id list that is not numbers before anything connects.
-func (sel *dlqSelection) checkIDs() error {
-	_, err := sel.selection()
-	return err
-}
-
 const dlqSelectionHelp = `Entries are selected with --channel C, --reason R, --batch B and --id N,… (and
 --acked for entries already acknowledged).`
 
@@ -131,51 +116,48 @@ what would be replayed and sends nothing.
 	return []*cobra.Command{export, ack, replay}
 }
 
-// selected opens the store and loads sel.
-func (c *cli) selected(ctx context.Context, sel *dlqSelection) (*deps, []store.DeadLetter, error) {
-	if err := sel.checkIDs(); err != nil {
-		return nil, nil, err
+// openSelection reads sel (a bad --id is a usage error before anything connects)
+// and opens the store.
+func (c *cli) openSelection(ctx context.Context, sel *dlqSelection) (*deps, ops.DeadLetterSelection, error) {
+	s, err := sel.selection()
+	if err != nil {
+		return nil, s, err
 	}
 	// --channel is not checked against the configuration: dead letters of a
 	// channel since removed from it are still exported, acknowledged or replayed.
 	d, err := c.open(ctx, useStore)
-	if err != nil {
-		return nil, nil, err
-	}
-	entries, err := sel.load(ctx, d.st)
-	if err != nil {
-		d.close()
-		return nil, nil, err
-	}
-	return d, entries, nil
+	return d, s, err
 }
 
 func (c *cli) dlqExport(ctx context.Context, sel *dlqSelection) error {
-	d, entries, err := c.selected(ctx, sel)
+	d, s, err := c.openSelection(ctx, sel)
 	if err != nil {
 		return err
 	}
 	defer d.close()
+	// A line an entry as it is read, a page at a time, as intake exports them.
 	enc := json.NewEncoder(c.stdout)
-	for _, e := range entries {
+	n := 0
+	err = ops.EachDeadLetter(ctx, d.st, s, func(e store.DeadLetter) error {
 		if err := enc.Encode(e); err != nil {
 			return fmt.Errorf("write entry %d: %w", e.ID, err)
 		}
+		n++
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	c.diag("%d entries", len(entries))
+	c.diag("%d entries", n)
 	return nil
 }
 
 func (c *cli) dlqAck(ctx context.Context, sel *dlqSelection, note string) error {
-	if err := sel.checkIDs(); err != nil {
-		return err
-	}
-	d, err := c.open(ctx, useStore)
+	d, s, err := c.openSelection(ctx, sel)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	s, _ := sel.selection()
 	a, err := ops.AckDeadLetters(ctx, d.st, s, note)
 	if err != nil {
 		return err
@@ -207,11 +189,15 @@ type replayed struct {
 // reconciliation). The batch re-sends content the channel may have seen, so it
 // carries a fresh idempotency salt.
 func (c *cli) dlqReplay(ctx context.Context, sel *dlqSelection, dryRun, wait bool) error {
-	d, entries, err := c.selected(ctx, sel)
+	d, s, err := c.openSelection(ctx, sel)
 	if err != nil {
 		return err
 	}
 	defer d.close()
+	entries, err := ops.SelectDeadLetters(ctx, d.st, s)
+	if err != nil {
+		return err
+	}
 	if len(entries) == 0 {
 		if c.json() {
 			return c.writeJSON(replayed{DryRun: dryRun, IDs: []int64{}})
