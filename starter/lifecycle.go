@@ -31,6 +31,15 @@ func batchWorkflowID(arg string) (string, string) {
 	return arg, models.BatchWorkflowID(arg)
 }
 
+// batchError is err of command cmd on batchID, a batch Temporal does not know
+// made a notFoundError (exit 66).
+func batchError(cmd, batchID string, err error) error {
+	if errors.Is(err, ops.ErrNoBatch) {
+		return notFoundError{fmt.Sprintf("%s: no batch %s", cmd, batchID)}
+	}
+	return err
+}
+
 // lifecycleCmds are the batch lifecycle commands beside start, status and submit.
 func (c *cli) lifecycleCmds() []*cobra.Command {
 	cancel := &cobra.Command{
@@ -97,15 +106,14 @@ func (c *cli) batchCancel(ctx context.Context, arg string) error {
 	}
 	defer d.close()
 	r, err := ops.RequestCancel(ctx, d.tc, d.st, batchID)
-	if errors.Is(err, ops.ErrNoBatch) {
-		return notFoundError{fmt.Sprintf("batch cancel: no batch %s", batchID)}
-	}
-	if err == nil && r.Was == ops.StateRunning {
-		c.diag("cancelling %s: running chunks finish their in-flight request, the rest is cancelled", wfID)
-		err = ops.AwaitCancelled(ctx, d.tc, batchID)
-	}
 	if err != nil {
-		return err
+		return batchError("batch cancel", batchID, err)
+	}
+	if r.Was == ops.StateRunning {
+		c.diag("cancelling %s: running chunks finish their in-flight request, the rest is cancelled", wfID)
+		if err := ops.AwaitCancelled(ctx, d.tc, batchID); err != nil {
+			return err
+		}
 	}
 	counts, err := d.st.BatchCounts(ctx, batchID)
 	if err != nil {
@@ -179,11 +187,8 @@ func (c *cli) batchStatus(ctx context.Context, arg string) error {
 	}
 	defer d.close()
 	r, err := ops.BatchState(ctx, d.tc, d.st, batchID)
-	if errors.Is(err, ops.ErrNoBatch) {
-		return notFoundError{fmt.Sprintf("batch status: no batch %s", batchID)}
-	}
 	if err != nil {
-		return err
+		return batchError("batch status", batchID, err)
 	}
 	rep := statusReport{BatchID: batchID, WorkflowID: wfID, State: r.State, Done: r.State != ops.StateRunning,
 		Planned: r.Planned, Channels: ops.ResultCounts(r.Counts, r.Final), UI: d.uiLink(wfID)}
