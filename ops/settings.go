@@ -25,3 +25,9 @@ func WorkflowLink(s config.Settings, workflowID string) string {
 	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", s.TemporalUI, url.PathEscape(s.TemporalNamespace),
 		url.PathEscape(workflowID))
 }
+
+// ScheduleLink is where the Temporal UI of s shows a schedule.
+func ScheduleLink(s config.Settings, scheduleID string) string {
+	return fmt.Sprintf("%s/namespaces/%s/schedules/%s", s.TemporalUI, url.PathEscape(s.TemporalNamespace),
+		url.PathEscape(scheduleID))
+}
