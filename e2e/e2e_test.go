@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 	"github.com/paritysync/paritysync/otasim/sample"
 	"github.com/paritysync/paritysync/otasim/sim"
 	"github.com/paritysync/paritysync/worker/app/metricstest"

@@ -14,8 +14,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/paritysync/paritysync/dial/devtest"
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 	"github.com/paritysync/paritysync/otasim/sim"
 	"github.com/paritysync/paritysync/workflows"
 )

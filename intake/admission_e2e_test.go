@@ -91,11 +91,7 @@ func TestAdmissionBadInputCancelAndReplayOverHTTP(t *testing.T) {
 		require.Equal(t, want, got, "every bad row is listed with its field and rule: %+v", acc.Rejected)
 		require.Equal(t, 3, acc.Accepted, "the valid rows (and the first of the duplicates) start")
 
-		var view batchView
-		require.Eventually(t, func() bool {
-			view = decodeJSON[batchView](t, c.do(t, h, request(http.MethodGet, acc.StatusURL, ""), true))
-			return view.State == "done"
-		}, 2*time.Minute, 250*time.Millisecond)
+		view := awaitBatchDone(t, c, h, acc.StatusURL, 2*time.Minute)
 		require.Equal(t, 3, view.Totals.Committed+view.Totals.Superseded, "%+v", view.Totals)
 		require.Equal(t, 3, view.Totals.Rejected, "%+v", view.Totals)
 
@@ -150,10 +146,7 @@ func TestAdmissionBadInputCancelAndReplayOverHTTP(t *testing.T) {
 		id, _ := ans["batch_id"].(string)
 		require.True(t, strings.HasPrefix(id, "acme.replay-"), "batch id %q", id)
 		require.Equal(t, "/v1/batches/"+id, ans["status_url"])
-		require.Eventually(t, func() bool {
-			v := decodeJSON[batchView](t, c.do(t, h, request(http.MethodGet, "/v1/batches/"+id, ""), true))
-			return v.State == "done"
-		}, 2*time.Minute, 250*time.Millisecond, "acme reads the replay it started")
+		awaitBatchDone(t, c, h, "/v1/batches/"+id, 2*time.Minute, "acme reads the replay it started")
 		resp = c.do(t, h, requestAs(betaKey, http.MethodGet, "/v1/batches/"+id, ""), true)
 		require.Equal(t, http.StatusNotFound, resp.StatusCode, "another tenant does not")
 	})

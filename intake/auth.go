@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -20,11 +19,8 @@ import (
 	"time"
 
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
-
-// tenantPattern is what a tenant name may be: it starts every batch id of the
-// tenant, so it must not hold the separator '.' or anything a URL would escape.
-var tenantPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
 
 // apiKey is one tenant's key, as the SHA-256 of the key.
 type apiKey struct {
@@ -105,8 +101,8 @@ func parseKeys(body []byte) ([]apiKey, error) {
 		switch {
 		case !ok:
 			return nil, fmt.Errorf("line %d: want %s", n, keyLineForm)
-		case !tenantPattern.MatchString(tenant):
-			return nil, fmt.Errorf("line %d: tenant %q must match %s", n, tenant, tenantPattern)
+		case !ops.TenantPattern.MatchString(tenant):
+			return nil, fmt.Errorf("line %d: tenant %q must match %s", n, tenant, ops.TenantPattern)
 		case err != nil || len(b) != sha256.Size:
 			return nil, fmt.Errorf("line %d: the key's SHA-256 must be 64 hex digits", n)
 		}

@@ -15,8 +15,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/paritysync/paritysync/activities/store"
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // batchAccepted is the 202 answer to POST /v1/batches.
@@ -44,11 +44,7 @@ const unknownChannel = "unknown"
 // is recorded as rejected and listed in the answer. An unreadable body starts and
 // stores nothing.
 func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBody(w, r, s.cfg.MaxBatchBody)
-	if !ok {
-		return
-	}
-	decoded, ok := decodeBody(w, r, body, s.cfg.MaxBatchRows)
+	body, decoded, ok := s.readMutations(w, r, s.cfg.MaxBatchBody, s.cfg.MaxBatchRows)
 	if !ok {
 		return
 	}
@@ -306,12 +302,7 @@ func (s *Server) getBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rep, err := ops.BatchState(r.Context(), s.tc, s.st, id)
-	if errors.Is(err, ops.ErrNoBatch) {
-		writeProblem(w, r, http.StatusNotFound, probNotFound, "no batch "+id)
-		return
-	}
-	if err != nil {
-		s.internal(w, r, err)
+	if s.batchFailed(w, r, id, err) {
 		return
 	}
 	v := batchView{BatchID: id, WorkflowID: rep.WorkflowID, State: rep.State, Planned: rep.Planned, Counts: rep.Counts,
@@ -330,12 +321,7 @@ func (s *Server) deleteBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c, err := ops.RequestCancel(r.Context(), s.tc, s.st, id)
-	if errors.Is(err, ops.ErrNoBatch) {
-		writeProblem(w, r, http.StatusNotFound, probNotFound, "no batch "+id)
-		return
-	}
-	if err != nil {
-		s.internal(w, r, err)
+	if s.batchFailed(w, r, id, err) {
 		return
 	}
 	if c.Was == ops.StateRunning {
@@ -376,11 +362,8 @@ func (s *Server) getRejections(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	list := []store.MutationOutcome{}
-	if err := s.st.BatchOutcomes(r.Context(), id, models.OutcomeRejected, func(o store.MutationOutcome) error {
-		list = append(list, o)
-		return nil
-	}); err != nil {
+	list, err := ops.Rejections(r.Context(), s.st, id)
+	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
@@ -398,15 +381,26 @@ func (s *Server) getOutcomes(w http.ResponseWriter, r *http.Request) {
 			func(p *problem) { p.Field, p.Rule = "mutation", models.RuleIDFormat })
 		return
 	}
-	list, err := s.st.Outcomes(r.Context(), id, m)
+	list, err := ops.MutationOutcomes(r.Context(), s.st, id, m)
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
-	if list == nil {
-		list = []store.MutationOutcome{}
-	}
 	writeJSON(w, http.StatusOK, outcomeList{BatchID: id, Outcomes: list})
+}
+
+// batchFailed answers err of an operation on batch id, if any: 404 for a batch
+// Temporal does not know, else 500. It reports whether it answered.
+func (s *Server) batchFailed(w http.ResponseWriter, r *http.Request, id string, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, ops.ErrNoBatch):
+		writeProblem(w, r, http.StatusNotFound, probNotFound, "no batch "+id)
+	default:
+		s.internal(w, r, err)
+	}
+	return true
 }
 
 // internal answers 500 and logs the error; the PMS sees no internals.
@@ -415,20 +409,25 @@ func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
 	writeProblem(w, r, http.StatusInternalServerError, probInternal, "the request failed; it is logged")
 }
 
-// decodeBody reads a body of mutations; an unreadable one is answered with a 400
-// problem naming its line and rule, and ok is false.
-func decodeBody(w http.ResponseWriter, r *http.Request, body []byte, maxRows int) (models.Decoded, bool) {
+// readMutations reads a body of mutations of at most maxBody bytes and maxRows
+// rows; a body too big, too slow or unreadable is answered (a 400 problem naming
+// its line and rule for one that does not decode), and ok is false.
+func (s *Server) readMutations(w http.ResponseWriter, r *http.Request, maxBody int64, maxRows int) ([]byte, models.Decoded, bool) {
+	body, ok := s.readBody(w, r, maxBody)
+	if !ok {
+		return nil, models.Decoded{}, false
+	}
 	decoded, err := models.DecodeMutations(body, models.DecodeLimits{MaxMutations: maxRows})
 	var be *models.BodyError
 	if errors.As(err, &be) {
 		writeProblem(w, r, http.StatusBadRequest, probUnreadable, be.Error(), func(p *problem) {
 			p.Line, p.Rule = be.Line, be.Rule
 		})
-		return decoded, false
+		return body, decoded, false
 	}
 	if err != nil {
 		writeProblem(w, r, http.StatusBadRequest, probUnreadable, err.Error())
-		return decoded, false
+		return body, decoded, false
 	}
-	return decoded, true
+	return body, decoded, true
 }

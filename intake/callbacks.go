@@ -23,6 +23,7 @@ import (
 
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/config"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // Completion callbacks. A batch posted with callback_url=<URL> receives one signed
@@ -93,8 +94,8 @@ func loadCallbacks(path string) (*callbackConfig, error) {
 	}
 	for name, t := range file.Tenants {
 		where := fmt.Sprintf("PARITYSYNC_CALLBACKS_FILE %s: tenant %s", path, name)
-		if !tenantPattern.MatchString(name) {
-			return nil, fmt.Errorf("%s: a tenant name must match %s", where, tenantPattern)
+		if !ops.TenantPattern.MatchString(name) {
+			return nil, fmt.Errorf("%s: a tenant name must match %s", where, ops.TenantPattern)
 		}
 		secret, err := os.ReadFile(t.SecretFile)
 		if err != nil {

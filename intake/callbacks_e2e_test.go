@@ -61,6 +61,44 @@ func (rc *callbackReceiver) on(path string) []receivedCallback {
 	return out
 }
 
+// testCallbackSecret is acme's callback secret in the callback tests.
+const testCallbackSecret = "acme-callback-secret-0123456789"
+
+// receiveCallbacks serves rc for the test.
+func receiveCallbacks(t *testing.T, rc *callbackReceiver) *httptest.Server {
+	recv := httptest.NewServer(rc)
+	t.Cleanup(recv.Close)
+	return recv
+}
+
+// decodeCallback checks a callback body against schema of openapi.yaml and
+// decodes it.
+func decodeCallback[T any](t *testing.T, c *contract, schema string, body []byte) T {
+	t.Helper()
+	var v any
+	require.NoError(t, json.Unmarshal(body, &v))
+	require.NoError(t, c.doc.Components.Schemas[schema].Value.VisitJSON(v), "the body matches %s: %s", schema, body)
+	var ev T
+	require.NoError(t, json.Unmarshal(body, &ev))
+	return ev
+}
+
+// withCallbacks lets the stack's intake call acme back at the URLs under
+// receiver/hooks/, signed with the secret in a file holding secretFile, and
+// deliver at a test's pace.
+func withCallbacks(t *testing.T, receiver, secretFile string) func(*Config) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "secret"), []byte(secretFile), 0o600))
+	file := filepath.Join(dir, "callbacks.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("tenants:\n  acme:\n    secret_file: "+filepath.Join(dir, "secret")+
+		"\n    allow:\n      - "+receiver+"/hooks/\n"), 0o600))
+	cbs, err := loadCallbacks(file)
+	require.NoError(t, err)
+	return func(cfg *Config) {
+		cfg.Callbacks, cfg.CallbackPoll, cfg.CallbackBackoff = cbs, 50*time.Millisecond, 200*time.Millisecond
+	}
+}
+
 // TestCompletionCallbackIsSignedDeliveredOnceAndRetriedWithTheSameEventID posts
 // two batches naming a callback URL on a local receiver (allowed by the test-only
 // loopback entry of the callbacks file): the one whose receiver answers 2xx gets
@@ -72,19 +110,9 @@ func TestCompletionCallbackIsSignedDeliveredOnceAndRetriedWithTheSameEventID(t *
 	t.Parallel()
 	c := loadContract(t)
 	rc := &callbackReceiver{failFirst: map[string]bool{"/hooks/flaky": true}}
-	recv := httptest.NewServer(rc)
-	t.Cleanup(recv.Close)
-	dir := t.TempDir()
-	secret := "acme-callback-secret-0123456789"
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "secret"), []byte(secret+"\n"), 0o600))
-	file := filepath.Join(dir, "callbacks.yaml")
-	require.NoError(t, os.WriteFile(file, []byte("tenants:\n  acme:\n    secret_file: "+filepath.Join(dir, "secret")+
-		"\n    allow:\n      - "+recv.URL+"/hooks/\n"), 0o600))
-	cbs, err := loadCallbacks(file)
-	require.NoError(t, err)
-	s := startStack(t, func(cfg *Config) {
-		cfg.Callbacks, cfg.CallbackPoll, cfg.CallbackBackoff = cbs, 50*time.Millisecond, 200*time.Millisecond
-	})
+	recv := receiveCallbacks(t, rc)
+	secret := testCallbackSecret
+	s := startStack(t, withCallbacks(t, recv.URL, secret+"\n"))
 	h := s.api
 
 	post := func(path, id string) batchAccepted {
@@ -103,11 +131,7 @@ func TestCompletionCallbackIsSignedDeliveredOnceAndRetriedWithTheSameEventID(t *
 		ts, err := strconv.ParseInt(g.timestamp, 10, 64)
 		require.NoError(t, err)
 		require.WithinDuration(t, time.Now(), time.Unix(ts, 0), time.Minute)
-		var v any
-		require.NoError(t, json.Unmarshal(g.body, &v))
-		require.NoError(t, c.doc.Components.Schemas["BatchEnded"].Value.VisitJSON(v), "the body matches BatchEnded: %s", g.body)
-		var ev models.BatchEndedEvent
-		require.NoError(t, json.Unmarshal(g.body, &ev))
+		ev := decodeCallback[models.BatchEndedEvent](t, c, "BatchEnded", g.body)
 		require.Equal(t, batchID, ev.BatchID)
 		require.Equal(t, g.eventID, ev.EventID)
 		require.Equal(t, "done", ev.State)

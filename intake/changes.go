@@ -14,9 +14,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/paritysync/paritysync/activities/store"
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // Answers to one webhook change.
@@ -71,11 +71,7 @@ func smootherID(tenant, id string) string { return tenant + ":" + id }
 // A change without channel, or with "*", is fanned out to every channel its
 // property is on (PUT /v1/properties/{id}/channels) and answered per channel.
 func (s *Server) postChanges(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBody(w, r, s.cfg.MaxChangeBody)
-	if !ok {
-		return
-	}
-	decoded, ok := decodeBody(w, r, body, s.cfg.MaxChanges)
+	_, decoded, ok := s.readMutations(w, r, s.cfg.MaxChangeBody, s.cfg.MaxChanges)
 	if !ok {
 		return
 	}

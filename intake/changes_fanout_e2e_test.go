@@ -3,10 +3,7 @@ package main
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,19 +27,9 @@ func TestChangesFanOutPerChannelAndCallBackOncePerPost(t *testing.T) {
 	t.Parallel()
 	c := loadContract(t)
 	rc := &callbackReceiver{}
-	recv := httptest.NewServer(rc)
-	t.Cleanup(recv.Close)
-	dir := t.TempDir()
-	secret := "acme-callback-secret-0123456789"
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "secret"), []byte(secret), 0o600))
-	file := filepath.Join(dir, "callbacks.yaml")
-	require.NoError(t, os.WriteFile(file, []byte("tenants:\n  acme:\n    secret_file: "+filepath.Join(dir, "secret")+
-		"\n    allow:\n      - "+recv.URL+"/hooks/\n"), 0o600))
-	cbs, err := loadCallbacks(file)
-	require.NoError(t, err)
-	s := startStack(t, func(cfg *Config) {
-		cfg.Callbacks, cfg.CallbackPoll, cfg.CallbackBackoff = cbs, 50*time.Millisecond, 200*time.Millisecond
-	})
+	recv := receiveCallbacks(t, rc)
+	secret := testCallbackSecret
+	s := startStack(t, withCallbacks(t, recv.URL, secret))
 	h := s.api
 	resp := c.do(t, h, request(http.MethodPut, "/v1/properties/prop_0000abcd/channels", `{"channels":["expedia","agoda"]}`), true)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -108,11 +95,7 @@ func TestChangesFanOutPerChannelAndCallBackOncePerPost(t *testing.T) {
 		t.Helper()
 		require.Equal(t, eventID, g.eventID)
 		require.Equal(t, signCallback([]byte(secret), g.timestamp, g.body), g.signature)
-		var v any
-		require.NoError(t, json.Unmarshal(g.body, &v))
-		require.NoError(t, c.doc.Components.Schemas["ChangesCompleted"].Value.VisitJSON(v), "the body matches ChangesCompleted: %s", g.body)
-		var ev store.PostCompleted
-		require.NoError(t, json.Unmarshal(g.body, &ev))
+		ev := decodeCallback[store.PostCompleted](t, c, "ChangesCompleted", g.body)
 		require.Equal(t, eventID, ev.EventID)
 		require.Equal(t, store.EventChangesCompleted, ev.Type)
 		return ev
@@ -141,19 +124,8 @@ func TestAFannedOutChangeIsAdmittedPerChannel(t *testing.T) {
 	t.Parallel()
 	c := loadContract(t)
 	rc := &callbackReceiver{}
-	recv := httptest.NewServer(rc)
-	t.Cleanup(recv.Close)
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "secret"), []byte("acme-callback-secret-0123456789"), 0o600))
-	file := filepath.Join(dir, "callbacks.yaml")
-	require.NoError(t, os.WriteFile(file, []byte("tenants:\n  acme:\n    secret_file: "+filepath.Join(dir, "secret")+
-		"\n    allow:\n      - "+recv.URL+"/hooks/\n"), 0o600))
-	cbs, err := loadCallbacks(file)
-	require.NoError(t, err)
-	s := startStack(t, func(cfg *Config) {
-		cfg.SmootherMaxPending = 2
-		cfg.Callbacks, cfg.CallbackPoll, cfg.CallbackBackoff = cbs, 50*time.Millisecond, 200*time.Millisecond
-	})
+	recv := receiveCallbacks(t, rc)
+	s := startStack(t, withCallbacks(t, recv.URL, testCallbackSecret), func(cfg *Config) { cfg.SmootherMaxPending = 2 })
 	h := s.api
 	resp := c.do(t, h, request(http.MethodPut, "/v1/properties/prop_0000abcd/channels", `{"channels":["agoda","expedia"]}`), true)
 	require.Equal(t, http.StatusOK, resp.StatusCode)

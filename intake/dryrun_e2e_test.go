@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/paritysync/paritysync/intake/ops"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // workflowCount is how many workflows the stack's namespace lists.
@@ -89,11 +89,7 @@ func TestDryRunStartsNothingAndPlansTheRequestsTheBatchSends(t *testing.T) {
 	resp = post("")
 	require.Equal(t, http.StatusAccepted, resp.StatusCode)
 	acc := decodeJSON[batchAccepted](t, resp)
-	var view batchView
-	require.Eventually(t, func() bool {
-		view = decodeJSON[batchView](t, c.do(t, s.api, request(http.MethodGet, acc.StatusURL, ""), true))
-		return view.State == "done"
-	}, 2*time.Minute, 250*time.Millisecond)
+	view := awaitBatchDone(t, c, s.api, acc.StatusURL, 2*time.Minute)
 	require.NotNil(t, view.Result)
 	for _, ch := range view.Result.Channels {
 		if ch.Requests > 0 || byChannel[ch.Channel].Requests > 0 {

@@ -203,11 +203,7 @@ func TestBatchesAndChangesOverHTTPEveryOutcomeReadBack(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode)
 	require.Equal(t, problemBase+probConflict, decodeProblem(t, resp).Type)
 
-	var view batchView
-	require.Eventually(t, func() bool {
-		view = decodeJSON[batchView](t, c.do(t, h, request(http.MethodGet, acc.StatusURL, ""), true))
-		return view.State == "done"
-	}, 2*time.Minute, 250*time.Millisecond)
+	view := awaitBatchDone(t, c, h, acc.StatusURL, 2*time.Minute)
 	require.Equal(t, 6, view.Totals.Committed+view.Totals.Superseded, "every valid update has its outcome: %+v", view.Totals)
 	require.Equal(t, 2, view.Totals.Rejected)
 	require.True(t, view.Planned, "the batch's totals are recorded")

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -161,6 +162,18 @@ func writeKeys(t *testing.T) string {
 
 func request(method, path, body string) *http.Request {
 	return requestAs(testKey, method, path, body)
+}
+
+// awaitBatchDone reads the batch at statusURL (each answer checked against
+// openapi.yaml) until it is done, at most for within, and returns its view then.
+func awaitBatchDone(t *testing.T, c *contract, h http.Handler, statusURL string, within time.Duration, msgAndArgs ...any) batchView {
+	t.Helper()
+	var view batchView
+	require.Eventually(t, func() bool {
+		view = decodeJSON[batchView](t, c.do(t, h, request(http.MethodGet, statusURL, ""), true))
+		return view.State == "done"
+	}, within, 250*time.Millisecond, msgAndArgs...)
+	return view
 }
 
 func requestAs(key, method, path, body string) *http.Request {

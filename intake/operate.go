@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -10,8 +11,8 @@ import (
 	"strings"
 
 	"github.com/paritysync/paritysync/activities/store"
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // channelOf is the path's channel when it is configured; otherwise it answers 404.
@@ -22,6 +23,13 @@ func (s *Server) channelOf(w http.ResponseWriter, r *http.Request) (string, bool
 		return "", false
 	}
 	return ch, true
+}
+
+// decodeStrict decodes a JSON body into v, refusing a field v does not have.
+func decodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
 }
 
 func (s *Server) pauseChannel(w http.ResponseWriter, r *http.Request) {
@@ -36,9 +44,7 @@ func (s *Server) pauseChannel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil || strings.TrimSpace(in.Reason) == "" {
+	if err := decodeStrict(body, &in); err != nil || strings.TrimSpace(in.Reason) == "" {
 		writeProblem(w, r, http.StatusBadRequest, probBadRequest, `want {"reason": "why the channel is paused"}`,
 			func(p *problem) {
 				p.Problems = []models.RowProblem{{Line: 1, Field: "reason", Rule: models.RuleRequired}}
@@ -222,9 +228,7 @@ func (s *Server) readDLQSelection(w http.ResponseWriter, r *http.Request, withNo
 		Batch   string  `json:"batch"`
 		Note    *string `json:"note"`
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(&in)
+	err := decodeStrict(body, &in)
 	sel := ops.DeadLetterSelection{IDs: in.IDs, Channel: in.Channel, Reason: in.Reason, BatchID: in.Batch}
 	if err != nil || sel.Empty() || (in.Note != nil && !withNote) {
 		want := `want a selection: {"ids": [1, 2]} or any of {"channel", "reason", "batch"}`
@@ -337,9 +341,7 @@ func (s *Server) putPropertyChannels(w http.ResponseWriter, r *http.Request) {
 		Channels []string                   `json:"channels"`
 		Codes    map[string]json.RawMessage `json:"codes"`
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil || in.Channels == nil {
+	if err := decodeStrict(body, &in); err != nil || in.Channels == nil {
 		writeProblem(w, r, http.StatusBadRequest, probBadRequest,
 			`want {"channels": ["expedia", …], "codes": {"<channex channel>": {…}}} (an empty list unmaps the property)`,
 			func(p *problem) { p.Field, p.Rule = "channels", models.RuleRequired })
@@ -366,11 +368,7 @@ func (s *Server) putPropertyChannels(w http.ResponseWriter, r *http.Request) {
 	for _, ch := range slices.Sorted(maps.Keys(in.Codes)) {
 		field, rule := "codes."+ch, ""
 		i := slices.Index(in.Channels, ch)
-		strict := func(v any) bool {
-			d := json.NewDecoder(strings.NewReader(string(in.Codes[ch])))
-			d.DisallowUnknownFields()
-			return d.Decode(v) == nil
-		}
+		strict := func(v any) bool { return decodeStrict(in.Codes[ch], v) == nil }
 		switch proto := s.channels[ch].Protocol; {
 		case i < 0:
 			rule = ruleCodesListed

@@ -68,11 +68,7 @@ func TestRangeMutationOneOutcomePerChannelOverHTTP(t *testing.T) {
 		"bad-day":   "days: " + models.RuleDays,
 	}, problems)
 
-	var view batchView
-	require.Eventually(t, func() bool {
-		view = decodeJSON[batchView](t, c.do(t, h, request(http.MethodGet, acc.StatusURL, ""), true))
-		return view.State == "done"
-	}, 3*time.Minute, 250*time.Millisecond)
+	view := awaitBatchDone(t, c, h, acc.StatusURL, 3*time.Minute)
 	counts := map[string]models.ChannelCounts{}
 	for _, ch := range view.Counts {
 		counts[ch.Channel] = ch

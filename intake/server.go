@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -29,6 +28,7 @@ import (
 	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 //go:embed openapi.yaml
@@ -107,41 +107,24 @@ type Server struct {
 
 // NewServer wires the API over its connections.
 func NewServer(cfg Config, tc client.Client, rdb redis.UniversalClient, st *store.Store, keys *keyring, log *slog.Logger) (*Server, error) {
-	if cfg.MaxBatchBody <= 0 {
-		cfg.MaxBatchBody = DefaultMaxBatchBody
-	}
-	if cfg.MaxChangeBody <= 0 {
-		cfg.MaxChangeBody = DefaultMaxChangeBody
-	}
-	if cfg.MaxChanges <= 0 {
-		cfg.MaxChanges = DefaultMaxChanges
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = 30 * time.Second
-	}
+	orDefault(&cfg.MaxBatchBody, DefaultMaxBatchBody)
+	orDefault(&cfg.MaxChangeBody, DefaultMaxChangeBody)
+	orDefault(&cfg.MaxChanges, DefaultMaxChanges)
+	orDefault(&cfg.RequestTimeout, 30*time.Second)
 	if cfg.CancelWait <= 0 || cfg.CancelWait > cfg.RequestTimeout/2 {
 		cfg.CancelWait = cfg.RequestTimeout / 2
 	}
 	if cfg.SubmitTimeout <= 0 || cfg.SubmitTimeout > cfg.RequestTimeout/2 {
 		cfg.SubmitTimeout = cfg.RequestTimeout / 3
 	}
-	if cfg.BodyGrace <= 0 {
-		cfg.BodyGrace = DefaultBodyGrace
-	}
-	if cfg.BodyMinRate <= 0 {
-		cfg.BodyMinRate = DefaultBodyMinRate
-	}
-	if cfg.BodyMaxTime <= 0 {
-		cfg.BodyMaxTime = DefaultBodyMaxTime
-	}
-	if cfg.SmootherMaxPending <= 0 {
-		cfg.SmootherMaxPending = models.DefaultMaxPending
-	}
-	v, err := models.NewValidator(cfg.Channels, cfg.Settings.PropertyPattern, time.Now)
+	orDefault(&cfg.BodyGrace, DefaultBodyGrace)
+	orDefault(&cfg.BodyMinRate, DefaultBodyMinRate)
+	orDefault(&cfg.BodyMaxTime, DefaultBodyMaxTime)
+	orDefault(&cfg.SmootherMaxPending, models.DefaultMaxPending)
+	v, err := ops.NewValidator(cfg.Settings, cfg.Channels)
 	if err != nil {
-		return nil, fmt.Errorf("PARITYSYNC_PROPERTY_PATTERN: %w", err)
+		return nil, err
 	}
-	v.Zones = cfg.Settings.Zones
 	reg := prometheus.NewRegistry()
 	s := &Server{cfg: cfg, tc: tc, rdb: rdb, st: st, keys: keys, validator: v,
 		lim:      limiter.New(rdb, cfg.Channels, limiter.Options{Prefix: cfg.Settings.KeyPrefix, Zones: cfg.Settings.Zones}),
@@ -162,6 +145,13 @@ func NewServer(cfg Config, tc client.Client, rdb redis.UniversalClient, st *stor
 		}()
 	}
 	return s, nil
+}
+
+// orDefault sets *v to def when it is not positive (unset).
+func orDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // checker is the validator with the channels' codes as stored now for ms (a
@@ -372,7 +362,7 @@ func batchID(tenant, idempotencyKey string, now time.Time, random string) string
 		sum := sha256.Sum256([]byte(tenant + "\x00" + idempotencyKey))
 		return tenant + ".k" + hex.EncodeToString(sum[:12])
 	}
-	return tenant + "." + now.UTC().Format("20060102-150405") + "-" + random
+	return ops.TimedBatchID(tenant+".", now, random)
 }
 
 // batchIDPattern is what a batch id may be: its tenant, a dot, and intake's own
@@ -406,6 +396,5 @@ const ruleIdempotencyKey = "must be 1-255 visible ASCII characters (no spaces or
 
 // uiLink is where the Temporal UI shows a workflow.
 func (s *Server) uiLink(workflowID string) string {
-	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", s.cfg.Settings.TemporalUI,
-		url.PathEscape(s.cfg.Settings.TemporalNamespace), url.PathEscape(workflowID))
+	return ops.WorkflowLink(s.cfg.Settings, workflowID)
 }

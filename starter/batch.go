@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,8 +16,8 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // readMutations reads a JSON array or JSON lines of mutations with
@@ -31,6 +30,20 @@ func readMutations(path string) ([]models.Mutation, error) {
 		return nil, dataError{err}
 	}
 	return ms, nil
+}
+
+// readBatch reads file's mutations (readMutations), then the configuration: a
+// bad file is refused before the configuration is read. The caller closes the deps.
+func (c *cli) readBatch(file string) ([]models.Mutation, *deps, error) {
+	ms, err := readMutations(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := c.deps()
+	if err != nil {
+		return nil, nil, err
+	}
+	return ms, d, nil
 }
 
 func parseMutations(path string) ([]models.Mutation, error) {
@@ -141,9 +154,6 @@ rate_per_minute windows); the exit status is 3 when some rows would be rejected.
 	return cmd
 }
 
-// tenantName is what a tenant name may be, as in intake's keys file.
-var tenantName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
-
 // started is what batch start prints.
 type started struct {
 	BatchID    string              `json:"batch_id"`
@@ -154,11 +164,7 @@ type started struct {
 }
 
 func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool) error {
-	ms, err := readMutations(file)
-	if err != nil {
-		return err
-	}
-	d, err := c.deps()
+	ms, d, err := c.readBatch(file)
 	if err != nil {
 		return err
 	}
@@ -166,11 +172,11 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 
 	batchID := id
 	if batchID == "" {
-		batchID = time.Now().UTC().Format("20060102-150405") + "-" + uuid.NewString()[:8]
+		batchID = ops.TimedBatchID("", time.Now(), uuid.NewString()[:8])
 	}
 	if tenant := strings.TrimSpace(c.getenv("PARITYSYNC_TENANT")); tenant != "" {
-		if !tenantName.MatchString(tenant) {
-			return usageError{fmt.Sprintf("PARITYSYNC_TENANT %q: must match %s", tenant, tenantName)}
+		if !ops.TenantPattern.MatchString(tenant) {
+			return usageError{fmt.Sprintf("PARITYSYNC_TENANT %q: must match %s", tenant, ops.TenantPattern)}
 		}
 		// The tenant's batch: intake lets that tenant's key read it.
 		if !strings.HasPrefix(batchID, tenant+".") {
@@ -180,8 +186,7 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 	if ms, err = c.fanOut(ctx, d, file, ms); err != nil {
 		return err
 	}
-	tc, err := d.temporal(ctx)
-	if err != nil {
+	if err := d.dial(ctx, useTemporal); err != nil {
 		return err
 	}
 	// The claim check of a big batch opens the store only when it is needed.
@@ -192,11 +197,11 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 		}
 		return st.SaveBatch(ctx, batchID, ms)
 	})
-	b, err := ops.StartBatch(ctx, tc, d.settings.TaskQueue, saver, ops.Batch{ID: batchID, Mutations: ms})
+	b, err := ops.StartBatch(ctx, d.tc, d.settings.TaskQueue, saver, ops.Batch{ID: batchID, Mutations: ms})
 	var conflict *ops.ConflictError
 	if errors.As(err, &conflict) && rerun && !conflict.Running {
 		batchID = rerunID(batchID, time.Now())
-		b, err = ops.StartBatch(ctx, tc, d.settings.TaskQueue, saver, ops.Batch{ID: batchID, Mutations: ms})
+		b, err = ops.StartBatch(ctx, d.tc, d.settings.TaskQueue, saver, ops.Batch{ID: batchID, Mutations: ms})
 	}
 	if errors.As(err, &conflict) {
 		hint := "pick another --id"
@@ -215,7 +220,7 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 		if !wait {
 			return nil
 		}
-		st, err := c.followBatch(ctx, c.follower(ctx, d, tc, b.Run, batchID), batchID, d.uiLink(wfID))
+		st, err := c.followBatch(ctx, c.follower(d, b.Run, batchID), batchID, d.uiLink(wfID))
 		if err != nil {
 			return err
 		}
@@ -231,7 +236,7 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 		return nil
 	}
 	c.diag("started %s (%d mutations); following it (Ctrl-C stops following, not the batch)\n%s", wfID, len(ms), out.UI)
-	st, err := c.followBatch(ctx, c.follower(ctx, d, tc, run, batchID), batchID, out.UI)
+	st, err := c.followBatch(ctx, c.follower(d, run, batchID), batchID, out.UI)
 	if err != nil {
 		return err
 	}
@@ -260,15 +265,14 @@ func (c *cli) batchDryRun(file, id string) error {
 		return err
 	}
 	defer d.close()
-	v, err := models.NewValidator(d.channels, d.settings.PropertyPattern, time.Now)
+	v, err := ops.NewValidator(d.settings, d.channels)
 	if err != nil {
-		return configError{fmt.Errorf("PARITYSYNC_PROPERTY_PATTERN: %w", err)}
+		return configError{err}
 	}
-	v.Zones = d.settings.Zones
 	if id == "" {
 		id = "dry-run"
 	}
-	if hasStar(decoded.Mutations) {
+	if ops.NeedsFanOut(decoded.Mutations) {
 		st, err := d.store(context.Background())
 		if err != nil {
 			return err
@@ -305,40 +309,26 @@ func (c *cli) batchDryRun(file, id string) error {
 	return verdict
 }
 
-// hasStar reports whether a mutation of ms is for channel "*" (or names none).
-func hasStar(ms []models.Mutation) bool {
-	for _, m := range ms {
-		if ops.EveryChannel(m) {
-			return true
-		}
-	}
-	return false
-}
-
 // fanOut turns the mutations of file for channel "*" into one per channel their
 // property is on (the store's mappings, as intake does); a row that cannot fan out
 // refuses the whole file, as any bad row does. Without such a row it opens nothing.
 func (c *cli) fanOut(ctx context.Context, d *deps, file string, ms []models.Mutation) ([]models.Mutation, error) {
-	if !hasStar(ms) {
+	if !ops.NeedsFanOut(ms) {
 		return ms, nil
 	}
 	st, err := d.store(ctx)
 	if err != nil {
 		return nil, err
 	}
-	in := models.Decoded{Mutations: ms, Rows: len(ms)}
-	for i := range ms {
-		in.Lines, in.Indexes = append(in.Lines, i+1), append(in.Indexes, i)
-	}
-	out, err := ops.FanOut(ctx, st, in)
+	out, problems, err := ops.FanOutMutations(ctx, st, ms)
 	if err != nil {
 		return nil, err
 	}
-	if len(out.Problems) > 0 {
-		return nil, dataError{fmt.Errorf("%s: row %d (id %s): %s: %s; nothing started", file, out.Problems[0].Index+1,
-			out.Problems[0].ID, out.Problems[0].Field, out.Problems[0].Rule)}
+	if len(problems) > 0 {
+		p := problems[0]
+		return nil, dataError{fmt.Errorf("%s: row %d (id %s): %s: %s; nothing started", file, p.Index+1, p.ID, p.Field, p.Rule)}
 	}
-	return out.Mutations, nil
+	return out, nil
 }
 
 // saverFunc is a function keeping a big batch's claim check.
@@ -371,10 +361,9 @@ const (
 )
 
 // follower follows batchID until it ends, printing progress on stderr, and returns
-// its final status: the workflow's result with the store's counts (statusCounts, as
+// its final status: the workflow's result with the store's counts (ops.ResultCounts, as
 // batch status counts).
-func (c *cli) follower(ctx context.Context, d *deps, tc client.Client, run client.WorkflowRun,
-	batchID string) func(context.Context) (models.BatchStatus, error) {
+func (c *cli) follower(d *deps, run client.WorkflowRun, batchID string) func(context.Context) (models.BatchStatus, error) {
 	return func(ctx context.Context) (models.BatchStatus, error) {
 		var final models.BatchStatus
 		st, err := d.store(ctx)
@@ -382,14 +371,14 @@ func (c *cli) follower(ctx context.Context, d *deps, tc client.Client, run clien
 			return final, err
 		}
 		pr := progressPrinter{c: c}
-		if _, err := ops.WatchBatch(ctx, tc, st, batchID, pollEvery, pr.poll); err != nil {
+		if _, err := ops.WatchBatch(ctx, d.tc, st, batchID, pollEvery, pr.poll); err != nil {
 			return final, err
 		}
 		// The batch has ended: its result is in the history (no query, no worker).
 		if err := run.Get(ctx, &final); err != nil {
 			return final, fmt.Errorf("batch %s: %w", run.GetID(), err)
 		}
-		final.Channels = statusCounts(pr.last.Progress.Channels, &final)
+		final.Channels = ops.ResultCounts(pr.last.Progress.Channels, &final)
 		if final.BatchID == "" {
 			final.BatchID = batchID
 		}

@@ -74,16 +74,12 @@ func (c *cli) batchArgs(cmd *cobra.Command, args []string, toComplete string) ([
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), completionTimeout)
 	defer cancel()
-	d, err := c.deps()
+	d, err := c.open(ctx, useTemporal)
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	defer d.close()
-	tc, err := d.temporal(ctx)
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+	resp, err := d.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 		Query: "WorkflowType = 'BatchSync'", PageSize: maxCompletedBatches,
 	})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/activities/store/storetest"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // commands is every runnable command of the tree, help and completion aside.
@@ -194,7 +195,7 @@ func TestBatchStatusCountsAlikeInTableAndJSON(t *testing.T) {
 	stored := []models.ChannelCounts{{Channel: "expedia", Total: 401, Committed: 390, Superseded: 7, Rejected: 4}}
 	live := &models.BatchStatus{Done: true, Channels: []models.ChannelCounts{
 		{Channel: "expedia", Total: 397, Committed: 390, Superseded: 7, Requests: 12}}}
-	rep := statusReport{WorkflowID: "batch/b-1", State: "done", Done: true, Channels: statusCounts(stored, live)}
+	rep := statusReport{WorkflowID: "batch/b-1", State: "done", Done: true, Channels: ops.ResultCounts(stored, live)}
 	rep.Totals = models.BatchStatus{Channels: rep.Channels}.Totals()
 	require.Equal(t, []models.ChannelCounts{{Channel: "expedia", Total: 401, Committed: 390, Superseded: 7, Rejected: 4, Requests: 12}},
 		rep.Channels)
@@ -215,7 +216,7 @@ func TestBatchStatusCountsAlikeInTableAndJSON(t *testing.T) {
 	clean := statusReport{Done: true, Channels: []models.ChannelCounts{{Channel: "expedia", Total: 3, Committed: 3}}}
 	require.NoError(t, statusVerdict(clean))
 	// Without a worker's answer the store's outcomes are the counts.
-	require.Equal(t, stored, statusCounts(stored, nil))
+	require.Equal(t, stored, ops.ResultCounts(stored, nil))
 }
 
 // TestStatusWithNothingReachableExits69AfterPrintingWhatItKnows holds status to the

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/paritysync/paritysync/activities/store"
-	"github.com/paritysync/paritysync/intake/ops"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // Dead letters you can act on: export them, acknowledge them, replay them.
@@ -50,21 +50,6 @@ func (sel *dlqSelection) selection() (ops.DeadLetterSelection, error) {
 		out.IDs = append(out.IDs, id)
 	}
 	return out, nil
-}
-
-// load reads every selected dead letter, oldest first.
-func (sel *dlqSelection) load(ctx context.Context, st *store.Store) ([]store.DeadLetter, error) {
-	s, err := sel.selection()
-	if err != nil {
-		return nil, err
-	}
-	return ops.SelectDeadLetters(ctx, st, s)
-}
-
-// checkIDs refuses an --id list that is not numbers before anything connects.
-func (sel *dlqSelection) checkIDs() error {
-	_, err := sel.selection()
-	return err
 }
 
 const dlqSelectionHelp = `Entries are selected with --channel C, --reason R, --batch B and --id N,… (and
@@ -131,61 +116,49 @@ what would be replayed and sends nothing.
 	return []*cobra.Command{export, ack, replay}
 }
 
-// selected opens the store and loads sel.
-func (c *cli) selected(ctx context.Context, sel *dlqSelection) (*deps, *store.Store, []store.DeadLetter, error) {
-	if err := sel.checkIDs(); err != nil {
-		return nil, nil, nil, err
-	}
-	d, err := c.deps()
+// openSelection reads sel (a bad --id is a usage error before anything connects)
+// and opens the store.
+func (c *cli) openSelection(ctx context.Context, sel *dlqSelection) (*deps, ops.DeadLetterSelection, error) {
+	s, err := sel.selection()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, s, err
 	}
 	// --channel is not checked against the configuration: dead letters of a
 	// channel since removed from it are still exported, acknowledged or replayed.
-	st, err := d.store(ctx)
-	if err != nil {
-		d.close()
-		return nil, nil, nil, err
-	}
-	entries, err := sel.load(ctx, st)
-	if err != nil {
-		d.close()
-		return nil, nil, nil, err
-	}
-	return d, st, entries, nil
+	d, err := c.open(ctx, useStore)
+	return d, s, err
 }
 
 func (c *cli) dlqExport(ctx context.Context, sel *dlqSelection) error {
-	d, _, entries, err := c.selected(ctx, sel)
+	d, s, err := c.openSelection(ctx, sel)
 	if err != nil {
 		return err
 	}
 	defer d.close()
+	// A line an entry as it is read, a page at a time, as intake exports them.
 	enc := json.NewEncoder(c.stdout)
-	for _, e := range entries {
+	n := 0
+	err = ops.EachDeadLetter(ctx, d.st, s, func(e store.DeadLetter) error {
 		if err := enc.Encode(e); err != nil {
 			return fmt.Errorf("write entry %d: %w", e.ID, err)
 		}
+		n++
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	c.diag("%d entries", len(entries))
+	c.diag("%d entries", n)
 	return nil
 }
 
 func (c *cli) dlqAck(ctx context.Context, sel *dlqSelection, note string) error {
-	if err := sel.checkIDs(); err != nil {
-		return err
-	}
-	d, err := c.deps()
+	d, s, err := c.openSelection(ctx, sel)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	st, err := d.store(ctx)
-	if err != nil {
-		return err
-	}
-	s, _ := sel.selection()
-	a, err := ops.AckDeadLetters(ctx, st, s, note)
+	a, err := ops.AckDeadLetters(ctx, d.st, s, note)
 	if err != nil {
 		return err
 	}
@@ -194,14 +167,6 @@ func (c *cli) dlqAck(ctx context.Context, sel *dlqSelection, note string) error 
 	}
 	fmt.Fprintf(c.stdout, "%d entries acknowledged\n", a.Acknowledged)
 	return nil
-}
-
-func entryIDs(entries []store.DeadLetter) []int64 {
-	ids := make([]int64, len(entries))
-	for i, e := range entries {
-		ids[i] = e.ID
-	}
-	return ids
 }
 
 // replayed is what dlq replay prints.
@@ -224,11 +189,15 @@ type replayed struct {
 // reconciliation). The batch re-sends content the channel may have seen, so it
 // carries a fresh idempotency salt.
 func (c *cli) dlqReplay(ctx context.Context, sel *dlqSelection, dryRun, wait bool) error {
-	d, st, entries, err := c.selected(ctx, sel)
+	d, s, err := c.openSelection(ctx, sel)
 	if err != nil {
 		return err
 	}
 	defer d.close()
+	entries, err := ops.SelectDeadLetters(ctx, d.st, s)
+	if err != nil {
+		return err
+	}
 	if len(entries) == 0 {
 		if c.json() {
 			return c.writeJSON(replayed{DryRun: dryRun, IDs: []int64{}})
@@ -237,7 +206,7 @@ func (c *cli) dlqReplay(ctx context.Context, sel *dlqSelection, dryRun, wait boo
 		return nil
 	}
 	if dryRun {
-		out := replayed{DryRun: true, Entries: len(entries), IDs: entryIDs(entries)}
+		out := replayed{DryRun: true, Entries: len(entries), IDs: ops.DeadLetterIDs(entries)}
 		for _, e := range entries {
 			out.Updates += len(e.Mutations())
 			out.Would = append(out.Would, deadLetterRowOf(e.Channel, e))
@@ -250,15 +219,14 @@ func (c *cli) dlqReplay(ctx context.Context, sel *dlqSelection, dryRun, wait boo
 			out.Entries, out.Updates)
 		return nil
 	}
-	tc, err := d.temporal(ctx)
+	if err := d.dial(ctx, useTemporal); err != nil {
+		return err
+	}
+	r, err := ops.ReplayDeadLetters(ctx, d.tc, d.settings.TaskQueue, d.st, "", entries)
 	if err != nil {
 		return err
 	}
-	r, err := ops.ReplayDeadLetters(ctx, tc, d.settings.TaskQueue, st, "", entries)
-	if err != nil {
-		return err
-	}
-	out := replayed{Entries: r.Entries, Updates: r.Updates, IDs: entryIDs(entries), BatchID: r.BatchID,
+	out := replayed{Entries: r.Entries, Updates: r.Updates, IDs: ops.DeadLetterIDs(entries), BatchID: r.BatchID,
 		WorkflowID: r.WorkflowID, Acked: r.Acked, UI: d.uiLink(r.WorkflowID)}
 	if !wait {
 		if c.json() {
@@ -270,7 +238,7 @@ func (c *cli) dlqReplay(ctx context.Context, sel *dlqSelection, dryRun, wait boo
 	}
 	c.diag("replaying %d entries (%d updates) as %s; %d acknowledged; following it\n%s", r.Entries, r.Updates,
 		r.WorkflowID, r.Acked, out.UI)
-	final, err := c.followBatch(ctx, c.follower(ctx, d, tc, r.Run, r.BatchID), r.BatchID, out.UI)
+	final, err := c.followBatch(ctx, c.follower(d, r.Run, r.BatchID), r.BatchID, out.UI)
 	if err != nil {
 		return err
 	}

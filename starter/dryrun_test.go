@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/paritysync/paritysync/config"
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // TestBatchStartDryRunPrintsRequestsAndTimeAndStartsNothing runs batch start
@@ -62,18 +62,25 @@ func TestBatchStartDryRunPrintsRequestsAndTimeAndStartsNothing(t *testing.T) {
 	require.Equal(t, exitUsage, code, errOut)
 }
 
-// TestBatchStartDryRunFansOutChannelStar: a row for channel "*" is planned on every
-// channel the store maps its property to, as intake fans it out.
-func TestBatchStartDryRunFansOutChannelStar(t *testing.T) {
+// dryRunMapped dry-runs one row (fields: its id and channel, if any) for a
+// property the store maps to channels, and returns the plan.
+func dryRunMapped(t *testing.T, fields string, channels ...string) ops.DryRunReport {
 	env, st := storeEnv(t)
-	require.NoError(t, st.SetPropertyChannels(t.Context(), "prop_0000abcd", []string{"agoda", "expedia"}))
+	require.NoError(t, st.SetPropertyChannels(t.Context(), "prop_0000abcd", channels))
 	day := models.DateOf(time.Now().UTC().AddDate(0, 0, 7))
-	path := writeFile(t, fmt.Sprintf(`{"id":"s1","property_id":"prop_0000abcd","room_type_code":"DBL","rate_plan_code":"BAR","channel":"*","stay_date":%q,"inventory":3,"version":1}`+"\n", day))
+	path := writeFile(t, fmt.Sprintf(`{%s,"property_id":"prop_0000abcd","room_type_code":"DBL","rate_plan_code":"BAR","stay_date":%q,"inventory":3,"version":1}`+"\n", fields, day))
 	env["TEMPORAL_ADDRESS"] = "127.0.0.1:1" // a dry run never dials Temporal
 	code, out, errOut := runCLI(t, env, "batch", "start", "--dry-run", "--file", path, "-o", "json")
 	require.Equal(t, exitOK, code, errOut)
 	var r ops.DryRunReport
 	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
+	return r
+}
+
+// TestBatchStartDryRunFansOutChannelStar: a row for channel "*" is planned on every
+// channel the store maps its property to, as intake fans it out.
+func TestBatchStartDryRunFansOutChannelStar(t *testing.T) {
+	r := dryRunMapped(t, `"id":"s1","channel":"*"`, "agoda", "expedia")
 	require.Equal(t, 2, r.Accepted)
 	require.Len(t, r.Channels, 2)
 	require.Equal(t, "agoda", r.Channels[0].Channel)
@@ -83,15 +90,7 @@ func TestBatchStartDryRunFansOutChannelStar(t *testing.T) {
 // TestBatchStartDryRunFansOutARowWithoutChannel: a row naming no channel is
 // planned on every channel the store maps its property to, as "*" is.
 func TestBatchStartDryRunFansOutARowWithoutChannel(t *testing.T) {
-	env, st := storeEnv(t)
-	require.NoError(t, st.SetPropertyChannels(t.Context(), "prop_0000abcd", []string{"agoda", "booking_com"}))
-	day := models.DateOf(time.Now().UTC().AddDate(0, 0, 7))
-	path := writeFile(t, fmt.Sprintf(`{"id":"n1","property_id":"prop_0000abcd","room_type_code":"DBL","rate_plan_code":"BAR","stay_date":%q,"inventory":3,"version":1}`+"\n", day))
-	env["TEMPORAL_ADDRESS"] = "127.0.0.1:1"
-	code, out, errOut := runCLI(t, env, "batch", "start", "--dry-run", "--file", path, "-o", "json")
-	require.Equal(t, exitOK, code, errOut)
-	var r ops.DryRunReport
-	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
+	r := dryRunMapped(t, `"id":"n1"`, "agoda", "booking_com")
 	require.Equal(t, 2, r.Accepted)
 	require.Len(t, r.Channels, 2)
 	require.Equal(t, "agoda", r.Channels[0].Channel)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
 
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
@@ -14,6 +13,7 @@ import (
 	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // deps are the connections a command needs; each is opened on first use.
@@ -23,6 +23,7 @@ type deps struct {
 	tc       client.Client
 	rdb      redis.UniversalClient
 	st       *store.Store
+	lim      *limiter.Limiter
 	// interceptors wrap the Temporal client (the tests count its calls).
 	interceptors []interceptor.ClientInterceptor
 }
@@ -37,6 +38,69 @@ func (c *cli) deps() (*deps, error) {
 		return nil, configError{err}
 	}
 	return &deps{settings: s, channels: chs, interceptors: c.interceptors}, nil
+}
+
+// conns are the connections a command dials with dial.
+type conns uint8
+
+const (
+	useLimiter conns = 1 << iota // Redis
+	useTemporal
+	useStore // PostgreSQL
+)
+
+// open reads the configuration and dials need (see dial); the caller closes the
+// deps it returns.
+func (c *cli) open(ctx context.Context, need conns) (*deps, error) {
+	d, err := c.deps()
+	if err != nil {
+		return nil, err
+	}
+	if err := d.dial(ctx, need); err != nil {
+		d.close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// openChannels is open for a command over every configured channel, or the one
+// named: a name that is not configured is a usage error before anything is dialled.
+func (c *cli) openChannels(ctx context.Context, name string, need conns) (*deps, []string, error) {
+	d, err := c.deps()
+	if err != nil {
+		return nil, nil, err
+	}
+	slugs, err := d.selectChannels(name)
+	if err == nil {
+		err = d.dial(ctx, need)
+	}
+	if err != nil {
+		d.close()
+		return nil, nil, err
+	}
+	return d, slugs, nil
+}
+
+// dial opens the connections of need, in one order (Redis, Temporal, PostgreSQL)
+// so every command names the same one first when several are down; they are
+// then d.lim, d.tc and d.st.
+func (d *deps) dial(ctx context.Context, need conns) error {
+	if need&useLimiter != 0 {
+		if _, err := d.limiter(ctx); err != nil {
+			return err
+		}
+	}
+	if need&useTemporal != 0 {
+		if _, err := d.temporal(ctx); err != nil {
+			return err
+		}
+	}
+	if need&useStore != 0 {
+		if _, err := d.store(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (d *deps) temporal(ctx context.Context) (client.Client, error) {
@@ -85,11 +149,15 @@ func (d *deps) store(ctx context.Context) (*store.Store, error) {
 }
 
 func (d *deps) limiter(ctx context.Context) (*limiter.Limiter, error) {
+	if d.lim != nil {
+		return d.lim, nil
+	}
 	rdb, err := d.redis(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return limiter.New(rdb, d.channels, limiter.Options{Prefix: d.settings.KeyPrefix, Zones: d.settings.Zones}), nil
+	d.lim = limiter.New(rdb, d.channels, limiter.Options{Prefix: d.settings.KeyPrefix, Zones: d.settings.Zones})
+	return d.lim, nil
 }
 
 func (d *deps) close() {
@@ -106,8 +174,7 @@ func (d *deps) close() {
 
 // uiLink is where the Temporal UI shows a workflow.
 func (d *deps) uiLink(workflowID string) string {
-	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", d.settings.TemporalUI,
-		url.PathEscape(d.settings.TemporalNamespace), url.PathEscape(workflowID))
+	return ops.WorkflowLink(d.settings, workflowID)
 }
 
 // selectChannels is every configured channel, or just the named one.

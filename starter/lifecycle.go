@@ -4,18 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 
 	"github.com/paritysync/paritysync/activities/store"
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // A batch's lifecycle from the operator's side: starting an id once, cancelling,
@@ -23,7 +20,7 @@ import (
 
 // rerunID names a re-run of a finished batch: a new batch, whose outcomes are its own.
 func rerunID(batchID string, now time.Time) string {
-	return batchID + ".rerun-" + now.UTC().Format("20060102-150405")
+	return batchID + ".rerun-" + now.UTC().Format(ops.BatchIDTime)
 }
 
 // batchWorkflowID accepts a batch id or its workflow id.
@@ -32,6 +29,15 @@ func batchWorkflowID(arg string) (string, string) {
 		return id, arg
 	}
 	return arg, models.BatchWorkflowID(arg)
+}
+
+// batchError is err of command cmd on batchID, a batch Temporal does not know
+// made a notFoundError (exit 66).
+func batchError(cmd, batchID string, err error) error {
+	if errors.Is(err, ops.ErrNoBatch) {
+		return notFoundError{fmt.Sprintf("%s: no batch %s", cmd, batchID)}
+	}
+	return err
 }
 
 // lifecycleCmds are the batch lifecycle commands beside start, status and submit.
@@ -92,32 +98,24 @@ type cancelled struct {
 // batch that ended without closing them (terminated), it closes them itself.
 func (c *cli) batchCancel(ctx context.Context, arg string) error {
 	batchID, wfID := batchWorkflowID(arg)
-	d, err := c.deps()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	d, err := c.open(ctx, useTemporal|useStore)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	tc, err := d.temporal(ctx)
+	r, err := ops.RequestCancel(ctx, d.tc, d.st, batchID)
 	if err != nil {
-		return err
+		return batchError("batch cancel", batchID, err)
 	}
-	st, err := d.store(ctx)
-	if err != nil {
-		return err
-	}
-	if running, err := isRunning(ctx, tc, wfID); err == nil && running {
+	if r.Was == ops.StateRunning {
 		c.diag("cancelling %s: running chunks finish their in-flight request, the rest is cancelled", wfID)
+		if err := ops.AwaitCancelled(ctx, d.tc, batchID); err != nil {
+			return err
+		}
 	}
-	r, err := ops.CancelBatch(ctx, tc, st, batchID)
-	if errors.Is(err, ops.ErrNoBatch) {
-		return notFoundError{fmt.Sprintf("batch cancel: no batch %s", batchID)}
-	}
-	if err != nil {
-		return err
-	}
-	counts, err := st.BatchCounts(ctx, batchID)
+	counts, err := d.st.BatchCounts(ctx, batchID)
 	if err != nil {
 		return err
 	}
@@ -134,15 +132,6 @@ func (c *cli) batchCancel(ctx context.Context, arg string) error {
 		fmt.Fprintf(c.stdout, "%s already ended\n", wfID)
 	}
 	return c.outcomeTable(counts)
-}
-
-// isRunning reports whether workflow wfID runs.
-func isRunning(ctx context.Context, tc client.Client, wfID string) (bool, error) {
-	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
-	if err != nil {
-		return false, fmt.Errorf("look up %s: %w", wfID, err)
-	}
-	return desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
 }
 
 // outcomeTable prints a batch's outcomes per channel, as the store holds them.
@@ -176,35 +165,12 @@ type statusReport struct {
 	Planned bool `json:"planned"`
 	// Mutations is the batch's, from its result once done.
 	Mutations int `json:"mutations,omitempty"`
-	// Channels count by the one rule of statusCounts.
+	// Channels count by the one rule of ops.ResultCounts.
 	Channels []models.ChannelCounts `json:"channels"`
 	Totals   models.ChannelCounts   `json:"totals"`
 	// Progress is done of total per channel, at the average rate since the start.
 	Progress []ops.ChannelProgress `json:"progress"`
 	UI       string                `json:"ui"`
-}
-
-// statusCounts is the one counting rule of batch status and of the --wait summary,
-// for table and JSON alike. Every outcome is the store's (the system of record; a
-// rejected mutation counts once, in Rejected and in Total), and Total is every
-// update of the channel as PrepareBatch recorded it (never fewer than the outcomes
-// recorded). Once the batch is done, its result adds its deferrals and requests
-// (which only the workflow counts) and its own totals where they are larger.
-func statusCounts(stored []models.ChannelCounts, live *models.BatchStatus) []models.ChannelCounts {
-	out := append([]models.ChannelCounts(nil), stored...)
-	if live == nil {
-		return models.MergeCounts(out)
-	}
-	for _, l := range live.Channels {
-		i := slices.IndexFunc(out, func(c models.ChannelCounts) bool { return c.Channel == l.Channel })
-		if i < 0 {
-			i = len(out)
-			out = append(out, models.ChannelCounts{Channel: l.Channel})
-		}
-		out[i].Total = max(out[i].Total, l.Total)
-		out[i].Deferred, out[i].Requests = l.Deferred, l.Requests
-	}
-	return models.MergeCounts(out)
 }
 
 // batchStatus reports a batch truthfully: its state from Temporal's description
@@ -213,30 +179,19 @@ func statusCounts(stored []models.ChannelCounts, live *models.BatchStatus) []mod
 // report and exit with the same status.
 func (c *cli) batchStatus(ctx context.Context, arg string) error {
 	batchID, wfID := batchWorkflowID(arg)
-	d, err := c.deps()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	d, err := c.open(ctx, useTemporal|useStore)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	tc, err := d.temporal(ctx)
+	r, err := ops.BatchState(ctx, d.tc, d.st, batchID)
 	if err != nil {
-		return err
-	}
-	st, err := d.store(ctx)
-	if err != nil {
-		return err
-	}
-	r, err := ops.BatchState(ctx, tc, st, batchID)
-	if errors.Is(err, ops.ErrNoBatch) {
-		return notFoundError{fmt.Sprintf("batch status: no batch %s", batchID)}
-	}
-	if err != nil {
-		return err
+		return batchError("batch status", batchID, err)
 	}
 	rep := statusReport{BatchID: batchID, WorkflowID: wfID, State: r.State, Done: r.State != ops.StateRunning,
-		Planned: r.Planned, Channels: statusCounts(r.Counts, r.Final), UI: d.uiLink(wfID)}
+		Planned: r.Planned, Channels: ops.ResultCounts(r.Counts, r.Final), UI: d.uiLink(wfID)}
 	if rep.Channels == nil {
 		rep.Channels = []models.ChannelCounts{}
 	}
@@ -296,23 +251,16 @@ func (c *cli) statusTable(rep statusReport, taskQueue string) {
 // mutation's fate, as a table or a JSON array.
 func (c *cli) batchOutcomes(ctx context.Context, arg, mutation string) error {
 	batchID, _ := batchWorkflowID(arg)
-	d, err := c.deps()
+	d, err := c.open(ctx, useStore)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	st, err := d.store(ctx)
-	if err != nil {
-		return err
-	}
-	list := []store.MutationOutcome{}
+	var list []store.MutationOutcome
 	if mutation == "" {
-		err = st.BatchOutcomes(ctx, batchID, models.OutcomeRejected, func(o store.MutationOutcome) error {
-			list = append(list, o)
-			return nil
-		})
+		list, err = ops.Rejections(ctx, d.st, batchID)
 	} else {
-		list, err = st.Outcomes(ctx, batchID, mutation)
+		list, err = ops.MutationOutcomes(ctx, d.st, batchID, mutation)
 	}
 	if err != nil {
 		return err

@@ -10,9 +10,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/paritysync/paritysync/activities/store"
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 func (c *cli) channelCmd() *cobra.Command {
@@ -57,15 +57,10 @@ func (c *cli) channelPause(ctx context.Context, pause bool, name, reason string)
 	if _, ok := d.channel(name); !ok {
 		return usageError{fmt.Sprintf("channel %s: %q is not a configured channel", verb, name)}
 	}
-	lim, err := d.limiter(ctx)
-	if err != nil {
+	if err := d.dial(ctx, useLimiter|useTemporal); err != nil {
 		return err
 	}
-	tc, err := d.temporal(ctx)
-	if err != nil {
-		return err
-	}
-	n, err := ops.SetPause(ctx, tc, lim, name, pause, reason, func(id string, err error) {
+	n, err := ops.SetPause(ctx, d.tc, d.lim, name, pause, reason, func(id string, err error) {
 		c.diag("signal %s: %v", id, err)
 	})
 	if err != nil {
@@ -119,22 +114,14 @@ type deadLetterRow struct {
 }
 
 func (c *cli) dlqList(ctx context.Context, channel string, count int64) error {
-	d, err := c.deps()
+	d, slugs, err := c.openChannels(ctx, channel, useStore)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	slugs, err := d.selectChannels(channel)
-	if err != nil {
-		return err
-	}
-	st, err := d.store(ctx)
-	if err != nil {
-		return err
-	}
 	rows := []deadLetterRow{}
 	for _, slug := range slugs {
-		entries, err := st.DeadLetters(ctx, store.DeadLetterFilter{Channel: slug, Limit: int(count)})
+		entries, err := d.st.DeadLetters(ctx, store.DeadLetterFilter{Channel: slug, Limit: int(count)})
 		if err != nil {
 			return err
 		}
@@ -247,20 +234,12 @@ func tierExitCode(t limiter.Tier) int {
 }
 
 func (c *cli) quota(ctx context.Context, channel string) error {
-	d, err := c.deps()
+	d, slugs, err := c.openChannels(ctx, channel, useLimiter)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	slugs, err := d.selectChannels(channel)
-	if err != nil {
-		return err
-	}
-	lim, err := d.limiter(ctx)
-	if err != nil {
-		return err
-	}
-	read, err := ops.Quota(ctx, lim, slugs)
+	read, err := ops.Quota(ctx, d.lim, slugs)
 	if err != nil {
 		return err
 	}

@@ -30,9 +30,9 @@ import (
 	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/devtest"
 	"github.com/paritysync/paritysync/dial/redistest"
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 	"github.com/paritysync/paritysync/otasim/sim"
 	"github.com/paritysync/paritysync/workflows"
 )

@@ -13,7 +13,6 @@ import (
 	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial"
 	"github.com/paritysync/paritysync/dial/redistest"
-	"github.com/paritysync/paritysync/dial/testenv"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 )
@@ -49,12 +48,18 @@ func cleanPrefix(t *testing.T, rdb redis.UniversalClient, prefix string) {
 	})
 }
 
-func TestQuotaExitStatusIsTheTier(t *testing.T) {
-	ctx := context.Background()
-	rdb, err := dial.Redis(ctx, redistest.Reachable(t))
+// quotaRedis is a Redis client and an environment of quotaEnv on it; the
+// environment's keys are deleted when the test ends.
+func quotaRedis(t *testing.T) (redis.UniversalClient, map[string]string, string) {
+	rdb, err := dial.Redis(context.Background(), redistest.Reachable(t))
 	require.NoError(t, err)
 	env, prefix := quotaEnv(t, testRedisURL())
 	cleanPrefix(t, rdb, prefix)
+	return rdb, env, prefix
+}
+
+func TestQuotaExitStatusIsTheTier(t *testing.T) {
+	rdb, env, prefix := quotaRedis(t)
 
 	for _, tc := range []struct {
 		used int
@@ -100,13 +105,7 @@ func TestQuotaExitStatusIsTheTier(t *testing.T) {
 }
 
 func TestQuotaShowsThePerPropertyWindowLimit(t *testing.T) {
-	ctx := context.Background()
-	rdb, err := dial.Redis(ctx, testRedisURL())
-	if err != nil {
-		testenv.Unavailable(t, "Redis at "+testRedisURL()+" not reachable (REDIS_URL)", err)
-	}
-	env, prefix := quotaEnv(t, testRedisURL())
-	cleanPrefix(t, rdb, prefix)
+	_, env, _ := quotaRedis(t)
 	env["PARITYSYNC_CHANNELS_FILE"] = writeFile(t, "channels:\n  - slug: perprop\n    rate_per_minute: 10\n    burst: 2\n    scope: property\n")
 
 	code, out, errOut := runCLI(t, env, "quota", "--channel", "perprop", "-o", "json")
@@ -133,10 +132,7 @@ func TestQuotaShowsThePerPropertyWindowLimit(t *testing.T) {
 // in the JSON, and the exit status is the stop's, though the day's quota is not spent.
 func TestQuotaShowsAStoppedFamilyAndExitsAsAStop(t *testing.T) {
 	ctx := context.Background()
-	rdb, err := dial.Redis(ctx, redistest.Reachable(t))
-	require.NoError(t, err)
-	env, prefix := quotaEnv(t, testRedisURL())
-	cleanPrefix(t, rdb, prefix)
+	rdb, env, prefix := quotaRedis(t)
 	lim := limiter.New(rdb, models.DefaultChannels(), limiter.Options{Prefix: prefix})
 	require.NoError(t, lim.StopFamily(ctx, "expedia", models.FamilyRates, time.Hour))
 
@@ -172,10 +168,7 @@ func TestQuotaShowsAStoppedFamilyAndExitsAsAStop(t *testing.T) {
 // is not a quota stop).
 func TestQuotaShowsPropertyBackoffs(t *testing.T) {
 	ctx := context.Background()
-	rdb, err := dial.Redis(ctx, redistest.Reachable(t))
-	require.NoError(t, err)
-	env, prefix := quotaEnv(t, testRedisURL())
-	cleanPrefix(t, rdb, prefix)
+	rdb, env, prefix := quotaRedis(t)
 	env["PARITYSYNC_CHANNEL_EXPEDIA_SCOPE"] = "property"
 	chs, err := config.LoadChannels("", func(k string) string { return env[k] })
 	require.NoError(t, err)

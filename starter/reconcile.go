@@ -2,22 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"text/tabwriter"
-	"time"
 
 	"github.com/robfig/cron"
 	"github.com/spf13/cobra"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/paritysync/paritysync/models"
-	"github.com/paritysync/paritysync/workflows"
+	"github.com/paritysync/paritysync/ops"
 )
-
-// reconcileScheduleID is the one nightly reconciliation schedule.
-const reconcileScheduleID = "reconcile-nightly"
 
 func (c *cli) reconcileCmd() *cobra.Command {
 	var channel, cron string
@@ -67,28 +60,20 @@ func (c *cli) reconcile(ctx context.Context, schedule bool, channel string, hori
 	if horizon < 1 {
 		return usageError{"--horizon-days must be at least 1"}
 	}
-	d, err := c.deps()
+	d, slugs, err := c.openChannels(ctx, channel, useTemporal)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	slugs, err := d.selectChannels(channel)
-	if err != nil {
-		return err
-	}
 	in := models.ReconcileInput{Channels: slugs, HorizonDays: horizon}
-	tc, err := d.temporal(ctx)
+	if schedule {
+		return c.scheduleReconcile(ctx, d, in, cron)
+	}
+	run, err := ops.StartReconcile(ctx, d.tc, d.settings.TaskQueue, in)
 	if err != nil {
 		return err
 	}
-	if schedule {
-		return c.scheduleReconcile(ctx, tc, d, in, cron)
-	}
-	id := models.ReconcileWorkflowID(models.DateOf(time.Now()))
-	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: d.settings.TaskQueue}, workflows.Reconcile, in)
-	if err != nil {
-		return fmt.Errorf("start %s: %w", id, err)
-	}
+	id := run.GetID()
 	if !wait {
 		if c.json() {
 			return c.writeJSON(map[string]any{"workflow_id": id, "channels": slugs, "horizon_days": horizon, "ui": d.uiLink(id)})
@@ -119,29 +104,16 @@ func (c *cli) reconcile(ctx context.Context, schedule bool, channel string, hori
 }
 
 // scheduleReconcile creates the nightly schedule, or updates it when it exists.
-func (c *cli) scheduleReconcile(ctx context.Context, tc client.Client, d *deps, in models.ReconcileInput, cron string) error {
-	action := &client.ScheduleWorkflowAction{
-		// Scheduled runs are named reconcile/nightly-<time>.
-		ID: "reconcile/nightly", Workflow: workflows.Reconcile, Args: []any{in}, TaskQueue: d.settings.TaskQueue,
+func (c *cli) scheduleReconcile(ctx context.Context, d *deps, in models.ReconcileInput, cron string) error {
+	if err := ops.ScheduleReconcile(ctx, d.tc, d.settings.TaskQueue, in, cron); err != nil {
+		return err
 	}
-	spec := client.ScheduleSpec{CronExpressions: []string{cron}}
-	_, err := tc.ScheduleClient().Create(ctx, client.ScheduleOptions{ID: reconcileScheduleID, Spec: spec, Action: action})
-	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
-		h := tc.ScheduleClient().GetHandle(ctx, reconcileScheduleID)
-		err = h.Update(ctx, client.ScheduleUpdateOptions{DoUpdate: func(u client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
-			u.Description.Schedule.Spec = &spec
-			u.Description.Schedule.Action = action
-			return &client.ScheduleUpdate{Schedule: &u.Description.Schedule}, nil
-		}})
-	}
-	if err != nil {
-		return fmt.Errorf("schedule %s: %w", reconcileScheduleID, err)
-	}
-	link := fmt.Sprintf("%s/namespaces/%s/schedules/%s", d.settings.TemporalUI, d.settings.TemporalNamespace, reconcileScheduleID)
+	id := ops.ReconcileScheduleID
+	link := ops.ScheduleLink(d.settings, id)
 	if c.json() {
-		return c.writeJSON(map[string]any{"schedule_id": reconcileScheduleID, "cron": cron, "channels": in.Channels,
+		return c.writeJSON(map[string]any{"schedule_id": id, "cron": cron, "channels": in.Channels,
 			"horizon_days": in.HorizonDays, "ui": link})
 	}
-	fmt.Fprintf(c.stdout, "schedule %s: %q (UTC) over %v, %d nights\n%s\n", reconcileScheduleID, cron, in.Channels, in.HorizonDays, link)
+	fmt.Fprintf(c.stdout, "schedule %s: %q (UTC) over %v, %d nights\n%s\n", id, cron, in.Channels, in.HorizonDays, link)
 	return nil
 }

@@ -13,9 +13,9 @@ import (
 	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // Overall states of starter status, in rising order; the exit status is the index.
@@ -385,27 +385,12 @@ func pollerOf(p *taskqueuepb.PollerInfo, kind string) pollerRow {
 	return pollerRow{Identity: p.GetIdentity(), Kind: kind, LastAccess: p.GetLastAccessTime().AsTime()}
 }
 
-// runningBatches lists the running BatchSync workflows (visibility, no query).
-func runningBatches(ctx context.Context, tc interface {
-	ListWorkflow(ctx context.Context, request *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error)
-}) ([]batchView, error) {
-	var out []batchView
-	var token []byte
-	for {
-		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Query: "WorkflowType = 'BatchSync' AND ExecutionStatus = 'Running'", NextPageToken: token,
-		})
-		if err != nil {
-			return out, fmt.Errorf("list running batches: %w", err)
-		}
-		for _, e := range resp.GetExecutions() {
-			id, _ := batchWorkflowID(e.GetExecution().GetWorkflowId())
-			out = append(out, batchView{BatchID: id, Started: e.GetStartTime().AsTime(), Channels: []models.ChannelCounts{}})
-		}
-		if token = resp.GetNextPageToken(); len(token) == 0 {
-			break
-		}
+// runningBatches lists the running batches (visibility, no query), progress unknown.
+func runningBatches(ctx context.Context, tc ops.WorkflowLister) ([]batchView, error) {
+	list, err := ops.RunningBatches(ctx, tc)
+	out := make([]batchView, len(list))
+	for i, b := range list {
+		out[i] = batchView{BatchID: b.BatchID, Started: b.Started, Channels: []models.ChannelCounts{}}
 	}
-	slices.SortFunc(out, func(a, b batchView) int { return a.Started.Compare(b.Started) })
-	return out, nil
+	return out, err
 }

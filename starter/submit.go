@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
-	"go.temporal.io/sdk/client"
 
-	"github.com/paritysync/paritysync/intake/ops"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 // submitSize is how many mutations one submit stages (its update carries their
@@ -45,22 +43,17 @@ type submitted struct {
 }
 
 func (c *cli) batchSubmit(ctx context.Context, file string) error {
-	ms, err := readMutations(file)
-	if err != nil {
-		return err
-	}
-	d, err := c.deps()
+	ms, d, err := c.readBatch(file)
 	if err != nil {
 		return err
 	}
 	defer d.close()
 	// Every mutation gets its answer here: the smoother's batches record outcomes
 	// under their own ids, which the PMS never sees. Rejected ones are not sent.
-	v, err := models.NewValidator(d.channels, d.settings.PropertyPattern, time.Now)
+	v, err := ops.NewValidator(d.settings, d.channels)
 	if err != nil {
 		return err
 	}
-	v.Zones = d.settings.Zones
 	if v, err = d.withStoredCodes(ctx, v, ms); err != nil {
 		return err
 	}
@@ -97,19 +90,14 @@ func (c *cli) batchSubmit(ctx context.Context, file string) error {
 		return nil
 	}
 	if len(channels) > 0 {
-		tc, err := d.temporal(ctx)
-		if err != nil {
-			return err
-		}
-		st, err := d.store(ctx)
-		if err != nil {
+		if err := d.dial(ctx, useTemporal|useStore); err != nil {
 			return err
 		}
 		for _, ch := range channels {
 			queued := byChannel[ch]
 			for len(queued) > 0 {
 				part := queued[:min(submitSize, len(queued))]
-				res, err := submit(ctx, tc, st, d.settings.TaskQueue, ch, part)
+				res, err := ops.Submit(ctx, d.tc, d.settings.TaskQueue, d.st, models.SmootherInput{Channel: ch}, part)
 				if err != nil {
 					_ = report()
 					return submitError(fmt.Errorf("submit %d mutations to %s (%d more of that channel not sent): %w",
@@ -136,10 +124,4 @@ func submitError(err error) error {
 		return refusedError{err}
 	}
 	return err
-}
-
-// submit stages ms in the smoother's claim check and sends one submit update,
-// starting the channel's smoother if it is not running.
-func submit(ctx context.Context, tc client.Client, st ops.ChangeStager, queue, channel string, ms []models.Mutation) (models.SubmitResult, error) {
-	return ops.Submit(ctx, tc, queue, st, models.SmootherInput{Channel: channel}, ms)
 }

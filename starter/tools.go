@@ -20,6 +20,7 @@ import (
 
 	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/models"
+	"github.com/paritysync/paritysync/ops"
 )
 
 func (c *cli) retryAfterCmd() *cobra.Command {
@@ -184,11 +185,10 @@ func (c *cli) smooth(ctx context.Context, file string, window time.Duration, use
 	if err != nil {
 		return err
 	}
-	v, err := models.NewValidator(d.channels, d.settings.PropertyPattern, time.Now)
+	v, err := ops.NewValidator(d.settings, d.channels)
 	if err != nil {
-		return configError{fmt.Errorf("PARITYSYNC_PROPERTY_PATTERN: %w", err)}
+		return configError{err}
 	}
-	v.Zones = d.settings.Zones
 	defer d.close()
 	rdb, err := d.redis(ctx)
 	if err != nil {

@@ -37,20 +37,25 @@ func ReplayDeadLetters(ctx context.Context, tc client.Client, queue string, st *
 		ms = append(ms, e.Mutations()...)
 	}
 	r.Updates = len(ms)
-	batchID := idPrefix + "replay-" + time.Now().UTC().Format("20060102-150405") + "-" + uuid.NewString()[:8]
+	batchID := TimedBatchID(idPrefix+"replay-", time.Now(), uuid.NewString()[:8])
 	started, err := StartBatch(ctx, tc, queue, st, Batch{ID: batchID, Mutations: ms, ResendSalt: batchID})
 	if err != nil {
 		return r, err
 	}
 	r.Started = started
+	if r.Acked, err = st.AckDeadLetters(ctx, DeadLetterIDs(entries), "replayed as batch "+batchID); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// DeadLetterIDs are the ids of entries, in their order (an empty list for none).
+func DeadLetterIDs(entries []store.DeadLetter) []int64 {
 	ids := make([]int64, len(entries))
 	for i, e := range entries {
 		ids[i] = e.ID
 	}
-	if r.Acked, err = st.AckDeadLetters(ctx, ids, "replayed as batch "+batchID); err != nil {
-		return r, err
-	}
-	return r, nil
+	return ids
 }
 
 // DeadLetterSelection picks dead letters by id, or by channel, reason and batch
@@ -141,9 +146,7 @@ func AckDeadLetters(ctx context.Context, st *store.Store, sel DeadLetterSelectio
 	if err != nil {
 		return out, err
 	}
-	for _, e := range entries {
-		out.IDs = append(out.IDs, e.ID)
-	}
+	out.IDs = DeadLetterIDs(entries)
 	if len(out.IDs) == 0 {
 		return out, nil
 	}

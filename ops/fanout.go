@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"slices"
 
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/models"
@@ -30,6 +31,12 @@ const AllChannels = "*"
 // which names both fields).
 func EveryChannel(m models.Mutation) bool {
 	return m.Channel == AllChannels || m.Channel == "" && m.PropertyID != ""
+}
+
+// NeedsFanOut reports whether a mutation of ms is meant for every channel its
+// property is on (EveryChannel), so FanOut has work and reads the store.
+func NeedsFanOut(ms []models.Mutation) bool {
+	return slices.ContainsFunc(ms, EveryChannel)
 }
 
 // Rules of a fanned-out mutation, as a rejection names them.
@@ -95,4 +102,15 @@ func FanOut(ctx context.Context, st *store.Store, d models.Decoded) (models.Deco
 	}
 	out.Problems = append(out.Problems, d.Problems[next:]...)
 	return out, nil
+}
+
+// FanOutMutations is FanOut over ms read as rows 1 to len(ms): the mutations
+// fanned out, and the rows that could not be (Index is the row's index in ms).
+func FanOutMutations(ctx context.Context, st *store.Store, ms []models.Mutation) ([]models.Mutation, []models.RowProblem, error) {
+	in := models.Decoded{Mutations: ms, Rows: len(ms)}
+	for i := range ms {
+		in.Lines, in.Indexes = append(in.Lines, i+1), append(in.Indexes, i)
+	}
+	out, err := FanOut(ctx, st, in)
+	return out.Mutations, out.Problems, err
 }

@@ -1,8 +1,10 @@
-// Package ops holds paritysync's operations as a PMS or an operator performs them:
-// start, read and cancel a batch, hand changes to a channel's smoother, pause and
-// resume a channel, read the quota, replay dead letters. The starter (a command
-// line) and intake (the HTTP API) both call these; each keeps only its own
-// presentation.
+// Package ops is paritysync's service layer: the operations as a PMS or an
+// operator performs them, over Temporal, the limiter and the store. Start, follow,
+// read and cancel a batch (a dry run of one too, with channel "*" fanned out);
+// read its outcomes; hand changes to a channel's smoother; pause and resume a
+// channel and read its quota; list, export, acknowledge and replay dead letters.
+// The starter (the command line) and intake (the HTTP API) both call these; each
+// keeps only its own parsing and presentation.
 package ops
 
 import (
@@ -13,11 +15,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -38,6 +43,20 @@ func ContentDigest(ms []models.Mutation) (string, error) {
 	}
 	sum := sha256.Sum256(body)
 	return hex.EncodeToString(sum[:]), nil
+}
+
+// TenantPattern is what a tenant name may be: it starts every batch id of the
+// tenant (<tenant>.<id>), so it must not hold the separator '.' or anything a URL
+// would escape.
+var TenantPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+
+// BatchIDTime is the layout of the time in a batch id made of one (UTC).
+const BatchIDTime = "20060102-150405"
+
+// TimedBatchID is a batch id made of the time and a random suffix after prefix:
+// <prefix><yyyymmdd-hhmmss>-<random>.
+func TimedBatchID(prefix string, now time.Time, random string) string {
+	return prefix + now.UTC().Format(BatchIDTime) + "-" + random
 }
 
 // ErrBatchExists is wrapped by a ConflictError.
@@ -258,24 +277,77 @@ func describeBatch(ctx context.Context, tc client.Client, batchID string) (strin
 	return states[info.GetStatus()], info.GetStartTime().AsTime(), nil
 }
 
-// Cancelled is what CancelBatch did.
+// ResultCounts is the one counting rule of a batch's status and of a followed
+// batch's summary. Every outcome is the store's (the system of record; a rejected
+// mutation counts once, in Rejected and in Total), and Total is every update of the
+// channel as PrepareBatch recorded it (never fewer than the outcomes recorded).
+// Once the batch is done, its result (final) adds its deferrals and requests, which
+// only the workflow counts, and its own totals where they are larger.
+func ResultCounts(stored []models.ChannelCounts, final *models.BatchStatus) []models.ChannelCounts {
+	out := append([]models.ChannelCounts(nil), stored...)
+	if final == nil {
+		return models.MergeCounts(out)
+	}
+	for _, l := range final.Channels {
+		i := slices.IndexFunc(out, func(c models.ChannelCounts) bool { return c.Channel == l.Channel })
+		if i < 0 {
+			i = len(out)
+			out = append(out, models.ChannelCounts{Channel: l.Channel})
+		}
+		out[i].Total = max(out[i].Total, l.Total)
+		out[i].Deferred, out[i].Requests = l.Deferred, l.Requests
+	}
+	return models.MergeCounts(out)
+}
+
+// RunningBatch is a running BatchSync as Temporal's visibility lists it.
+type RunningBatch struct {
+	BatchID    string
+	WorkflowID string
+	Started    time.Time
+}
+
+// WorkflowLister lists workflows by a visibility query; client.Client is one.
+type WorkflowLister interface {
+	ListWorkflow(ctx context.Context, request *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error)
+}
+
+// RunningBatches lists the running batches, oldest first, from visibility (no
+// query): a page a call.
+func RunningBatches(ctx context.Context, tc WorkflowLister) ([]RunningBatch, error) {
+	var out []RunningBatch
+	var token []byte
+	for {
+		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: "WorkflowType = 'BatchSync' AND ExecutionStatus = 'Running'", NextPageToken: token,
+		})
+		if err != nil {
+			return out, fmt.Errorf("list running batches: %w", err)
+		}
+		for _, e := range resp.GetExecutions() {
+			if e.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				continue
+			}
+			id := e.GetExecution().GetWorkflowId()
+			out = append(out, RunningBatch{BatchID: strings.TrimPrefix(id, models.BatchWorkflowID("")), WorkflowID: id,
+				Started: e.GetStartTime().AsTime()})
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	slices.SortFunc(out, func(a, b RunningBatch) int { return a.Started.Compare(b.Started) })
+	return out, nil
+}
+
+// Cancelled is what RequestCancel did.
 type Cancelled struct {
 	// Was is the batch's state before: running (now cancelled), or the state it had
 	// already ended in.
 	Was string
-	// Closed counts updates CancelBatch closed itself, for a batch that had ended
+	// Closed counts updates RequestCancel closed itself, for a batch that had ended
 	// without closing its outcomes (terminated, failed, timed out).
 	Closed int
-}
-
-// CancelBatch cancels a running batch and waits until it has closed its outcomes
-// (RequestCancel, then AwaitCancelled).
-func CancelBatch(ctx context.Context, tc client.Client, st *store.Store, batchID string) (Cancelled, error) {
-	c, err := RequestCancel(ctx, tc, st, batchID)
-	if err != nil || c.Was != StateRunning {
-		return c, err
-	}
-	return c, AwaitCancelled(ctx, tc, batchID)
 }
 
 // RequestCancel asks a running batch to cancel and returns without waiting for

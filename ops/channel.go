@@ -10,7 +10,6 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -134,33 +133,21 @@ func SetPause(ctx context.Context, tc client.Client, lim *limiter.Limiter, chann
 	if pause {
 		signal = models.SignalPauseChannel
 	}
-	var token []byte
-	n := 0
-	for {
-		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Query:         "WorkflowType = 'BatchSync' AND ExecutionStatus = 'Running'",
-			NextPageToken: token,
-		})
-		if err != nil {
-			return n, fmt.Errorf("list running batches: %w", err)
-		}
-		for _, e := range resp.Executions {
-			if e.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-				continue
-			}
-			id := e.Execution.WorkflowId
-			if err := tc.SignalWorkflow(ctx, id, "", signal, models.PauseSignal{Channel: channel, Reason: reason}); err != nil {
-				if onSignalErr != nil {
-					onSignalErr(id, err)
-				}
-				continue
-			}
-			n++
-		}
-		if token = resp.NextPageToken; len(token) == 0 {
-			return n, nil
-		}
+	running, err := RunningBatches(ctx, tc)
+	if err != nil {
+		return 0, err
 	}
+	n := 0
+	for _, b := range running {
+		if err := tc.SignalWorkflow(ctx, b.WorkflowID, "", signal, models.PauseSignal{Channel: channel, Reason: reason}); err != nil {
+			if onSignalErr != nil {
+				onSignalErr(b.WorkflowID, err)
+			}
+			continue
+		}
+		n++
+	}
+	return n, nil
 }
 
 // QuotaRow is one channel's limiter state.
