@@ -482,7 +482,7 @@ func TestPrepareBatchSupersededByLedgerIsInNoChunk(t *testing.T) {
 	night := e.today.AddDays(7)
 	committed := models.ChannelRequest{Channel: testChannel, PropertyID: testProperty, Family: models.FamilyRates, Priority: 3,
 		Lines: []models.ARILine{{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: night, To: night,
-			Amount: decimalPtr("200.00"), Currency: "EUR", Version: 10}},
+			Values: models.Values{Amount: decimalPtr("200.00"), Currency: "EUR"}, Version: 10}},
 		Refs: []models.MutationRef{{ID: "earlier", Version: 10, Line: 0, StayDate: night}}}
 	e.acknowledged(committed, "conf-1")
 	// Older rates (stale) plus inventory the ledger has not seen (fresh).
@@ -551,7 +551,7 @@ func TestPrepareBatchAccountsForEveryUpdateOnce(t *testing.T) {
 	e := newActivityEnv(t, envOptions{chunkSize: 3})
 	night := e.today.AddDays(30)
 	committed := models.ChannelRequest{Channel: "expedia", PropertyID: testProperty, Family: models.FamilyAvailability, Priority: 3,
-		Lines: []models.ARILine{{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: night, To: night, Inventory: ptr(1), Version: 50}},
+		Lines: []models.ARILine{{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: night, To: night, Values: models.Values{Inventory: ptr(1)}, Version: 50}},
 		Refs:  []models.MutationRef{{ID: "earlier", Version: 50, Line: 0, StayDate: night}}}
 	e.acknowledged(committed, "conf-x")
 	var ms []models.Mutation
@@ -867,7 +867,7 @@ func TestPushRequestChannelRejectionCarriesMessage(t *testing.T) {
 	from := e.today.AddDays(9)
 	bad := models.ChannelRequest{Channel: testChannel, PropertyID: testProperty, Family: models.FamilyAvailability, Priority: 3,
 		Lines: []models.ARILine{{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: from, To: from.AddDays(-1),
-			Inventory: ptr(3), Version: 1}},
+			Values: models.Values{Inventory: ptr(3)}, Version: 1}},
 		Refs: []models.MutationRef{{ID: "r-1", Version: 1, Line: 0, StayDate: from}}}
 	key := e.saveChunk("b-400", bad)
 	_, err := e.push(models.PushInput{BatchID: "b-400", ChunkKey: key})
@@ -949,7 +949,7 @@ func TestPushRequestOlderThanAcknowledgedIsSupersededAtCommit(t *testing.T) {
 	night := e.today.AddDays(3)
 	newer := models.ChannelRequest{Channel: testChannel, PropertyID: testProperty, Family: models.FamilyRates, Priority: 3,
 		Lines: []models.ARILine{{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: night, To: night,
-			Amount: decimalPtr("95.00"), Currency: "EUR", Version: 9}},
+			Values: models.Values{Amount: decimalPtr("95.00"), Currency: "EUR"}, Version: 9}},
 		Refs: []models.MutationRef{{ID: "newer", Version: 9, Line: 0, StayDate: night}}}
 	if _, _, err := e.store.RecordAcknowledged(ctx, store.Ack{BatchID: "other", Request: newer, ConfirmationID: "conf-newer"}); err != nil {
 		t.Fatal(err)
@@ -992,9 +992,9 @@ func (e *activityEnv) deadLetterRequest(property string) models.ChannelRequest {
 	r := models.ChannelRequest{Channel: testChannel, PropertyID: property, Family: models.FamilyAvailability, Priority: 2}
 	d := e.today.AddDays(12)
 	r.Lines = []models.ARILine{
-		{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: d, To: d, Inventory: ptr(1), Version: 3},
-		{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: d.AddDays(1), To: d.AddDays(2), Inventory: ptr(2), Version: 3},
-		{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: d.AddDays(3), To: d.AddDays(3), Inventory: ptr(3), Version: 3},
+		{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: d, To: d, Values: models.Values{Inventory: ptr(1)}, Version: 3},
+		{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: d.AddDays(1), To: d.AddDays(2), Values: models.Values{Inventory: ptr(2)}, Version: 3},
+		{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: d.AddDays(3), To: d.AddDays(3), Values: models.Values{Inventory: ptr(3)}, Version: 3},
 	}
 	r.Refs = []models.MutationRef{
 		{ID: "dl-0", Version: 3, Line: 0, StayDate: d},

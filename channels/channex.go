@@ -34,7 +34,7 @@ func (channex) encode(cfg models.ChannelConfig, req models.ChannelRequest, _ tim
 		c.versions[i] = l.Version
 	}
 	var err error
-	if req.Family == models.FamilyAvailability {
+	if models.ChannexEndpoint(req.Family) == models.ChannexAvailability {
 		c.path = wire.ChannexAvailabilityPath
 		body := wire.ChannexValues[wire.ChannexAvailability]{Values: make([]wire.ChannexAvailability, len(req.Lines))}
 		for i, l := range req.Lines {

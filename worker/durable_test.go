@@ -104,7 +104,7 @@ func rateCells(channel string, properties int, night models.Date, v int64, amoun
 		a := decimal.RequireFromString(amount)
 		ms = append(ms, models.Mutation{ID: fmt.Sprintf("%s-p%02d-v%d", channel, p, v),
 			PropertyID: fmt.Sprintf("prop_%08d", p+1), RoomTypeCode: "DLXKING", RatePlanCode: "BAR_FLEX",
-			Channel: channel, StayDate: night, Amount: &a, Currency: "EUR", Version: v})
+			Channel: channel, StayDate: night, Values: models.Values{Amount: &a, Currency: "EUR"}, Version: v})
 	}
 	return ms
 }

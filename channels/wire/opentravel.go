@@ -28,14 +28,14 @@ const (
 
 // OTAMessage is the message name that carries family f.
 func OTAMessage(f models.Family) string {
-	switch f {
-	case models.FamilyAvailability:
-		return OTAInvCountNotif
-	case models.FamilyRestrictions:
-		return OTAAvailNotif
+	if m := otaMessages.Of(f); m != "" {
+		return m
 	}
 	return OTARateAmountNotif
 }
+
+var otaMessages = models.ByFamily[string]{Rates: OTARateAmountNotif, Availability: OTAInvCountNotif,
+	Restrictions: OTAAvailNotif}
 
 // OTA error types (OpenTravel code list EWT) that classify an <Errors> answer.
 const (
