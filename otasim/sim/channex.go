@@ -116,12 +116,8 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 			return rep
 		}
 	}
-	if s.roll(f.ErrorRatio) {
-		ch.stats.FaultsInjected++
-		ch.stats.ServerErrors++
-		statuses := []int{500, 502, 503, 504}
-		status := statuses[s.rng.IntN(len(statuses))]
-		return channexError(status, "internal_server_error", "Internal Server Error", nil)
+	if s.serverError(ch, f) {
+		return channexError(s.serverStatus(), "internal_server_error", "Internal Server Error", nil)
 	}
 
 	if rep, bad := s.badBody(ch, f, func() (reply, reply) {
@@ -132,11 +128,7 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 		return rep
 	}
 
-	drift := s.roll(f.DriftRatio)
-	injected := !drift && s.roll(f.PartialRatio)
-	if drift || injected {
-		ch.stats.FaultsInjected++
-	}
+	drift, injected := s.outcomeFaults(ch, f)
 	var warnings []wire.ChannexWarning
 	for i, u := range units {
 		problem := u.problem

@@ -149,17 +149,7 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 		rep.header.Set(models.HeaderRetryAfter, t.header.Get(models.HeaderRetryAfter))
 		return rep
 	}
-	if now.Before(s.stormUntil) && f.StormSeconds > 0 {
-		ch.stats.FaultsInjected++
-		status := f.StormStatus
-		if status == 0 {
-			status = http.StatusTooManyRequests
-		}
-		if status == http.StatusTooManyRequests {
-			ch.stats.Throttled++
-		} else {
-			ch.stats.ServerErrors++
-		}
+	if status := s.stormStatus(ch, f, now); status != 0 {
 		return throttled(status, s.stormUntil.Sub(now))
 	}
 	win := ch.window(ch.windows, key)
@@ -175,14 +165,11 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 	} else if seen {
 		return rep
 	}
-	if s.roll(f.ErrorRatio) {
-		ch.stats.FaultsInjected++
-		ch.stats.ServerErrors++
+	if s.serverError(ch, f) {
 		if s.rng.IntN(2) == 0 {
 			return otaError(http.StatusOK, msg, hdr.EchoToken, now, wire.OTAErrorProcessingException, otaCodeUnableToProc, "injected processing error")
 		}
-		statuses := []int{500, 502, 503, 504}
-		return otaError(statuses[s.rng.IntN(len(statuses))], msg, hdr.EchoToken, now, wire.OTAErrorApplication, otaCodeUnableToProc, "injected server error")
+		return otaError(s.serverStatus(), msg, hdr.EchoToken, now, wire.OTAErrorApplication, otaCodeUnableToProc, "injected server error")
 	}
 
 	if rep, bad := s.badBody(ch, f, func() (reply, reply) {
@@ -192,11 +179,7 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 		return rep
 	}
 
-	drift := s.roll(f.DriftRatio)
-	injected := !drift && s.roll(f.PartialRatio)
-	if drift || injected {
-		ch.stats.FaultsInjected++
-	}
+	drift, injected := s.outcomeFaults(ch, f)
 	var warnings []wire.OTAIssue
 	for i, u := range units {
 		problem := u.problem
