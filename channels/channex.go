@@ -158,12 +158,8 @@ func (channex) interpret(out *PushResponse, c call, _ http.Header, raw []byte) {
 		// answer without one confirms nothing.
 		out.Class, out.Accepted, out.Failed = ClassTransient, 0, nil
 		out.Message = "answer without a task: " + bodyText(out.Status, raw)
-	case len(failed) == 0:
-		out.Class = ClassCommitted
-	case out.Accepted == 0:
-		out.Class, out.Message = ClassRejected, "every change object refused: "+out.Failed[0].Message
 	default:
-		out.Class = ClassPartial
+		out.classifyFailed("change object")
 	}
 }
 

@@ -245,11 +245,18 @@ func (openTravel) interpret(out *PushResponse, c call, _ http.Header, raw []byte
 		}
 	}
 	out.Accepted = c.lines - len(failed)
+	out.classifyFailed("message")
+}
+
+// classifyFailed classes a readable 2xx answer by the lines it failed: committed
+// when none, rejected when every one (each unit, a change object or a message, was
+// refused), partial otherwise.
+func (out *PushResponse) classifyFailed(unit string) {
 	switch {
-	case len(failed) == 0:
+	case len(out.Failed) == 0:
 		out.Class = ClassCommitted
 	case out.Accepted == 0:
-		out.Class, out.Message = ClassRejected, "every message refused: "+out.Failed[0].Message
+		out.Class, out.Message = ClassRejected, "every "+unit+" refused: "+out.Failed[0].Message
 	default:
 		out.Class = ClassPartial
 	}

@@ -174,29 +174,21 @@ func (v Values) problems(add func(field, rule string)) {
 
 // only is v with the values outside fs cleared; it shares v's pointers.
 func (v Values) only(fs valueField) Values {
-	var o Values
+	o := Values{Amount: pick(fs, fieldPrice, v.Amount), Inventory: pick(fs, fieldInventory, v.Inventory),
+		StopSell: pick(fs, fieldStopSell, v.StopSell), MinLOS: pick(fs, fieldMinLOS, v.MinLOS),
+		MaxLOS: pick(fs, fieldMaxLOS, v.MaxLOS), CTA: pick(fs, fieldCTA, v.CTA), CTD: pick(fs, fieldCTD, v.CTD)}
 	if fs&fieldPrice != 0 {
-		o.Amount, o.Currency = v.Amount, v.Currency
-	}
-	if fs&fieldInventory != 0 {
-		o.Inventory = v.Inventory
-	}
-	if fs&fieldStopSell != 0 {
-		o.StopSell = v.StopSell
-	}
-	if fs&fieldMinLOS != 0 {
-		o.MinLOS = v.MinLOS
-	}
-	if fs&fieldMaxLOS != 0 {
-		o.MaxLOS = v.MaxLOS
-	}
-	if fs&fieldCTA != 0 {
-		o.CTA = v.CTA
-	}
-	if fs&fieldCTD != 0 {
-		o.CTD = v.CTD
+		o.Currency = v.Currency
 	}
 	return o
+}
+
+// pick is p when fs holds field f, else nil.
+func pick[T any](fs, f valueField, p *T) *T {
+	if fs&f == 0 {
+		return nil
+	}
+	return p
 }
 
 // clone is v with pointers of its own.
