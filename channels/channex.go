@@ -179,28 +179,29 @@ func matchWarning(c call, w wire.ChannexWarning) []int {
 	if c.body == nil {
 		return nil
 	}
-	var units []int
-	if w.RatePlanID != "" {
-		var body wire.ChannexValues[wire.ChannexRestriction]
-		if json.Unmarshal(c.body, &body) != nil {
-			return nil
-		}
-		for i, v := range body.Values {
-			if v.RatePlanID == w.RatePlanID && v.Date == w.Date && v.DateFrom == w.DateFrom && v.DateTo == w.DateTo {
-				units = append(units, i)
-			}
-		}
-		return units
+	switch {
+	case w.RatePlanID != "":
+		return matchValues(c.body, func(v wire.ChannexRestriction) bool {
+			return v.RatePlanID == w.RatePlanID && v.Date == w.Date && v.DateFrom == w.DateFrom && v.DateTo == w.DateTo
+		})
+	case w.RoomTypeID != "":
+		return matchValues(c.body, func(v wire.ChannexAvailability) bool {
+			return v.RoomTypeID == w.RoomTypeID && v.Date == w.Date && v.DateFrom == w.DateFrom && v.DateTo == w.DateTo
+		})
 	}
-	if w.RoomTypeID != "" {
-		var body wire.ChannexValues[wire.ChannexAvailability]
-		if json.Unmarshal(c.body, &body) != nil {
-			return nil
-		}
-		for i, v := range body.Values {
-			if v.RoomTypeID == w.RoomTypeID && v.Date == w.Date && v.DateFrom == w.DateFrom && v.DateTo == w.DateTo {
-				units = append(units, i)
-			}
+	return nil
+}
+
+// matchValues is the index of every change object of body that match accepts.
+func matchValues[T any](body []byte, match func(T) bool) []int {
+	var values wire.ChannexValues[T]
+	if json.Unmarshal(body, &values) != nil {
+		return nil
+	}
+	var units []int
+	for i, v := range values.Values {
+		if match(v) {
+			units = append(units, i)
 		}
 	}
 	return units

@@ -210,35 +210,26 @@ func (e channelEntry) applyTo(c *models.ChannelConfig) error {
 	setInt(&c.HorizonDays, e.HorizonDays)
 	setInt(&c.MaxLinesPerRequest, e.MaxLinesPerRequest)
 	setInt(&c.BreakerFailures, e.BreakerFailures)
-	if e.BreakerCooldown != nil {
-		d, err := time.ParseDuration(*e.BreakerCooldown)
-		if err != nil {
-			return fmt.Errorf("breaker_cooldown: want a duration like \"30s\": %w", err)
+	// Only a channel's own entry sets its window: there is no environment
+	// override, so production runs at 60 s unless a channel declares otherwise.
+	for _, d := range []struct {
+		field, example string
+		from           *string
+		to             *time.Duration
+	}{
+		{"breaker_cooldown", "30s", e.BreakerCooldown, &c.BreakerCooldown},
+		{"window", "60s", e.Window, &c.Window},
+		{"max_apply_delay", "15s", e.MaxApplyDelay, &c.MaxApplyDelay},
+		{"max_retry_after", "5m", e.MaxRetryAfter, &c.MaxRetryAfter},
+	} {
+		if d.from == nil {
+			continue
 		}
-		c.BreakerCooldown = d
-	}
-	if e.Window != nil {
-		// Only a channel's own entry sets its window: there is no environment
-		// override, so production runs at 60 s unless a channel declares otherwise.
-		d, err := time.ParseDuration(*e.Window)
+		v, err := time.ParseDuration(*d.from)
 		if err != nil {
-			return fmt.Errorf("window: want a duration like \"60s\": %w", err)
+			return fmt.Errorf("%s: want a duration like %q: %w", d.field, d.example, err)
 		}
-		c.Window = d
-	}
-	if e.MaxApplyDelay != nil {
-		d, err := time.ParseDuration(*e.MaxApplyDelay)
-		if err != nil {
-			return fmt.Errorf("max_apply_delay: want a duration like \"15s\": %w", err)
-		}
-		c.MaxApplyDelay = d
-	}
-	if e.MaxRetryAfter != nil {
-		d, err := time.ParseDuration(*e.MaxRetryAfter)
-		if err != nil {
-			return fmt.Errorf("max_retry_after: want a duration like \"5m\": %w", err)
-		}
-		c.MaxRetryAfter = d
+		*d.to = v
 	}
 	return nil
 }
