@@ -219,7 +219,8 @@ func decodeChannexBack(t *testing.T, cfg models.ChannelConfig, f models.Family, 
 	}
 	for _, r := range v.Values {
 		rp := byID[r.RatePlanID]
-		l := models.ARILine{RoomTypeCode: rp[0], RatePlanCode: rp[1], Values: models.Values{StopSell: r.StopSell, MinLOS: r.MinStayArrival, MaxLOS: r.MaxStay, CTA: r.ClosedToArrival, CTD: r.ClosedToDeparture}}
+		l := models.ARILine{RoomTypeCode: rp[0], RatePlanCode: rp[1], Values: models.Values{StopSell: r.StopSell,
+			MinLOS: r.MinStayArrival, MaxLOS: r.MaxStay, CTA: r.ClosedToArrival, CTD: r.ClosedToDeparture}}
 		if r.Rate != "" {
 			l.Amount, l.Currency = amount(r.Rate), prop.Currency
 			a := l.Amount.Round(3)

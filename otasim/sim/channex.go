@@ -215,13 +215,13 @@ func (u channexUnit) apply(ch *channel) {
 	l := u.line
 	switch {
 	case u.endpoint == wire.ChannexAvailabilityPath:
-		write(models.FamilyAvailability, models.ARILine{Values: models.Values{Inventory: l.Inventory}})
+		write(models.FamilyAvailability, models.ARILine{Values: l.Of(models.FamilyAvailability)})
 	default:
-		if l.Amount != nil {
-			write(models.FamilyRates, models.ARILine{Values: models.Values{Amount: l.Amount}})
-		}
-		if l.StopSell != nil || l.MinLOS != nil || l.MaxLOS != nil || l.CTA != nil || l.CTD != nil {
-			write(models.FamilyRestrictions, models.ARILine{Values: models.Values{StopSell: l.StopSell, MinLOS: l.MinLOS, MaxLOS: l.MaxLOS, CTA: l.CTA, CTD: l.CTD}})
+		// Prices and restrictions share /restrictions: one change object may set both.
+		for _, f := range []models.Family{models.FamilyRates, models.FamilyRestrictions} {
+			if l.Sets(f) {
+				write(f, models.ARILine{Values: l.Of(f)})
+			}
 		}
 	}
 }
@@ -262,7 +262,8 @@ func decodeChannex(m models.ChannexMapping, endpoint string, body []byte) ([]cha
 			}
 			u.property, u.id, days = v.PropertyID, v.RatePlanID, v.Days
 			dateFields.date, dateFields.from, dateFields.to = v.Date, v.DateFrom, v.DateTo
-			u.line = models.ARILine{Values: models.Values{StopSell: v.StopSell, MinLOS: v.MinStayArrival, MaxLOS: v.MaxStay, CTA: v.ClosedToArrival, CTD: v.ClosedToDeparture}}
+			u.line = models.ARILine{Values: models.Values{StopSell: v.StopSell, MinLOS: v.MinStayArrival, MaxLOS: v.MaxStay,
+				CTA: v.ClosedToArrival, CTD: v.ClosedToDeparture}}
 			u.problem = channexRestrictionProblem(m, v, &u.line)
 		}
 		if u.property == "" {
