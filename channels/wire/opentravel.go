@@ -34,6 +34,17 @@ func OTAMessage(f models.Family) string {
 	return OTARateAmountNotif
 }
 
+// OTAFamily is the family message msg carries; false for a message paritysync
+// does not send.
+func OTAFamily(msg string) (models.Family, bool) {
+	for _, f := range models.Families {
+		if otaMessages.Of(f) == msg {
+			return f, true
+		}
+	}
+	return "", false
+}
+
 var otaMessages = models.ByFamily[string]{Rates: OTARateAmountNotif, Availability: OTAInvCountNotif,
 	Restrictions: OTAAvailNotif}
 
