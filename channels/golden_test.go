@@ -286,13 +286,8 @@ func decodeOTABack(t *testing.T, f models.Family, body []byte, c call) []models.
 			}
 			if rs := am.RestrictionStatus; rs != nil {
 				closed := rs.Status == wire.OTAStatusClose
-				switch rs.Restriction {
-				case "":
-					l.StopSell = &closed
-				case wire.OTARestrictionArrival:
-					l.CTA = &closed
-				case wire.OTARestrictionDepart:
-					l.CTD = &closed
+				if value := wire.OTARestrictionValue(rs.Restriction, &l.Values); value != nil {
+					*value = &closed
 				}
 			}
 		}

@@ -159,14 +159,10 @@ func availMessages(l models.ARILine) []wire.OTAAvailStatusMessage {
 		return wire.OTAStatusOpen
 	}
 	var statuses []*wire.OTARestrictionStatus
-	if l.StopSell != nil {
-		statuses = append(statuses, &wire.OTARestrictionStatus{Status: status(*l.StopSell)})
-	}
-	if l.CTA != nil {
-		statuses = append(statuses, &wire.OTARestrictionStatus{Restriction: wire.OTARestrictionArrival, Status: status(*l.CTA)})
-	}
-	if l.CTD != nil {
-		statuses = append(statuses, &wire.OTARestrictionStatus{Restriction: wire.OTARestrictionDepart, Status: status(*l.CTD)})
+	for _, r := range wire.OTARestrictions {
+		if b := *wire.OTARestrictionValue(r, &l.Values); b != nil {
+			statuses = append(statuses, &wire.OTARestrictionStatus{Restriction: r, Status: status(*b)})
+		}
 	}
 	var los *wire.OTALengthsOfStay
 	if l.MinLOS != nil || l.MaxLOS != nil {

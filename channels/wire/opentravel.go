@@ -158,6 +158,25 @@ type OTARestrictionStatus struct {
 	Status      string `xml:"Status,attr"`
 }
 
+// OTARestrictions are the restrictions a RestrictionStatus opens or closes, in the
+// order paritysync writes them: stop-sell (no Restriction), closed to arrival,
+// closed to departure.
+var OTARestrictions = []string{"", OTARestrictionArrival, OTARestrictionDepart}
+
+// OTARestrictionValue is the value of v that a RestrictionStatus with restriction
+// r carries: StopSell, CTA or CTD; nil for a restriction paritysync does not know.
+func OTARestrictionValue(r string, v *models.Values) **bool {
+	switch r {
+	case "":
+		return &v.StopSell
+	case OTARestrictionArrival:
+		return &v.CTA
+	case OTARestrictionDepart:
+		return &v.CTD
+	}
+	return nil
+}
+
 // OTAHotelInvCountNotifRQ sets inventory.
 type OTAHotelInvCountNotifRQ struct {
 	XMLName xml.Name `xml:"http://www.opentravel.org/OTA/2003/05 OTA_HotelInvCountNotifRQ"`

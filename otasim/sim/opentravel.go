@@ -406,16 +406,11 @@ func otaRestriction(m wire.OTAAvailStatusMessage, l *models.ARILine) string {
 		default:
 			return "RestrictionStatus: Status must be Open or Close"
 		}
-		switch rs.Restriction {
-		case "":
-			l.StopSell = &closed
-		case wire.OTARestrictionArrival:
-			l.CTA = &closed
-		case wire.OTARestrictionDepart:
-			l.CTD = &closed
-		default:
+		value := wire.OTARestrictionValue(rs.Restriction, &l.Values)
+		if value == nil {
 			return "RestrictionStatus: Restriction must be Arrival or Departure, or absent"
 		}
+		*value = &closed
 	}
 	return ""
 }
