@@ -271,23 +271,22 @@ func applyChannelEnv(c *models.ChannelConfig, getenv func(string) string) (used 
 		c.Scope = models.LimitScope(val)
 		used = append(used, prefix+"SCOPE")
 	}
-	if val := strings.TrimSpace(getenv(prefix + "BREAKER_COOLDOWN")); val != "" {
+	for _, f := range []struct {
+		name, example string
+		dst           *time.Duration
+	}{{"BREAKER_COOLDOWN", "30s", &c.BreakerCooldown}, {"MAX_RETRY_AFTER", "5m", &c.MaxRetryAfter}} {
+		name := prefix + f.name
+		val := strings.TrimSpace(getenv(name))
+		if val == "" {
+			continue
+		}
 		d, err := time.ParseDuration(val)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: want a duration like \"30s\", got %q", prefix+"BREAKER_COOLDOWN", val))
-		} else {
-			c.BreakerCooldown = d
-			used = append(used, prefix+"BREAKER_COOLDOWN")
+			errs = append(errs, fmt.Errorf("%s: want a duration like %q, got %q", name, f.example, val))
+			continue
 		}
-	}
-	if val := strings.TrimSpace(getenv(prefix + "MAX_RETRY_AFTER")); val != "" {
-		d, err := time.ParseDuration(val)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: want a duration like \"5m\", got %q", prefix+"MAX_RETRY_AFTER", val))
-		} else {
-			c.MaxRetryAfter = d
-			used = append(used, prefix+"MAX_RETRY_AFTER")
-		}
+		*f.dst = d
+		used = append(used, name)
 	}
 	return used, errs
 }
