@@ -135,7 +135,7 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 		if problem == "" && ch.cfg.Channex.Properties != nil {
 			problem = channexUnknownID(ch.cfg.Channex, u)
 		}
-		if problem == "" && injected && (s.rng.IntN(2) == 0 || i == len(units)-1 && len(warnings) == 0) {
+		if problem == "" && s.failsUnit(injected, i, len(units), len(warnings) == 0) {
 			problem = "injected change object failure"
 		}
 		if problem != "" {

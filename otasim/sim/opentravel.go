@@ -183,7 +183,7 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 	var warnings []wire.OTAIssue
 	for i, u := range units {
 		problem := u.problem
-		if problem == "" && injected && (s.rng.IntN(2) == 0 || i == len(units)-1 && len(warnings) == 0) {
+		if problem == "" && s.failsUnit(injected, i, len(units), len(warnings) == 0) {
 			problem = "injected message failure"
 		}
 		if problem != "" {

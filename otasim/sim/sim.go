@@ -442,6 +442,12 @@ func (s *Simulator) outcomeFaults(ch *channel, f Faults) (drift, partial bool) {
 	return drift, partial
 }
 
+// failsUnit rolls whether a partial fault fails unit i of n: each at even odds,
+// and the last when none failed before, so a partial answer fails at least one.
+func (s *Simulator) failsUnit(partial bool, i, n int, noneYet bool) bool {
+	return partial && (s.rng.IntN(2) == 0 || i == n-1 && noneYet)
+}
+
 // deferApplies makes the push about to be decided collect its writes when f delays
 // them; s.mu held. It returns where they are collected.
 func (ch *channel) deferApplies(f Faults) *[]func(time.Time) {
