@@ -165,7 +165,7 @@ func loadConfig(args []string) (fileConfig, error) {
 	return fc, nil
 }
 
-// atLeast is an override that sets an integer of at least least; rule is the answer
+// atLeast is an override that sets an integer no smaller than least; rule is the answer
 // to anything else.
 func atLeast(least int, rule string, set func(*models.ChannelConfig, int)) func(*models.ChannelConfig, string) error {
 	return func(c *models.ChannelConfig, v string) error {
