@@ -57,6 +57,9 @@ func familyIndex(f Family) int {
 	return len(familyTable)
 }
 
+// Known reports whether f is one of Families.
+func (f Family) Known() bool { return familyIndex(f) < len(familyTable) }
+
 // fieldsOf are the values family f carries; none for an unknown family.
 func fieldsOf(f Family) valueField {
 	if i := familyIndex(f); i < len(familyTable) {

@@ -12,6 +12,14 @@ func TestFamilyTableIsFamilies(t *testing.T) {
 	if want := []Family{FamilyRates, FamilyAvailability, FamilyRestrictions}; !slices.Equal(Families, want) {
 		t.Fatalf("Families %v, want %v", Families, want)
 	}
+	for _, f := range Families {
+		if !f.Known() {
+			t.Errorf("%s is not known", f)
+		}
+	}
+	if Family("breakfast").Known() {
+		t.Error("breakfast is known")
+	}
 	var all valueField
 	for _, d := range familyTable {
 		if all&d.fields != 0 {

@@ -55,7 +55,7 @@ func decodeRequest(body []byte, cfg models.ChannelConfig) (models.ARIRequest, er
 		return req, invalid("property_id", "longer than %d characters", maxIDLen)
 	case top.Family == nil || *top.Family == "":
 		return req, invalid("family", "required")
-	case !knownFamily(*top.Family):
+	case !top.Family.Known():
 		return req, invalid("family", "unknown family %q", string(*top.Family))
 	case top.Lines == nil || len(*top.Lines) == 0:
 		return req, invalid("lines", "at least one line is required")
@@ -73,15 +73,6 @@ func decodeRequest(body []byte, cfg models.ChannelConfig) (models.ARIRequest, er
 		}
 	}
 	return req, nil
-}
-
-func knownFamily(f models.Family) bool {
-	for _, k := range models.Families {
-		if f == k {
-			return true
-		}
-	}
-	return false
 }
 
 func strictUnmarshal(b []byte, v any) error {
