@@ -26,9 +26,9 @@ const (
 	PriorityBulk    = 5
 )
 
-// Mutation is one change for one cell from the PMS. Pointer fields are optional:
-// nil means "not changed". Values of one family travel as a whole: a mutation that
-// sets any restriction states every restriction it wants the channel to hold.
+// Mutation is one change for one cell from the PMS. Its Values are optional: nil
+// means "not changed". Values of one family travel as a whole: a mutation that sets
+// any restriction states every restriction it wants the channel to hold.
 type Mutation struct {
 	ID           string `json:"id"`
 	PropertyID   string `json:"property_id"`
