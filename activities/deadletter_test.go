@@ -16,9 +16,9 @@ func (e *activityEnv) deadLetterRequest(property string) models.ChannelRequest {
 	r := models.ChannelRequest{Channel: testChannel, PropertyID: property, Family: models.FamilyAvailability, Priority: 2}
 	d := e.today.AddDays(12)
 	r.Lines = []models.ARILine{
-		{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: d, To: d, Inventory: ptr(1), Version: 3},
-		{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: d.AddDays(1), To: d.AddDays(2), Inventory: ptr(2), Version: 3},
-		{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: d.AddDays(3), To: d.AddDays(3), Inventory: ptr(3), Version: 3},
+		{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: d, To: d, Values: models.Values{Inventory: ptr(1)}, Version: 3},
+		{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: d.AddDays(1), To: d.AddDays(2), Values: models.Values{Inventory: ptr(2)}, Version: 3},
+		{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: d.AddDays(3), To: d.AddDays(3), Values: models.Values{Inventory: ptr(3)}, Version: 3},
 	}
 	r.Refs = []models.MutationRef{
 		{ID: "dl-0", Version: 3, Line: 0, StayDate: d},

@@ -117,7 +117,7 @@ func TestPrepareBatchSupersededByLedgerIsInNoChunk(t *testing.T) {
 	night := e.today.AddDays(7)
 	committed := models.ChannelRequest{Channel: testChannel, PropertyID: testProperty, Family: models.FamilyRates, Priority: 3,
 		Lines: []models.ARILine{{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: night, To: night,
-			Amount: decimalPtr("200.00"), Currency: "EUR", Version: 10}},
+			Values: models.Values{Amount: decimalPtr("200.00"), Currency: "EUR"}, Version: 10}},
 		Refs: []models.MutationRef{{ID: "earlier", Version: 10, Line: 0, StayDate: night}}}
 	e.acknowledged(committed, "conf-1")
 	// Older rates (stale) plus inventory the ledger has not seen (fresh).
@@ -186,7 +186,7 @@ func TestPrepareBatchAccountsForEveryUpdateOnce(t *testing.T) {
 	e := newActivityEnv(t, envOptions{chunkSize: 3})
 	night := e.today.AddDays(30)
 	committed := models.ChannelRequest{Channel: "expedia", PropertyID: testProperty, Family: models.FamilyAvailability, Priority: 3,
-		Lines: []models.ARILine{{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: night, To: night, Inventory: ptr(1), Version: 50}},
+		Lines: []models.ARILine{{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: night, To: night, Values: models.Values{Inventory: ptr(1)}, Version: 50}},
 		Refs:  []models.MutationRef{{ID: "earlier", Version: 50, Line: 0, StayDate: night}}}
 	e.acknowledged(committed, "conf-x")
 	var ms []models.Mutation

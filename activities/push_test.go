@@ -591,7 +591,7 @@ func TestPushRequestChannelRejectionCarriesMessage(t *testing.T) {
 	from := e.today.AddDays(9)
 	bad := models.ChannelRequest{Channel: testChannel, PropertyID: testProperty, Family: models.FamilyAvailability, Priority: 3,
 		Lines: []models.ARILine{{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: from, To: from.AddDays(-1),
-			Inventory: ptr(3), Version: 1}},
+			Values: models.Values{Inventory: ptr(3)}, Version: 1}},
 		Refs: []models.MutationRef{{ID: "r-1", Version: 1, Line: 0, StayDate: from}}}
 	key := e.saveChunk("b-400", bad)
 	_, err := e.push(models.PushInput{BatchID: "b-400", ChunkKey: key})
@@ -673,7 +673,7 @@ func TestPushRequestOlderThanAcknowledgedIsSupersededAtCommit(t *testing.T) {
 	night := e.today.AddDays(3)
 	newer := models.ChannelRequest{Channel: testChannel, PropertyID: testProperty, Family: models.FamilyRates, Priority: 3,
 		Lines: []models.ARILine{{RoomTypeCode: testRoom, RatePlanCode: testPlan, From: night, To: night,
-			Amount: decimalPtr("95.00"), Currency: "EUR", Version: 9}},
+			Values: models.Values{Amount: decimalPtr("95.00"), Currency: "EUR"}, Version: 9}},
 		Refs: []models.MutationRef{{ID: "newer", Version: 9, Line: 0, StayDate: night}}}
 	if _, _, err := e.store.RecordAcknowledged(ctx, store.Ack{BatchID: "other", Request: newer, ConfirmationID: "conf-newer"}); err != nil {
 		t.Fatal(err)

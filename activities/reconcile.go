@@ -241,18 +241,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // holds reports whether the channel's cell carries every value of family f that the
 // desired line set; fields the line left unset are not the desired state's to judge.
 func holds(f models.Family, want models.ARILine, got models.ARICell) bool {
-	same := func(a, b *int) bool { return a == nil || (b != nil && *a == *b) }
-	sameBool := func(a, b *bool) bool { return a == nil || (b != nil && *a == *b) }
-	switch f {
-	case models.FamilyRates:
-		return want.Amount == nil || (got.Amount != nil && want.Amount.Equal(*got.Amount) && want.Currency == got.Currency)
-	case models.FamilyAvailability:
-		return same(want.Inventory, got.Inventory)
-	case models.FamilyRestrictions:
-		return sameBool(want.StopSell, got.StopSell) && same(want.MinLOS, got.MinLOS) && same(want.MaxLOS, got.MaxLOS) &&
-			sameBool(want.CTA, got.CTA) && sameBool(want.CTD, got.CTD)
-	}
-	return true
+	return got.Holds(f, want.Values)
 }
 
 // repair is the mutation that re-sends a cell's desired values at the desired

@@ -63,17 +63,17 @@ func TestDiffChannelOutsideTheWindowIsNotChecked(t *testing.T) {
 }
 
 func TestHoldsComparesOnlyWhatTheLedgerSet(t *testing.T) {
-	line := models.ARILine{StopSell: ptr(true)}
-	if !holds(models.FamilyRestrictions, line, models.ARICell{StopSell: ptr(true), MinLOS: ptr(3)}) {
+	line := models.ARILine{Values: models.Values{StopSell: ptr(true)}}
+	if !holds(models.FamilyRestrictions, line, models.ARICell{Values: models.Values{StopSell: ptr(true), MinLOS: ptr(3)}}) {
 		t.Error("a restriction the ledger never set must not count as drift")
 	}
 	if holds(models.FamilyRestrictions, line, models.ARICell{}) {
 		t.Error("a stop-sell the channel lost is drift")
 	}
-	if holds(models.FamilyRates, models.ARILine{Amount: decimalPtr("80.00"), Currency: "EUR"}, models.ARICell{Amount: decimalPtr("80"), Currency: "USD"}) {
+	if holds(models.FamilyRates, models.ARILine{Values: models.Values{Amount: decimalPtr("80.00"), Currency: "EUR"}}, models.ARICell{Values: models.Values{Amount: decimalPtr("80"), Currency: "USD"}}) {
 		t.Error("a currency change is drift")
 	}
-	if !holds(models.FamilyRates, models.ARILine{Amount: decimalPtr("80.00"), Currency: "EUR"}, models.ARICell{Amount: decimalPtr("80"), Currency: "EUR"}) {
+	if !holds(models.FamilyRates, models.ARILine{Values: models.Values{Amount: decimalPtr("80.00"), Currency: "EUR"}}, models.ARICell{Values: models.Values{Amount: decimalPtr("80"), Currency: "EUR"}}) {
 		t.Error("80.00 and 80 are the same price")
 	}
 }

@@ -34,7 +34,7 @@ func (channex) encode(cfg models.ChannelConfig, req models.ChannelRequest, _ tim
 		c.versions[i] = l.Version
 	}
 	var err error
-	if req.Family == models.FamilyAvailability {
+	if models.ChannexEndpoint(req.Family) == models.ChannexAvailability {
 		c.path = wire.ChannexAvailabilityPath
 		body := wire.ChannexValues[wire.ChannexAvailability]{Values: make([]wire.ChannexAvailability, len(req.Lines))}
 		for i, l := range req.Lines {
@@ -158,12 +158,8 @@ func (channex) interpret(out *PushResponse, c call, _ http.Header, raw []byte) {
 		// answer without one confirms nothing.
 		out.Class, out.Accepted, out.Failed = ClassTransient, 0, nil
 		out.Message = "answer without a task: " + bodyText(out.Status, raw)
-	case len(failed) == 0:
-		out.Class = ClassCommitted
-	case out.Accepted == 0:
-		out.Class, out.Message = ClassRejected, "every change object refused: "+out.Failed[0].Message
 	default:
-		out.Class = ClassPartial
+		out.classifyFailed("change object")
 	}
 }
 
@@ -183,28 +179,29 @@ func matchWarning(c call, w wire.ChannexWarning) []int {
 	if c.body == nil {
 		return nil
 	}
-	var units []int
-	if w.RatePlanID != "" {
-		var body wire.ChannexValues[wire.ChannexRestriction]
-		if json.Unmarshal(c.body, &body) != nil {
-			return nil
-		}
-		for i, v := range body.Values {
-			if v.RatePlanID == w.RatePlanID && v.Date == w.Date && v.DateFrom == w.DateFrom && v.DateTo == w.DateTo {
-				units = append(units, i)
-			}
-		}
-		return units
+	switch {
+	case w.RatePlanID != "":
+		return matchValues(c.body, func(v wire.ChannexRestriction) bool {
+			return v.RatePlanID == w.RatePlanID && v.Date == w.Date && v.DateFrom == w.DateFrom && v.DateTo == w.DateTo
+		})
+	case w.RoomTypeID != "":
+		return matchValues(c.body, func(v wire.ChannexAvailability) bool {
+			return v.RoomTypeID == w.RoomTypeID && v.Date == w.Date && v.DateFrom == w.DateFrom && v.DateTo == w.DateTo
+		})
 	}
-	if w.RoomTypeID != "" {
-		var body wire.ChannexValues[wire.ChannexAvailability]
-		if json.Unmarshal(c.body, &body) != nil {
-			return nil
-		}
-		for i, v := range body.Values {
-			if v.RoomTypeID == w.RoomTypeID && v.Date == w.Date && v.DateFrom == w.DateFrom && v.DateTo == w.DateTo {
-				units = append(units, i)
-			}
+	return nil
+}
+
+// matchValues is the index of every change object of body that match accepts.
+func matchValues[T any](body []byte, match func(T) bool) []int {
+	var values wire.ChannexValues[T]
+	if json.Unmarshal(body, &values) != nil {
+		return nil
+	}
+	var units []int
+	for i, v := range values.Values {
+		if match(v) {
+			units = append(units, i)
 		}
 	}
 	return units

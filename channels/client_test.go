@@ -83,7 +83,7 @@ func ratesRequest(version int64, amount string, nights int) models.ChannelReques
 	for i := range nights {
 		d := from.AddDays(i)
 		req.Lines = append(req.Lines, models.ARILine{RoomTypeCode: "DBL", RatePlanCode: "BAR", From: d, To: d,
-			Amount: &a, Currency: "EUR", Version: version})
+			Values: models.Values{Amount: &a, Currency: "EUR"}, Version: version})
 		req.Refs = append(req.Refs, models.MutationRef{ID: "m" + d.String(), Version: version, Line: i, StayDate: d,
 			CorrelationID: "corr-" + d.String()})
 	}

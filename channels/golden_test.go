@@ -63,21 +63,21 @@ func goldenRequests() map[models.Family]models.ChannelRequest {
 	rates, avail, restr := base, base, base
 	rates.Family = models.FamilyRates
 	rates.Lines = []models.ARILine{
-		{RoomTypeCode: "DBL", RatePlanCode: "BAR", From: day("2030-04-10"), To: day("2030-04-12"), Amount: amount("45.125"), Currency: "KWD", Version: 7},
-		{RoomTypeCode: "DBL", RatePlanCode: "NRF", From: day("2030-04-10"), To: day("2030-04-10"), Amount: amount("40"), Currency: "KWD", Version: 8},
-		{RoomTypeCode: "SGL", RatePlanCode: "BAR", From: day("2030-05-01"), To: day("2030-05-31"), Amount: amount("30.5"), Currency: "KWD", Version: 9},
+		{RoomTypeCode: "DBL", RatePlanCode: "BAR", From: day("2030-04-10"), To: day("2030-04-12"), Values: models.Values{Amount: amount("45.125"), Currency: "KWD"}, Version: 7},
+		{RoomTypeCode: "DBL", RatePlanCode: "NRF", From: day("2030-04-10"), To: day("2030-04-10"), Values: models.Values{Amount: amount("40"), Currency: "KWD"}, Version: 8},
+		{RoomTypeCode: "SGL", RatePlanCode: "BAR", From: day("2030-05-01"), To: day("2030-05-31"), Values: models.Values{Amount: amount("30.5"), Currency: "KWD"}, Version: 9},
 	}
 	avail.Family = models.FamilyAvailability
 	avail.Lines = []models.ARILine{
-		{RoomTypeCode: "DBL", RatePlanCode: "BAR", From: day("2030-04-10"), To: day("2030-04-14"), Inventory: ptr(4), Version: 3},
-		{RoomTypeCode: "SGL", RatePlanCode: "BAR", From: day("2030-04-11"), To: day("2030-04-11"), Inventory: ptr(0), Version: 4},
+		{RoomTypeCode: "DBL", RatePlanCode: "BAR", From: day("2030-04-10"), To: day("2030-04-14"), Values: models.Values{Inventory: ptr(4)}, Version: 3},
+		{RoomTypeCode: "SGL", RatePlanCode: "BAR", From: day("2030-04-11"), To: day("2030-04-11"), Values: models.Values{Inventory: ptr(0)}, Version: 4},
 	}
 	restr.Family = models.FamilyRestrictions
 	restr.Lines = []models.ARILine{
 		{RoomTypeCode: "DBL", RatePlanCode: "BAR", From: day("2030-04-10"), To: day("2030-04-11"),
-			StopSell: ptr(false), MinLOS: ptr(2), MaxLOS: ptr(14), CTA: ptr(true), CTD: ptr(false), Version: 5},
-		{RoomTypeCode: "SGL", RatePlanCode: "BAR", From: day("2030-04-12"), To: day("2030-04-12"), StopSell: ptr(true), Version: 6},
-		{RoomTypeCode: "DBL", RatePlanCode: "NRF", From: day("2030-04-13"), To: day("2030-04-20"), MinLOS: ptr(3), Version: 2},
+			Values: models.Values{StopSell: ptr(false), MinLOS: ptr(2), MaxLOS: ptr(14), CTA: ptr(true), CTD: ptr(false)}, Version: 5},
+		{RoomTypeCode: "SGL", RatePlanCode: "BAR", From: day("2030-04-12"), To: day("2030-04-12"), Values: models.Values{StopSell: ptr(true)}, Version: 6},
+		{RoomTypeCode: "DBL", RatePlanCode: "NRF", From: day("2030-04-13"), To: day("2030-04-20"), Values: models.Values{MinLOS: ptr(3)}, Version: 2},
 	}
 	return map[models.Family]models.ChannelRequest{models.FamilyRates: rates, models.FamilyAvailability: avail, models.FamilyRestrictions: restr}
 }
@@ -204,7 +204,7 @@ func decodeChannexBack(t *testing.T, cfg models.ChannelConfig, f models.Family, 
 			t.Fatal(err)
 		}
 		for _, a := range v.Values {
-			l := models.ARILine{RoomTypeCode: roomByID[a.RoomTypeID], Inventory: a.Availability}
+			l := models.ARILine{RoomTypeCode: roomByID[a.RoomTypeID], Values: models.Values{Inventory: a.Availability}}
 			l.From, l.To = dates(a.Date, a.DateFrom, a.DateTo)
 			// The availability line's rate plan is not on the wire (Channex holds
 			// availability per room type); the golden lines all use BAR.
@@ -219,8 +219,8 @@ func decodeChannexBack(t *testing.T, cfg models.ChannelConfig, f models.Family, 
 	}
 	for _, r := range v.Values {
 		rp := byID[r.RatePlanID]
-		l := models.ARILine{RoomTypeCode: rp[0], RatePlanCode: rp[1], StopSell: r.StopSell, MinLOS: r.MinStayArrival,
-			MaxLOS: r.MaxStay, CTA: r.ClosedToArrival, CTD: r.ClosedToDeparture}
+		l := models.ARILine{RoomTypeCode: rp[0], RatePlanCode: rp[1], Values: models.Values{StopSell: r.StopSell,
+			MinLOS: r.MinStayArrival, MaxLOS: r.MaxStay, CTA: r.ClosedToArrival, CTD: r.ClosedToDeparture}}
 		if r.Rate != "" {
 			l.Amount, l.Currency = amount(r.Rate), prop.Currency
 			a := l.Amount.Round(3)
@@ -286,13 +286,8 @@ func decodeOTABack(t *testing.T, f models.Family, body []byte, c call) []models.
 			}
 			if rs := am.RestrictionStatus; rs != nil {
 				closed := rs.Status == wire.OTAStatusClose
-				switch rs.Restriction {
-				case "":
-					l.StopSell = &closed
-				case wire.OTARestrictionArrival:
-					l.CTA = &closed
-				case wire.OTARestrictionDepart:
-					l.CTD = &closed
+				if value := wire.OTARestrictionValue(rs.Restriction, &l.Values); value != nil {
+					*value = &closed
 				}
 			}
 		}

@@ -54,11 +54,12 @@ func (openTravel) encode(cfg models.ChannelConfig, req models.ChannelRequest, no
 	hdr := wire.OTAHeader{EchoToken: req.IdempotencyKey(), TimeStamp: now.UTC().Format(time.RFC3339),
 		Version: wire.OTAVersion}
 	req = otaCodes(cfg.OpenTravel, req) // after the key: the same as the Idempotency-Key header's
+	encodeMessage := otaEncoders.Of(req.Family)
+	if encodeMessage == nil {
+		return call{}, fmt.Errorf("family %q: no OpenTravel message", req.Family)
+	}
 	c := call{method: http.MethodPost, path: wire.OTAPathPrefix + wire.OTAMessage(req.Family),
 		contentType: "application/xml; charset=utf-8", echo: hdr.EchoToken}
-	control := func(l models.ARILine) wire.OTAStatusApplicationControl {
-		return wire.OTAStatusApplicationControl{Start: l.From, End: l.To, InvTypeCode: l.RoomTypeCode, RatePlanCode: l.RatePlanCode}
-	}
 	unit := func(line int, v int64) {
 		c.units = append(c.units, line)
 		c.versions = append(c.versions, v)
@@ -77,48 +78,9 @@ func (openTravel) encode(cfg models.ChannelConfig, req models.ChannelRequest, no
 			return call{}, fmt.Errorf("lines[%d]: RatePlanCode: %d characters, OpenTravel allows %d", i, n, lim.RatePlan)
 		}
 	}
-	var msg any
-	switch req.Family {
-	case models.FamilyRates:
-		rq := wire.OTAHotelRateAmountNotifRQ{OTAHeader: hdr, RateAmountMessages: wire.OTARateAmountMessages{HotelCode: req.PropertyID}}
-		for i, l := range req.Lines {
-			if l.Amount == nil {
-				return call{}, fmt.Errorf("lines[%d]: rates line without amount", i)
-			}
-			if !models.FitsMinorUnits(*l.Amount, l.Currency) {
-				return call{}, fmt.Errorf("lines[%d]: amount %s has more places than %s allows", i, l.Amount, l.Currency)
-			}
-			rq.RateAmountMessages.Messages = append(rq.RateAmountMessages.Messages, wire.OTARateAmountMessage{
-				StatusApplicationControl: control(l),
-				Rates: []wire.OTARate{{BaseByGuestAmts: []wire.OTABaseByGuestAmt{{
-					AmountAfterTax: models.FormatAmount(*l.Amount, l.Currency), CurrencyCode: l.Currency}}}},
-			})
-			unit(i, l.Version)
-		}
-		msg = rq
-	case models.FamilyAvailability:
-		rq := wire.OTAHotelInvCountNotifRQ{OTAHeader: hdr, Inventories: wire.OTAInventories{HotelCode: req.PropertyID}}
-		for i, l := range req.Lines {
-			if l.Inventory == nil {
-				return call{}, fmt.Errorf("lines[%d]: availability line without inventory", i)
-			}
-			rq.Inventories.Inventories = append(rq.Inventories.Inventories, wire.OTAInventory{
-				StatusApplicationControl: control(l),
-				InvCounts:                []wire.OTAInvCount{{CountType: wire.OTACountTypeAvailable, Count: *l.Inventory}},
-			})
-			unit(i, l.Version)
-		}
-		msg = rq
-	default:
-		rq := wire.OTAHotelAvailNotifRQ{OTAHeader: hdr, AvailStatusMessages: wire.OTAAvailStatusMessages{HotelCode: req.PropertyID}}
-		for i, l := range req.Lines {
-			for _, m := range availMessages(l) {
-				m.StatusApplicationControl = control(l)
-				rq.AvailStatusMessages.Messages = append(rq.AvailStatusMessages.Messages, m)
-				unit(i, l.Version)
-			}
-		}
-		msg = rq
+	msg, err := encodeMessage(hdr, req, unit)
+	if err != nil {
+		return call{}, err
 	}
 	body, err := xml.Marshal(msg)
 	if err != nil {
@@ -126,6 +88,64 @@ func (openTravel) encode(cfg models.ChannelConfig, req models.ChannelRequest, no
 	}
 	c.body = append([]byte(xml.Header), body...)
 	return c, nil
+}
+
+// otaEncoders build the message of each family from a request's lines; unit
+// records the line and version of each message element, in order.
+var otaEncoders = models.ByFamily[func(hdr wire.OTAHeader, req models.ChannelRequest, unit func(line int, v int64)) (any, error)]{
+	Rates:        otaRateAmounts,
+	Availability: otaInvCounts,
+	Restrictions: otaAvailStatuses,
+}
+
+func otaControl(l models.ARILine) wire.OTAStatusApplicationControl {
+	return wire.OTAStatusApplicationControl{Start: l.From, End: l.To, InvTypeCode: l.RoomTypeCode, RatePlanCode: l.RatePlanCode}
+}
+
+func otaRateAmounts(hdr wire.OTAHeader, req models.ChannelRequest, unit func(int, int64)) (any, error) {
+	rq := wire.OTAHotelRateAmountNotifRQ{OTAHeader: hdr, RateAmountMessages: wire.OTARateAmountMessages{HotelCode: req.PropertyID}}
+	for i, l := range req.Lines {
+		if l.Amount == nil {
+			return nil, fmt.Errorf("lines[%d]: rates line without amount", i)
+		}
+		if !models.FitsMinorUnits(*l.Amount, l.Currency) {
+			return nil, fmt.Errorf("lines[%d]: amount %s has more places than %s allows", i, l.Amount, l.Currency)
+		}
+		rq.RateAmountMessages.Messages = append(rq.RateAmountMessages.Messages, wire.OTARateAmountMessage{
+			StatusApplicationControl: otaControl(l),
+			Rates: []wire.OTARate{{BaseByGuestAmts: []wire.OTABaseByGuestAmt{{
+				AmountAfterTax: models.FormatAmount(*l.Amount, l.Currency), CurrencyCode: l.Currency}}}},
+		})
+		unit(i, l.Version)
+	}
+	return rq, nil
+}
+
+func otaInvCounts(hdr wire.OTAHeader, req models.ChannelRequest, unit func(int, int64)) (any, error) {
+	rq := wire.OTAHotelInvCountNotifRQ{OTAHeader: hdr, Inventories: wire.OTAInventories{HotelCode: req.PropertyID}}
+	for i, l := range req.Lines {
+		if l.Inventory == nil {
+			return nil, fmt.Errorf("lines[%d]: availability line without inventory", i)
+		}
+		rq.Inventories.Inventories = append(rq.Inventories.Inventories, wire.OTAInventory{
+			StatusApplicationControl: otaControl(l),
+			InvCounts:                []wire.OTAInvCount{{CountType: wire.OTACountTypeAvailable, Count: *l.Inventory}},
+		})
+		unit(i, l.Version)
+	}
+	return rq, nil
+}
+
+func otaAvailStatuses(hdr wire.OTAHeader, req models.ChannelRequest, unit func(int, int64)) (any, error) {
+	rq := wire.OTAHotelAvailNotifRQ{OTAHeader: hdr, AvailStatusMessages: wire.OTAAvailStatusMessages{HotelCode: req.PropertyID}}
+	for i, l := range req.Lines {
+		for _, m := range availMessages(l) {
+			m.StatusApplicationControl = otaControl(l)
+			rq.AvailStatusMessages.Messages = append(rq.AvailStatusMessages.Messages, m)
+			unit(i, l.Version)
+		}
+	}
+	return rq, nil
 }
 
 // availMessages are the AvailStatusMessages of one restrictions line: a message
@@ -139,14 +159,10 @@ func availMessages(l models.ARILine) []wire.OTAAvailStatusMessage {
 		return wire.OTAStatusOpen
 	}
 	var statuses []*wire.OTARestrictionStatus
-	if l.StopSell != nil {
-		statuses = append(statuses, &wire.OTARestrictionStatus{Status: status(*l.StopSell)})
-	}
-	if l.CTA != nil {
-		statuses = append(statuses, &wire.OTARestrictionStatus{Restriction: wire.OTARestrictionArrival, Status: status(*l.CTA)})
-	}
-	if l.CTD != nil {
-		statuses = append(statuses, &wire.OTARestrictionStatus{Restriction: wire.OTARestrictionDepart, Status: status(*l.CTD)})
+	for _, r := range wire.OTARestrictions {
+		if b := *wire.OTARestrictionValue(r, &l.Values); b != nil {
+			statuses = append(statuses, &wire.OTARestrictionStatus{Restriction: r, Status: status(*b)})
+		}
 	}
 	var los *wire.OTALengthsOfStay
 	if l.MinLOS != nil || l.MaxLOS != nil {
@@ -225,11 +241,18 @@ func (openTravel) interpret(out *PushResponse, c call, _ http.Header, raw []byte
 		}
 	}
 	out.Accepted = c.lines - len(failed)
+	out.classifyFailed("message")
+}
+
+// classifyFailed classes a readable 2xx answer by the lines it failed: committed
+// when none, rejected when every one (each unit, a change object or a message, was
+// refused), partial otherwise.
+func (out *PushResponse) classifyFailed(unit string) {
 	switch {
-	case len(failed) == 0:
+	case len(out.Failed) == 0:
 		out.Class = ClassCommitted
 	case out.Accepted == 0:
-		out.Class, out.Message = ClassRejected, "every message refused: "+out.Failed[0].Message
+		out.Class, out.Message = ClassRejected, "every "+unit+" refused: "+out.Failed[0].Message
 	default:
 		out.Class = ClassPartial
 	}

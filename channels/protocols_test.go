@@ -123,7 +123,7 @@ func money(s string) *decimal.Decimal {
 
 func rates(prop string, version int64, amount, currency, from, to string) models.ChannelRequest {
 	return models.ChannelRequest{PropertyID: prop, Family: models.FamilyRates, Priority: 3, Lines: []models.ARILine{{
-		RoomTypeCode: "DBL", RatePlanCode: "BAR", From: d(from), To: d(to), Amount: money(amount), Currency: currency, Version: version}}}
+		RoomTypeCode: "DBL", RatePlanCode: "BAR", From: d(from), To: d(to), Values: models.Values{Amount: money(amount), Currency: currency}, Version: version}}}
 }
 
 func restrictions(prop string, lines ...models.ARILine) models.ChannelRequest {
@@ -132,7 +132,7 @@ func restrictions(prop string, lines ...models.ARILine) models.ChannelRequest {
 
 func availability(prop string, version int64, n int, from, to string) models.ChannelRequest {
 	return models.ChannelRequest{PropertyID: prop, Family: models.FamilyAvailability, Priority: 3, Lines: []models.ARILine{{
-		RoomTypeCode: "DBL", RatePlanCode: "BAR", From: d(from), To: d(to), Inventory: ip(n), Version: version}}}
+		RoomTypeCode: "DBL", RatePlanCode: "BAR", From: d(from), To: d(to), Values: models.Values{Inventory: ip(n)}, Version: version}}}
 }
 
 func restrictionLine(version int64, from, to string, mod func(*models.ARILine)) models.ARILine {

@@ -210,35 +210,26 @@ func (e channelEntry) applyTo(c *models.ChannelConfig) error {
 	setInt(&c.HorizonDays, e.HorizonDays)
 	setInt(&c.MaxLinesPerRequest, e.MaxLinesPerRequest)
 	setInt(&c.BreakerFailures, e.BreakerFailures)
-	if e.BreakerCooldown != nil {
-		d, err := time.ParseDuration(*e.BreakerCooldown)
-		if err != nil {
-			return fmt.Errorf("breaker_cooldown: want a duration like \"30s\": %w", err)
+	// Only a channel's own entry sets its window: there is no environment
+	// override, so production runs at 60 s unless a channel declares otherwise.
+	for _, d := range []struct {
+		field, example string
+		from           *string
+		to             *time.Duration
+	}{
+		{"breaker_cooldown", "30s", e.BreakerCooldown, &c.BreakerCooldown},
+		{"window", "60s", e.Window, &c.Window},
+		{"max_apply_delay", "15s", e.MaxApplyDelay, &c.MaxApplyDelay},
+		{"max_retry_after", "5m", e.MaxRetryAfter, &c.MaxRetryAfter},
+	} {
+		if d.from == nil {
+			continue
 		}
-		c.BreakerCooldown = d
-	}
-	if e.Window != nil {
-		// Only a channel's own entry sets its window: there is no environment
-		// override, so production runs at 60 s unless a channel declares otherwise.
-		d, err := time.ParseDuration(*e.Window)
+		v, err := time.ParseDuration(*d.from)
 		if err != nil {
-			return fmt.Errorf("window: want a duration like \"60s\": %w", err)
+			return fmt.Errorf("%s: want a duration like %q: %w", d.field, d.example, err)
 		}
-		c.Window = d
-	}
-	if e.MaxApplyDelay != nil {
-		d, err := time.ParseDuration(*e.MaxApplyDelay)
-		if err != nil {
-			return fmt.Errorf("max_apply_delay: want a duration like \"15s\": %w", err)
-		}
-		c.MaxApplyDelay = d
-	}
-	if e.MaxRetryAfter != nil {
-		d, err := time.ParseDuration(*e.MaxRetryAfter)
-		if err != nil {
-			return fmt.Errorf("max_retry_after: want a duration like \"5m\": %w", err)
-		}
-		c.MaxRetryAfter = d
+		*d.to = v
 	}
 	return nil
 }
@@ -280,23 +271,22 @@ func applyChannelEnv(c *models.ChannelConfig, getenv func(string) string) (used 
 		c.Scope = models.LimitScope(val)
 		used = append(used, prefix+"SCOPE")
 	}
-	if val := strings.TrimSpace(getenv(prefix + "BREAKER_COOLDOWN")); val != "" {
+	for _, f := range []struct {
+		name, example string
+		dst           *time.Duration
+	}{{"BREAKER_COOLDOWN", "30s", &c.BreakerCooldown}, {"MAX_RETRY_AFTER", "5m", &c.MaxRetryAfter}} {
+		name := prefix + f.name
+		val := strings.TrimSpace(getenv(name))
+		if val == "" {
+			continue
+		}
 		d, err := time.ParseDuration(val)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: want a duration like \"30s\", got %q", prefix+"BREAKER_COOLDOWN", val))
-		} else {
-			c.BreakerCooldown = d
-			used = append(used, prefix+"BREAKER_COOLDOWN")
+			errs = append(errs, fmt.Errorf("%s: want a duration like %q, got %q", name, f.example, val))
+			continue
 		}
-	}
-	if val := strings.TrimSpace(getenv(prefix + "MAX_RETRY_AFTER")); val != "" {
-		d, err := time.ParseDuration(val)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: want a duration like \"5m\", got %q", prefix+"MAX_RETRY_AFTER", val))
-		} else {
-			c.MaxRetryAfter = d
-			used = append(used, prefix+"MAX_RETRY_AFTER")
-		}
+		*f.dst = d
+		used = append(used, name)
 	}
 	return used, errs
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -87,32 +88,8 @@ func DefaultSettings() Settings {
 // error naming the variable and the rule.
 func LoadSettings(getenv func(string) string) (Settings, error) {
 	s := DefaultSettings()
-	str := func(name string, dst *string) {
-		if v := strings.TrimSpace(getenv(name)); v != "" {
-			*dst = v
-		}
-	}
-	var errs []string
-	dur := func(name string, dst *time.Duration) {
-		if v := strings.TrimSpace(getenv(name)); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				errs = append(errs, name+": must be a positive duration like 10s")
-				return
-			}
-			*dst = d
-		}
-	}
-	num := func(name string, dst *int) {
-		if v := strings.TrimSpace(getenv(name)); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n <= 0 {
-				errs = append(errs, name+": must be a positive integer")
-				return
-			}
-			*dst = n
-		}
-	}
+	e := envReader{getenv: getenv}
+	str, dur, num := e.str, e.dur, e.num
 	str("REDIS_URL", &s.RedisURL)
 	str("PARITYSYNC_DATABASE_URL", &s.DatabaseURL)
 	str("TEMPORAL_ADDRESS", &s.TemporalAddress)
@@ -137,6 +114,7 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 	str("TEMPORAL_TLS_CA", &s.TemporalTLS.CAFile)
 	str("TEMPORAL_TLS_SERVER_NAME", &s.TemporalTLS.ServerName)
 	str("TEMPORAL_API_KEY_FILE", &s.TemporalAPIKeyFile)
+	errs := e.errs
 	if s.HTTPTimeout > MaxHTTPTimeout {
 		errs = append(errs, fmt.Sprintf("PARITYSYNC_HTTP_TIMEOUT: must be at most %s (a push, its wait for a slot, the call and its records, must end within the %s its activity is given)",
 			MaxHTTPTimeout, models.PushActivityTimeout))
@@ -302,6 +280,41 @@ func secretName(k string) bool {
 	return strings.Contains(k, "pass") || strings.Contains(k, "secret") || strings.Contains(k, "token")
 }
 
+// envReader reads environment variables into settings: a variable unset or blank
+// keeps the default, a bad value adds a problem naming the variable and the rule.
+type envReader struct {
+	getenv func(string) string
+	errs   []string
+}
+
+func (e *envReader) str(name string, dst *string) {
+	if v := strings.TrimSpace(e.getenv(name)); v != "" {
+		*dst = v
+	}
+}
+
+func (e *envReader) dur(name string, dst *time.Duration) {
+	if v := strings.TrimSpace(e.getenv(name)); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			e.errs = append(e.errs, name+": must be a positive duration like 10s")
+			return
+		}
+		*dst = d
+	}
+}
+
+func (e *envReader) num(name string, dst *int) {
+	if v := strings.TrimSpace(e.getenv(name)); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			e.errs = append(e.errs, name+": must be a positive integer")
+			return
+		}
+		*dst = n
+	}
+}
+
 // IntakeSettings is what the intake HTTP API reads besides Settings.
 type IntakeSettings struct {
 	Addr        string // PARITYSYNC_INTAKE_ADDR
@@ -327,31 +340,17 @@ const DefaultIntakeAddr = "127.0.0.1:8080"
 // error naming the variable and the rule.
 func LoadIntakeSettings(getenv func(string) string) (IntakeSettings, error) {
 	s := IntakeSettings{Addr: DefaultIntakeAddr, SmootherMaxPending: models.DefaultMaxPending}
-	if v := strings.TrimSpace(getenv("PARITYSYNC_INTAKE_ADDR")); v != "" {
-		s.Addr = v
-	}
+	e := envReader{getenv: getenv}
+	e.str("PARITYSYNC_INTAKE_ADDR", &s.Addr)
 	s.APIKeysFile = strings.TrimSpace(getenv("PARITYSYNC_API_KEYS_FILE"))
 	if s.APIKeysFile == "" {
 		return s, fmt.Errorf("PARITYSYNC_API_KEYS_FILE: required (one tenant:<sha256 hex of the key>[:admin] per line)")
 	}
-	if v := strings.TrimSpace(getenv("PARITYSYNC_SMOOTHER_MAX_PENDING")); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return s, fmt.Errorf("PARITYSYNC_SMOOTHER_MAX_PENDING: must be a positive integer")
-		}
-		s.SmootherMaxPending = n
-	}
-	for _, n := range []struct {
-		name string
-		dst  *int
-	}{{"PARITYSYNC_MAX_CONNS", &s.MaxConns}, {"PARITYSYNC_MAX_CONNS_PER_IP", &s.MaxConnsPerIP}} {
-		if v := strings.TrimSpace(getenv(n.name)); v != "" {
-			k, err := strconv.Atoi(v)
-			if err != nil || k <= 0 {
-				return s, fmt.Errorf("%s: must be a positive integer", n.name)
-			}
-			*n.dst = k
-		}
+	e.num("PARITYSYNC_SMOOTHER_MAX_PENDING", &s.SmootherMaxPending)
+	e.num("PARITYSYNC_MAX_CONNS", &s.MaxConns)
+	e.num("PARITYSYNC_MAX_CONNS_PER_IP", &s.MaxConnsPerIP)
+	if len(e.errs) > 0 {
+		return s, errors.New(e.errs[0])
 	}
 	if v := strings.TrimSpace(getenv("PARITYSYNC_SUBMIT_LINGER")); v != "" {
 		d, err := time.ParseDuration(v)

@@ -31,7 +31,7 @@ func rateChanges(channel string, props, nights int, version int64, priority int,
 			out = append(out, models.Mutation{
 				ID: uuid.NewString(), Channel: channel, PropertyID: fmt.Sprintf("prop_%08x", p+1),
 				RoomTypeCode: "DBL", RatePlanCode: "BAR", StayDate: benchDay().AddDays(n),
-				Amount: &a, Currency: "EUR", Version: version, Priority: priority,
+				Values: models.Values{Amount: &a, Currency: "EUR"}, Version: version, Priority: priority,
 			})
 		}
 	}
@@ -45,7 +45,7 @@ func rateCells(channel string, properties int, night models.Date, v int64, amoun
 		a := decimal.RequireFromString(amount)
 		ms = append(ms, models.Mutation{ID: fmt.Sprintf("%s-p%02d-v%d", channel, p, v),
 			PropertyID: fmt.Sprintf("prop_%08d", p+1), RoomTypeCode: "DLXKING", RatePlanCode: "BAR_FLEX",
-			Channel: channel, StayDate: night, Amount: &a, Currency: "EUR", Version: v})
+			Channel: channel, StayDate: night, Values: models.Values{Amount: &a, Currency: "EUR"}, Version: v})
 	}
 	return ms
 }

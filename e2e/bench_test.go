@@ -267,7 +267,7 @@ func (b *bench) urgent() {
 		stop := true
 		stops = append(stops, models.Mutation{ID: uuid.NewString(), Channel: "booking_com",
 			PropertyID: fmt.Sprintf("prop_%08x", 0xa000+i), RoomTypeCode: "DBL", RatePlanCode: "BAR",
-			StayDate: benchDay(), StopSell: &stop, Version: time.Now().UnixNano(), Priority: models.PriorityUrgent})
+			StayDate: benchDay(), Values: models.Values{StopSell: &stop}, Version: time.Now().UnixNano(), Priority: models.PriorityUrgent})
 	}
 	lat := b.changeLatencies(s, "booking_com", stops, 3*time.Second, models.FamilyRestrictions)
 	b.t.Logf("stop-sell latencies: %v", lat)
@@ -299,7 +299,7 @@ func (b *bench) turns() {
 		a := decimal.New(int64(200+i), 0)
 		changes = append(changes, models.Mutation{ID: uuid.NewString(), Channel: "booking_com",
 			PropertyID: fmt.Sprintf("prop_%08x", 0xb000+i), RoomTypeCode: "DBL", RatePlanCode: "BAR",
-			StayDate: benchDay(), Amount: &a, Currency: "EUR", Version: time.Now().UnixNano(), Priority: 5})
+			StayDate: benchDay(), Values: models.Values{Amount: &a, Currency: "EUR"}, Version: time.Now().UnixNano(), Priority: 5})
 	}
 	lat := b.changeLatencies(s, "booking_com", changes, 15*time.Second, models.FamilyRates)
 	b.t.Logf("other property's latencies: %v", lat)
@@ -328,7 +328,7 @@ func (b *bench) race() {
 		pa, pb := decimal.New(100+int64(va-base), 0), decimal.New(100+int64(vb-base), 0)
 		mk := func(v int64, amt decimal.Decimal) models.Mutation {
 			return models.Mutation{ID: uuid.NewString(), Channel: "agoda", PropertyID: prop, RoomTypeCode: "DBL",
-				RatePlanCode: "BAR", StayDate: night, Amount: &amt, Currency: "EUR", Version: v, Priority: 3}
+				RatePlanCode: "BAR", StayDate: night, Values: models.Values{Amount: &amt, Currency: "EUR"}, Version: v, Priority: 3}
 		}
 		a, c = append(a, mk(va, pa)), append(c, mk(vb, pb))
 	}

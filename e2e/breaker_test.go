@@ -35,7 +35,7 @@ func TestCircuitBreakerStopsEveryWorker(t *testing.T) {
 	for i := range 40 {
 		a := decimal.New(int64(100+i), 0)
 		ms = append(ms, models.Mutation{ID: uuid.NewString(), Channel: "agoda", PropertyID: fmt.Sprintf("prop_%08x", i+1),
-			RoomTypeCode: "DBL", RatePlanCode: "BAR", StayDate: day, Amount: &a, Currency: "EUR",
+			RoomTypeCode: "DBL", RatePlanCode: "BAR", StayDate: day, Values: models.Values{Amount: &a, Currency: "EUR"},
 			Version: time.Now().Unix(), Priority: 3})
 	}
 	start := time.Now()

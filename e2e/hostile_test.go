@@ -146,7 +146,7 @@ func ariChanges(channel string, props, nights, skip int, v int64, base string) [
 			inv := (n + p) % 7
 			ms = append(ms, models.Mutation{ID: fmt.Sprintf("%s-p%d-n%d-v%d", channel, p, n, v),
 				PropertyID: fmt.Sprintf("prop_%08d", p+1), RoomTypeCode: "DBL", RatePlanCode: "BAR",
-				Channel: channel, StayDate: start.AddDays(n), Amount: &amount, Currency: "EUR", Inventory: &inv,
+				Channel: channel, StayDate: start.AddDays(n), Values: models.Values{Amount: &amount, Currency: "EUR", Inventory: &inv},
 				Version: v})
 		}
 	}

@@ -42,8 +42,8 @@ func TestARunningWorkerPushesAPropertyMappedInTheStore(t *testing.T) {
 	day := models.DateOf(time.Now().UTC().AddDate(0, 0, 3))
 	inv := 4
 	ms := []models.Mutation{
-		{ID: "old", PropertyID: "prop_000000a1", RoomTypeCode: "DBL", RatePlanCode: "BAR", Channel: "channex_demo", StayDate: day, Inventory: &inv, Version: 1},
-		{ID: "new", PropertyID: "prop_000000a3", RoomTypeCode: "DBL", RatePlanCode: "BAR", Channel: "channex_demo", StayDate: day, Inventory: &inv, Version: 1},
+		{ID: "old", PropertyID: "prop_000000a1", RoomTypeCode: "DBL", RatePlanCode: "BAR", Channel: "channex_demo", StayDate: day, Values: models.Values{Inventory: &inv}, Version: 1},
+		{ID: "new", PropertyID: "prop_000000a3", RoomTypeCode: "DBL", RatePlanCode: "BAR", Channel: "channex_demo", StayDate: day, Values: models.Values{Inventory: &inv}, Version: 1},
 	}
 	res := s.runBatch(t, "map-"+id, ms)
 	require.True(t, res.Done)

@@ -39,7 +39,7 @@ func yearOfRates(channel string, n, every int, today models.Date, version int64)
 					amount := decimal.New(10000+int64(ri)*5000+step*500, -2)
 					ms = append(ms, models.Mutation{ID: fmt.Sprintf("m%06d", len(ms)), Channel: channel,
 						PropertyID: fmt.Sprintf("prop_%08x", p+1), RoomTypeCode: r, RatePlanCode: plan,
-						StayDate: today.AddDays(night), Amount: &amount, Currency: "EUR", Version: version + step})
+						StayDate: today.AddDays(night), Values: models.Values{Amount: &amount, Currency: "EUR"}, Version: version + step})
 				}
 			}
 		}

@@ -58,8 +58,7 @@ func protocolMutations(today models.Date, channels ...string) []models.Mutation 
 					inv, minLOS, stop := night%4, 1+night%3, night == 2
 					ms = append(ms, models.Mutation{
 						ID: fmt.Sprintf("proto-%d", n), PropertyID: prop, RoomTypeCode: "DBL", RatePlanCode: plan,
-						Channel: ch, StayDate: today.AddDays(3 + night), Amount: &amount, Currency: "EUR",
-						Inventory: &inv, MinLOS: &minLOS, StopSell: &stop, Version: time.Now().Unix(),
+						Channel: ch, StayDate: today.AddDays(3 + night), Values: models.Values{Amount: &amount, Currency: "EUR", Inventory: &inv, MinLOS: &minLOS, StopSell: &stop}, Version: time.Now().Unix(),
 					})
 				}
 			}

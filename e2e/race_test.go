@@ -32,7 +32,7 @@ func TestRacingBatchesNeverSendAnOlderVersion(t *testing.T) {
 		mk := func(v int64) models.Mutation {
 			amt := decimal.New(100+v-base, 0)
 			return models.Mutation{ID: uuid.NewString(), Channel: "agoda", PropertyID: prop, RoomTypeCode: "DBL",
-				RatePlanCode: "BAR", StayDate: night, Amount: &amt, Currency: "EUR", Version: v, Priority: 3}
+				RatePlanCode: "BAR", StayDate: night, Values: models.Values{Amount: &amt, Currency: "EUR"}, Version: v, Priority: 3}
 		}
 		older, newer := mk(base+1), mk(base+2)
 		if i%2 == 0 {

@@ -93,7 +93,7 @@ func TestScrapeShowsPropertyBackoffsAndFamilyStops(t *testing.T) {
 
 	inv := 4
 	avail := models.Mutation{ID: "scope-avail-" + id, PropertyID: "prop_00000001", RoomTypeCode: "DLXKING",
-		RatePlanCode: "BAR_FLEX", Channel: "expedia", StayDate: night, Inventory: &inv, Version: 2}
+		RatePlanCode: "BAR_FLEX", Channel: "expedia", StayDate: night, Values: models.Values{Inventory: &inv}, Version: 2}
 	run = s.startBatch(t, models.BatchSyncInput{BatchID: "scope-quota-" + id, Mutations: []models.Mutation{avail},
 		Retry: models.DefaultRetryPolicy()})
 	t.Cleanup(func() {

@@ -154,9 +154,9 @@ func TestStoppedFamilyRefusesItsChanges(t *testing.T) {
 func TestStoppedFamilyHoldsOnlyItsOwnChanges(t *testing.T) {
 	st := limiter.Status{Stopped: []limiter.FamilyStop{{Family: models.FamilyAvailability, For: time.Minute}}}
 	inv, amount := 3, decimal.RequireFromString("100.00")
-	rates := models.Mutation{Amount: &amount, Currency: "EUR"}
-	avail := models.Mutation{Inventory: &inv}
-	both := models.Mutation{Amount: &amount, Currency: "EUR", Inventory: &inv}
+	rates := models.Mutation{Values: models.Values{Amount: &amount, Currency: "EUR"}}
+	avail := models.Mutation{Values: models.Values{Inventory: &inv}}
+	both := models.Mutation{Values: models.Values{Amount: &amount, Currency: "EUR", Inventory: &inv}}
 	_, held := stoppedFamily(st, rates)
 	require.False(t, held, "a rates change while availability is stopped")
 	stop, held := stoppedFamily(st, avail)
@@ -223,9 +223,9 @@ func TestPropertyBackoffRefusesItsChanges(t *testing.T) {
 
 	inv, amount := 3, decimal.RequireFromString("100.00")
 	ms := []models.Mutation{
-		{PropertyID: "prop_0000abcd", Inventory: &inv},
-		{PropertyID: "prop_0000abcd", Amount: &amount, Currency: "EUR"},
-		{PropertyID: "prop_0000beef", Inventory: &inv},
+		{PropertyID: "prop_0000abcd", Values: models.Values{Inventory: &inv}},
+		{PropertyID: "prop_0000abcd", Values: models.Values{Amount: &amount, Currency: "EUR"}},
+		{PropertyID: "prop_0000beef", Values: models.Values{Inventory: &inv}},
 	}
 	held, err := srv.backedOff(ctx, "expedia", 0, ms, []int{0, 1, 2})
 	require.NoError(t, err)

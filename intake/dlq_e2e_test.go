@@ -23,7 +23,7 @@ func park(t *testing.T, st *store.Store, batch, ch string, days int) int64 {
 	t.Helper()
 	amount := decimal.RequireFromString("99")
 	m := models.Mutation{ID: "m-" + batch, PropertyID: "prop_0000abcd", RoomTypeCode: "DBL", RatePlanCode: "BAR", Channel: ch,
-		StayDate: models.DateOf(time.Now().AddDate(0, 0, days)), Amount: &amount, Currency: "EUR", Version: 1}
+		StayDate: models.DateOf(time.Now().AddDate(0, 0, days)), Values: models.Values{Amount: &amount, Currency: "EUR"}, Version: 1}
 	co := models.Coalesce([]models.Mutation{m}, nil)
 	id, _, err := st.ParkDeadLetter(context.Background(), store.DeadLetter{BatchID: batch, Reason: models.ReasonRejected,
 		Status: 400, Message: "rate plan unknown", Request: co.Requests[0]})

@@ -47,7 +47,7 @@ func TestRedisMemoryAfterALargeBatch(t *testing.T) {
 					amount := decimal.New(10000+int64(ri)*5000+week*500, -2)
 					m := models.Mutation{ID: fmt.Sprintf("m%06d", len(ms)), PropertyID: fmt.Sprintf("prop_%08x", p),
 						RoomTypeCode: r, RatePlanCode: plan, Channel: "mem", StayDate: today.AddDays(night),
-						Amount: &amount, Currency: "EUR", Version: 1_764_500_000_000_000_000 + week}
+						Values: models.Values{Amount: &amount, Currency: "EUR"}, Version: 1_764_500_000_000_000_000 + week}
 					m.ApplyDefaults(nil)
 					ms = append(ms, m)
 				}

@@ -32,17 +32,7 @@ type FamilyShares struct {
 }
 
 // Of is the share of family f.
-func (s FamilyShares) Of(f Family) int {
-	switch f {
-	case FamilyRates:
-		return s.Rates
-	case FamilyAvailability:
-		return s.Availability
-	case FamilyRestrictions:
-		return s.Restrictions
-	}
-	return 0
-}
+func (s FamilyShares) Of(f Family) int { return ByFamily[int](s).Of(f) }
 
 // Largest is the family with the largest share (the first of Families on a tie):
 // where work that belongs to no family, such as reading a channel back, counts.

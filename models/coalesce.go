@@ -70,7 +70,7 @@ func Coalesce(ms []Mutation, channels map[string]ChannelConfig) Coalesced {
 	// Pass 1: the winning input index per (cell, family).
 	winner := make(map[cellFamily]int, len(ms))
 	for i := range ms {
-		fams[i] = familiesOf(&ms[i])
+		fams[i] = ms[i].familySet()
 		for fi, f := range Families {
 			if !fams[i].has(fi) {
 				continue
@@ -205,7 +205,7 @@ func sameGroup(a, b part) bool {
 // reconciliation, which compare versions per night.
 func continues(ms []Mutation, a, b part) bool {
 	return a.room == b.room && a.plan == b.plan && b.day == a.day+1 &&
-		ms[a.idx].Version == ms[b.idx].Version && sameFamilyValues(Families[a.famIdx], ms[a.idx], ms[b.idx])
+		ms[a.idx].Version == ms[b.idx].Version && ms[a.idx].Values.Same(Families[a.famIdx], ms[b.idx].Values)
 }
 
 // appendGroup merges one (channel, priority, property, family) group's sorted parts
@@ -254,22 +254,8 @@ func refOf(m *Mutation, line int) MutationRef {
 // lineOf is the one-night line of m's family f; it copies the values so a request
 // never aliases the caller's mutations.
 func lineOf(f Family, m *Mutation) ARILine {
-	l := ARILine{RoomTypeCode: m.RoomTypeCode, RatePlanCode: m.RatePlanCode,
-		From: m.StayDate, To: m.StayDate, Version: m.Version}
-	switch f {
-	case FamilyRates:
-		l.Amount = clonePtr(m.Amount)
-		l.Currency = m.Currency
-	case FamilyAvailability:
-		l.Inventory = clonePtr(m.Inventory)
-	case FamilyRestrictions:
-		l.StopSell = clonePtr(m.StopSell)
-		l.MinLOS = clonePtr(m.MinLOS)
-		l.MaxLOS = clonePtr(m.MaxLOS)
-		l.CTA = clonePtr(m.CTA)
-		l.CTD = clonePtr(m.CTD)
-	}
-	return l
+	return ARILine{RoomTypeCode: m.RoomTypeCode, RatePlanCode: m.RatePlanCode,
+		From: m.StayDate, To: m.StayDate, Values: m.Values.Of(f), Version: m.Version}
 }
 
 // Line is the one-night line that sets family f of m's cell to m's values at m's
@@ -278,94 +264,15 @@ func (m Mutation) Line(f Family) ARILine { return lineOf(f, &m) }
 
 // Without is m with the values of family f cleared.
 func (m Mutation) Without(f Family) Mutation {
-	switch f {
-	case FamilyRates:
-		m.Amount, m.Currency = nil, ""
-	case FamilyAvailability:
-		m.Inventory = nil
-	case FamilyRestrictions:
-		m.StopSell, m.MinLOS, m.MaxLOS, m.CTA, m.CTD = nil, nil, nil, nil, nil
-	}
+	m.Values = m.Values.Without(f)
 	return m
 }
 
 // MutationOf is the mutation that sets family f of cell c to the values line l
 // carries, at l's version: lineOf the other way round.
 func MutationOf(c Cell, f Family, l ARILine) Mutation {
-	m := Mutation{PropertyID: c.PropertyID, RoomTypeCode: c.RoomTypeCode, RatePlanCode: c.RatePlanCode,
-		Channel: c.Channel, StayDate: c.StayDate, Version: l.Version}
-	switch f {
-	case FamilyRates:
-		m.Amount, m.Currency = clonePtr(l.Amount), l.Currency
-	case FamilyAvailability:
-		m.Inventory = clonePtr(l.Inventory)
-	case FamilyRestrictions:
-		m.StopSell, m.MinLOS, m.MaxLOS = clonePtr(l.StopSell), clonePtr(l.MinLOS), clonePtr(l.MaxLOS)
-		m.CTA, m.CTD = clonePtr(l.CTA), clonePtr(l.CTD)
-	}
-	return m
-}
-
-// sameFamilyValues reports whether a and b set the same values in family f. Amounts
-// compare numerically: 120.5 and 120.50 are one price.
-func sameFamilyValues(f Family, a, b Mutation) bool {
-	switch f {
-	case FamilyRates:
-		if (a.Amount == nil) != (b.Amount == nil) || a.Currency != b.Currency {
-			return false
-		}
-		return a.Amount == nil || a.Amount.Equal(*b.Amount)
-	case FamilyAvailability:
-		return equalPtr(a.Inventory, b.Inventory)
-	case FamilyRestrictions:
-		return equalPtr(a.StopSell, b.StopSell) && equalPtr(a.MinLOS, b.MinLOS) &&
-			equalPtr(a.MaxLOS, b.MaxLOS) && equalPtr(a.CTA, b.CTA) && equalPtr(a.CTD, b.CTD)
-	}
-	return false
-}
-
-func equalPtr[T comparable](a, b *T) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
-}
-
-func clonePtr[T any](p *T) *T {
-	if p == nil {
-		return nil
-	}
-	v := *p
-	return &v
-}
-
-// familySet is a bit set of indexes into Families.
-type familySet uint8
-
-func (s familySet) has(i int) bool { return s&(1<<i) != 0 }
-
-// familiesOf is the set behind Mutation.Families, without allocating a slice.
-func familiesOf(m *Mutation) familySet {
-	var s familySet
-	if m.Amount != nil || m.Currency != "" {
-		s |= 1 << 0
-	}
-	if m.Inventory != nil {
-		s |= 1 << 1
-	}
-	if m.StopSell != nil || m.MinLOS != nil || m.MaxLOS != nil || m.CTA != nil || m.CTD != nil {
-		s |= 1 << 2
-	}
-	return s
-}
-
-func familyIndex(f Family) int {
-	for i, g := range Families {
-		if g == f {
-			return i
-		}
-	}
-	return len(Families)
+	return Mutation{PropertyID: c.PropertyID, RoomTypeCode: c.RoomTypeCode, RatePlanCode: c.RatePlanCode,
+		Channel: c.Channel, StayDate: c.StayDate, Values: l.Values.Of(f), Version: l.Version}
 }
 
 func maxLines(channels map[string]ChannelConfig, slug string) int {

@@ -13,7 +13,7 @@ const prop = "prop_0a1b2c3d"
 // rate is a rates-only mutation of DLX/BAR on booking_com at priority 3.
 func rate(id, date, amount string, version int64) Mutation {
 	return Mutation{ID: id, PropertyID: prop, RoomTypeCode: "DLX", RatePlanCode: "BAR", Channel: "booking_com",
-		StayDate: day(date), Amount: dec(amount), Currency: "EUR", Version: version, Priority: PriorityDefault,
+		StayDate: day(date), Values: Values{Amount: dec(amount), Currency: "EUR"}, Version: version, Priority: PriorityDefault,
 		CorrelationID: "c-" + id}
 }
 
@@ -408,7 +408,7 @@ func TestCoalesceProperties(t *testing.T) {
 					t.Fatalf("seed %d: %s (%s) outside its line %s", seed, ref.ID, m.StayDate, span(l))
 				case m.Version != l.Version || ref.Version != m.Version:
 					t.Fatalf("seed %d: %s v%d on line v%d", seed, ref.ID, m.Version, l.Version)
-				case !sameFamilyValues(r.Family, *m, mutationOfLine(l)):
+				case !m.Values.Same(r.Family, l.Values):
 					t.Fatalf("seed %d: %s values differ from its line %s", seed, ref.ID, mustJSON(t, l))
 				case m.Version != best[cellFamily{m.Cell(), r.Family}]:
 					t.Fatalf("seed %d: %s v%d won over a higher version", seed, ref.ID, m.Version)
@@ -424,7 +424,7 @@ func TestCoalesceProperties(t *testing.T) {
 				if i > 0 {
 					p := r.Lines[i-1]
 					if p.RoomTypeCode == l.RoomTypeCode && p.RatePlanCode == l.RatePlanCode && p.To.AddDays(1) == l.From &&
-						p.Version == l.Version && sameFamilyValues(r.Family, mutationOfLine(p), mutationOfLine(l)) {
+						p.Version == l.Version && p.Values.Same(r.Family, l.Values) {
 						t.Fatalf("seed %d: lines %s and %s should have merged", seed, span(p), span(l))
 					}
 				}
@@ -457,12 +457,6 @@ func familyCount(ms []Mutation) int {
 	return n
 }
 
-// mutationOfLine holds a line's values in a Mutation so sameFamilyValues compares it.
-func mutationOfLine(l ARILine) Mutation {
-	return Mutation{Amount: l.Amount, Currency: l.Currency, Inventory: l.Inventory, StopSell: l.StopSell,
-		MinLOS: l.MinLOS, MaxLOS: l.MaxLOS, CTA: l.CTA, CTD: l.CTD}
-}
-
 // yearOfWeeklyRates is a year of daily rates for 12 room-rate pairs on the three
 // default channels, the price changing every 7 nights, all at one version: what a
 // PMS sends on its first full load.
@@ -478,7 +472,7 @@ func yearOfWeeklyRates() []Mutation {
 					out = append(out, Mutation{
 						ID: fmt.Sprintf("%s-%s-%s-%d", ch, room, plan, d), PropertyID: prop, RoomTypeCode: room,
 						RatePlanCode: plan, Channel: ch, StayDate: start.AddDays(d),
-						Amount: dec(fmt.Sprintf("%d.50", 100+d/7)), Currency: "EUR", Version: 1, Priority: PriorityDefault,
+						Values: Values{Amount: dec(fmt.Sprintf("%d.50", 100+d/7)), Currency: "EUR"}, Version: 1, Priority: PriorityDefault,
 					})
 				}
 			}
@@ -545,8 +539,7 @@ func TestMutationOfIsLineOfReversed(t *testing.T) {
 	amount := dec("120.50")
 	inv, stop, minLOS := 4, true, 2
 	m := Mutation{PropertyID: "prop_1a2b3c4d", RoomTypeCode: "DLX", RatePlanCode: "BAR", Channel: "expedia",
-		StayDate: day("2030-01-02"), Amount: amount, Currency: "EUR", Inventory: &inv, StopSell: &stop,
-		MinLOS: &minLOS, Version: 7}
+		StayDate: day("2030-01-02"), Values: Values{Amount: amount, Currency: "EUR", Inventory: &inv, StopSell: &stop, MinLOS: &minLOS}, Version: 7}
 	for _, f := range Families {
 		back := MutationOf(m.Cell(), f, lineOf(f, &m))
 		others := m
@@ -555,7 +548,7 @@ func TestMutationOfIsLineOfReversed(t *testing.T) {
 				others = others.Without(g)
 			}
 		}
-		if !sameFamilyValues(f, back, others) || back.Version != 7 || back.Cell() != m.Cell() {
+		if !back.Values.Same(f, others.Values) || back.Version != 7 || back.Cell() != m.Cell() {
 			t.Errorf("%s: %+v does not carry the family's values back", f, back)
 		}
 		if got := back.Families(); len(got) != 1 || got[0] != f {

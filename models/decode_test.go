@@ -234,8 +234,7 @@ func TestDecodeMutationsReadsEveryField(t *testing.T) {
 	}
 	got := d.Mutations[0]
 	want := Mutation{ID: "m1", PropertyID: "prop_1a2b3c4d", RoomTypeCode: "DLXKING", RatePlanCode: "BAR_FLEX",
-		Channel: "expedia", StayDate: day("2026-04-01"), Amount: dec("12000"), Currency: "JPY", Inventory: ptr(0),
-		StopSell: ptr(true), MinLOS: ptr(2), MaxLOS: ptr(14), CTA: ptr(false), CTD: ptr(true), Version: 1<<63 - 1,
+		Channel: "expedia", StayDate: day("2026-04-01"), Values: Values{Amount: dec("12000"), Currency: "JPY", Inventory: ptr(0), StopSell: ptr(true), MinLOS: ptr(2), MaxLOS: ptr(14), CTA: ptr(false), CTD: ptr(true)}, Version: 1<<63 - 1,
 		Priority: 1, FullSync: true, CorrelationID: "c-1"}
 	if fmt.Sprint(got.Cell(), *got.Amount, got.Currency, *got.Inventory, *got.StopSell, *got.MinLOS, *got.MaxLOS, *got.CTA, *got.CTD,
 		got.Version, got.Priority, got.FullSync, got.CorrelationID, got.ID) !=

@@ -1,9 +1,5 @@
 package models
 
-import (
-	"github.com/shopspring/decimal"
-)
-
 // Family is an endpoint family of a channel: each takes its own requests.
 type Family string
 
@@ -14,8 +10,14 @@ const (
 	FamilyRestrictions Family = "restrictions"
 )
 
-// Families lists every endpoint family in a fixed order.
-var Families = []Family{FamilyRates, FamilyAvailability, FamilyRestrictions}
+// Families lists every endpoint family in a fixed order: familyTable's.
+var Families = func() []Family {
+	fs := make([]Family, len(familyTable))
+	for i, d := range familyTable {
+		fs[i] = d.family
+	}
+	return fs
+}()
 
 // Priorities: 1 is urgent, 5 is bulk.
 const (
@@ -24,9 +26,9 @@ const (
 	PriorityBulk    = 5
 )
 
-// Mutation is one change for one cell from the PMS. Pointer fields are optional:
-// nil means "not changed". Values of one family travel as a whole: a mutation that
-// sets any restriction states every restriction it wants the channel to hold.
+// Mutation is one change for one cell from the PMS. Its Values are optional: nil
+// means "not changed". Values of one family travel as a whole: a mutation that sets
+// any restriction states every restriction it wants the channel to hold.
 type Mutation struct {
 	ID           string `json:"id"`
 	PropertyID   string `json:"property_id"`
@@ -42,19 +44,12 @@ type Mutation struct {
 	Days Weekdays `json:"days,omitzero"`
 	// RangeNights is set on the nights Expand makes of a range mutation: how many
 	// nights the range has after clipping. Never on the wire.
-	RangeNights   int              `json:"-"`
-	Amount        *decimal.Decimal `json:"amount,omitempty"`
-	Currency      string           `json:"currency,omitempty"`
-	Inventory     *int             `json:"inventory,omitempty"`
-	StopSell      *bool            `json:"stop_sell,omitempty"`
-	MinLOS        *int             `json:"min_los,omitempty"`
-	MaxLOS        *int             `json:"max_los,omitempty"`
-	CTA           *bool            `json:"cta,omitempty"`
-	CTD           *bool            `json:"ctd,omitempty"`
-	Version       int64            `json:"version"`
-	Priority      int              `json:"priority,omitempty"`
-	FullSync      bool             `json:"full_sync,omitempty"`
-	CorrelationID string           `json:"correlation_id,omitempty"`
+	RangeNights int `json:"-"`
+	Values
+	Version       int64  `json:"version"`
+	Priority      int    `json:"priority,omitempty"`
+	FullSync      bool   `json:"full_sync,omitempty"`
+	CorrelationID string `json:"correlation_id,omitempty"`
 }
 
 // Cell is the unit of parity: one channel's value for one room, rate plan and night.
@@ -70,18 +65,6 @@ type Cell struct {
 func (m Mutation) Cell() Cell {
 	return Cell{Channel: m.Channel, PropertyID: m.PropertyID, RoomTypeCode: m.RoomTypeCode,
 		RatePlanCode: m.RatePlanCode, StayDate: m.StayDate}
-}
-
-// Families lists the endpoint families m touches, in the order of Families.
-func (m Mutation) Families() []Family {
-	var fs []Family
-	set := familiesOf(&m)
-	for i, f := range Families {
-		if set.has(i) {
-			fs = append(fs, f)
-		}
-	}
-	return fs
 }
 
 // Outcome is what finally happened to a mutation (or one family's part of it).

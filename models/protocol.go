@@ -71,11 +71,20 @@ const ChannexRequestsPerMinute = 10
 // ChannexEndpoint is the Channex endpoint that carries family f: prices and
 // restrictions share /restrictions (and its limit), availability has its own.
 func ChannexEndpoint(f Family) string {
-	if f == FamilyAvailability {
-		return "availability"
+	if e := channexEndpoints.Of(f); e != "" {
+		return e
 	}
-	return "restrictions"
+	return ChannexRestrictions
 }
+
+// The Channex endpoints.
+const (
+	ChannexRestrictions = "restrictions"
+	ChannexAvailability = "availability"
+)
+
+var channexEndpoints = ByFamily[string]{Rates: ChannexRestrictions, Availability: ChannexAvailability,
+	Restrictions: ChannexRestrictions}
 
 // ChannexMapping maps paritysync codes to Channex ids, per property.
 type ChannexMapping struct {
@@ -177,8 +186,7 @@ func (m ChannexMapping) Problems(mu Mutation) []FieldError {
 		return []FieldError{{Field: "property_id", Rule: RuleChannexUnmapped}}
 	}
 	var out []FieldError
-	fams := mu.Families()
-	if slices.Contains(fams, FamilyAvailability) {
+	if mu.Sets(FamilyAvailability) {
 		if _, ok := p.RoomTypes[mu.RoomTypeCode]; !ok {
 			out = append(out, FieldError{Field: "room_type_code", Rule: RuleChannexUnmapped})
 		}

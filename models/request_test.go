@@ -7,9 +7,9 @@ func fixedRequest() ChannelRequest {
 		Channel: "booking_com", PropertyID: "prop_0a1b2c3d", Family: FamilyRates, Priority: 3,
 		Lines: []ARILine{
 			{RoomTypeCode: "DLX", RatePlanCode: "BAR", From: day("2027-01-01"), To: day("2027-01-07"),
-				Amount: dec("129.90"), Currency: "EUR", Version: 4},
+				Values: Values{Amount: dec("129.90"), Currency: "EUR"}, Version: 4},
 			{RoomTypeCode: "STD", RatePlanCode: "NRF", From: day("2027-01-01"), To: day("2027-01-01"),
-				Amount: dec("89"), Currency: "EUR", Version: 4},
+				Values: Values{Amount: dec("89"), Currency: "EUR"}, Version: 4},
 		},
 		Refs: []MutationRef{{ID: "m1", Version: 4, Line: 0, StayDate: day("2027-01-01")}},
 	}

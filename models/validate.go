@@ -204,42 +204,7 @@ func (v *Validator) Validate(m Mutation) ValidationError {
 	}
 	// stay_date, or a range from/to with days (ranges.go).
 	v.rangeProblems(m, ch, known, add)
-	if m.Amount != nil {
-		if !m.Amount.IsPositive() {
-			add("amount", RuleAmountPositive)
-		}
-		places, whole := decimalDigits(*m.Amount)
-		// Without a known currency the places cannot be judged; the currency's own
-		// problem is reported below.
-		if minor, ok := MinorUnits(m.Currency); ok && places > minor {
-			add("amount", RuleAmountPlaces)
-		}
-		if whole > MaxAmountWholeDigits {
-			add("amount", RuleAmountDigits)
-		}
-	}
-	switch {
-	case m.Amount != nil && m.Currency == "":
-		add("currency", RuleCurrencyWithAmt)
-	case m.Amount == nil && m.Currency != "":
-		add("currency", RuleCurrencyNoAmount)
-	case m.Currency != "" && !IsCurrencyCode(m.Currency):
-		add("currency", RuleCurrencyISO)
-	}
-	if m.Inventory != nil && (*m.Inventory < 0 || *m.Inventory > MaxInventory) {
-		add("inventory", RuleInventoryRange)
-	}
-	minOK := m.MinLOS == nil || (*m.MinLOS >= 1 && *m.MinLOS <= MaxStayNights)
-	maxOK := m.MaxLOS == nil || (*m.MaxLOS >= 1 && *m.MaxLOS <= MaxStayNights)
-	if !minOK {
-		add("min_los", RuleLOSRange)
-	}
-	if !maxOK {
-		add("max_los", RuleLOSRange)
-	}
-	if minOK && maxOK && m.MinLOS != nil && m.MaxLOS != nil && *m.MinLOS > *m.MaxLOS {
-		add("min_los", RuleMinLEMax)
-	}
+	m.Values.problems(add)
 	switch {
 	case m.Version < 1:
 		add("version", RuleVersion)
@@ -266,8 +231,7 @@ func (v *Validator) Validate(m Mutation) ValidationError {
 		}
 	}
 	// Currency alone changes nothing, so it does not count as a value here.
-	if m.Amount == nil && m.Inventory == nil && m.StopSell == nil && m.MinLOS == nil &&
-		m.MaxLOS == nil && m.CTA == nil && m.CTD == nil {
+	if m.Values.changesNothing() {
 		add(FieldMutation, RuleNothingToChange)
 	}
 	return ve
@@ -384,7 +348,7 @@ func (m *Mutation) ApplyDefaults(newID func() string) {
 
 func (m Mutation) defaultPriority() int {
 	switch {
-	case m.StopSell != nil && *m.StopSell, m.Inventory != nil && *m.Inventory == 0:
+	case m.Values.urgent():
 		return PriorityUrgent
 	case m.FullSync:
 		return PriorityBulk

@@ -45,8 +45,7 @@ func validMutation() Mutation {
 	return Mutation{
 		ID: "m-1", PropertyID: "prop_0a1b2c3d", RoomTypeCode: "DLXKING", RatePlanCode: "BAR_FLEX",
 		Channel: "booking_com", StayDate: day("2026-03-10"),
-		Amount: dec("129.90"), Currency: "EUR", Inventory: ptr(4),
-		StopSell: ptr(false), MinLOS: ptr(2), MaxLOS: ptr(14), CTA: ptr(false), CTD: ptr(true),
+		Values:  Values{Amount: dec("129.90"), Currency: "EUR", Inventory: ptr(4), StopSell: ptr(false), MinLOS: ptr(2), MaxLOS: ptr(14), CTA: ptr(false), CTD: ptr(true)},
 		Version: 7, Priority: 3,
 	}
 }
@@ -56,7 +55,7 @@ func TestValidateAcceptsValidMutation(t *testing.T) {
 	cases := map[string]func(*Mutation){
 		"all families": func(*Mutation) {},
 		"rates only": func(m *Mutation) {
-			*m = Mutation{ID: m.ID, PropertyID: m.PropertyID, RoomTypeCode: "DB", RatePlanCode: "BB", Channel: "agoda", StayDate: m.StayDate, Amount: dec("99999999"), Currency: "JPY", Version: 1}
+			*m = Mutation{ID: m.ID, PropertyID: m.PropertyID, RoomTypeCode: "DB", RatePlanCode: "BB", Channel: "agoda", StayDate: m.StayDate, Values: Values{Amount: dec("99999999"), Currency: "JPY"}, Version: 1}
 		},
 		"inventory zero":      func(m *Mutation) { m.Inventory = ptr(0) },
 		"inventory max":       func(m *Mutation) { m.Inventory = ptr(999) },
@@ -70,7 +69,7 @@ func TestValidateAcceptsValidMutation(t *testing.T) {
 		"amount as integer":   func(m *Mutation) { m.Amount = dec("1e2") },
 		"restrictions only":   func(m *Mutation) { m.Amount, m.Currency, m.Inventory = nil, "", nil },
 		"availability only": func(m *Mutation) {
-			*m = Mutation{ID: "x", PropertyID: m.PropertyID, RoomTypeCode: "DB", RatePlanCode: "BB", Channel: "expedia", StayDate: m.StayDate, Inventory: ptr(1), Version: 1}
+			*m = Mutation{ID: "x", PropertyID: m.PropertyID, RoomTypeCode: "DB", RatePlanCode: "BB", Channel: "expedia", StayDate: m.StayDate, Values: Values{Inventory: ptr(1)}, Version: 1}
 		},
 	}
 	for name, mod := range cases {
@@ -226,8 +225,7 @@ func TestValidateReportsEveryProblemAtOnce(t *testing.T) {
 	v := newTestValidator(t)
 	m := Mutation{
 		PropertyID: "hotel-1", RoomTypeCode: "x", RatePlanCode: "BAR", Channel: "trivago",
-		StayDate: day("2026-01-01"), Amount: dec("-1.234"), Inventory: ptr(5000),
-		MinLOS: ptr(0), Version: 0, Priority: 9,
+		StayDate: day("2026-01-01"), Values: Values{Amount: dec("-1.234"), Inventory: ptr(5000), MinLOS: ptr(0)}, Version: 0, Priority: 9,
 	}
 	ve := v.Validate(m)
 	want := ValidationError{
@@ -337,13 +335,13 @@ func TestApplyDefaults(t *testing.T) {
 		m    Mutation
 		want int
 	}{
-		{"stop sell is urgent", Mutation{StopSell: ptr(true)}, PriorityUrgent},
-		{"sold out is urgent", Mutation{Inventory: ptr(0)}, PriorityUrgent},
-		{"stop sell in a full sync stays urgent", Mutation{StopSell: ptr(true), FullSync: true}, PriorityUrgent},
-		{"full sync is bulk", Mutation{Amount: dec("10"), FullSync: true}, PriorityBulk},
-		{"reopening is default", Mutation{StopSell: ptr(false)}, PriorityDefault},
-		{"rate change is default", Mutation{Amount: dec("10")}, PriorityDefault},
-		{"explicit priority kept", Mutation{StopSell: ptr(true), Priority: 4}, 4},
+		{"stop sell is urgent", Mutation{Values: Values{StopSell: ptr(true)}}, PriorityUrgent},
+		{"sold out is urgent", Mutation{Values: Values{Inventory: ptr(0)}}, PriorityUrgent},
+		{"stop sell in a full sync stays urgent", Mutation{Values: Values{StopSell: ptr(true)}, FullSync: true}, PriorityUrgent},
+		{"full sync is bulk", Mutation{Values: Values{Amount: dec("10")}, FullSync: true}, PriorityBulk},
+		{"reopening is default", Mutation{Values: Values{StopSell: ptr(false)}}, PriorityDefault},
+		{"rate change is default", Mutation{Values: Values{Amount: dec("10")}}, PriorityDefault},
+		{"explicit priority kept", Mutation{Values: Values{StopSell: ptr(true)}, Priority: 4}, 4},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -439,8 +437,7 @@ func TestWorstCaseMutationsFitAnUpdate(t *testing.T) {
 		ID:         strings.Repeat("t", 32) + ":" + strings.Repeat("a", MaxMutationIDLength),
 		PropertyID: strings.Repeat("p", MaxPropertyIDLength), RoomTypeCode: strings.Repeat("R", 16),
 		RatePlanCode: strings.Repeat("P", 24), Channel: "booking_com", StayDate: DateOf(testNow()),
-		Amount: dec("99999999.999"), Currency: "KWD", Inventory: ptr(999), StopSell: ptr(true),
-		MinLOS: ptr(365), MaxLOS: ptr(365), CTA: ptr(true), CTD: ptr(true), Version: MaxVersion,
+		Values: Values{Amount: dec("99999999.999"), Currency: "KWD", Inventory: ptr(999), StopSell: ptr(true), MinLOS: ptr(365), MaxLOS: ptr(365), CTA: ptr(true), CTD: ptr(true)}, Version: MaxVersion,
 		Priority: 5, FullSync: true, CorrelationID: strings.Repeat("<", MaxCorrelationIDLength),
 	}
 	if ve := v.Validate(m); len(ve) > 0 {

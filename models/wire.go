@@ -1,7 +1,5 @@
 package models
 
-import "github.com/shopspring/decimal"
-
 // HTTP headers of the channel wire contract, shared by the simulator and the client.
 const (
 	HeaderIdempotencyKey     = "X-Idempotency-Key"
@@ -45,19 +43,12 @@ type ARIRequest struct {
 // ARILine sets the same values on every night from From to To, inclusive, of one room
 // type and rate plan. Absent fields are not changed.
 type ARILine struct {
-	RoomTypeCode string           `json:"room_type_code"`
-	RatePlanCode string           `json:"rate_plan_code"`
-	From         Date             `json:"from"`
-	To           Date             `json:"to"`
-	Amount       *decimal.Decimal `json:"amount,omitempty"`
-	Currency     string           `json:"currency,omitempty"`
-	Inventory    *int             `json:"inventory,omitempty"`
-	StopSell     *bool            `json:"stop_sell,omitempty"`
-	MinLOS       *int             `json:"min_los,omitempty"`
-	MaxLOS       *int             `json:"max_los,omitempty"`
-	CTA          *bool            `json:"cta,omitempty"`
-	CTD          *bool            `json:"ctd,omitempty"`
-	Version      int64            `json:"version"`
+	RoomTypeCode string `json:"room_type_code"`
+	RatePlanCode string `json:"rate_plan_code"`
+	From         Date   `json:"from"`
+	To           Date   `json:"to"`
+	Values
+	Version int64 `json:"version"`
 }
 
 // Nights is the number of stay dates the line covers.
@@ -91,18 +82,11 @@ type ARIError struct {
 
 // ARICell is one night of one room type and rate plan as the channel holds it.
 type ARICell struct {
-	RoomTypeCode string           `json:"room_type_code"`
-	RatePlanCode string           `json:"rate_plan_code"`
-	Date         Date             `json:"date"`
-	Amount       *decimal.Decimal `json:"amount,omitempty"`
-	Currency     string           `json:"currency,omitempty"`
-	Inventory    *int             `json:"inventory,omitempty"`
-	StopSell     *bool            `json:"stop_sell,omitempty"`
-	MinLOS       *int             `json:"min_los,omitempty"`
-	MaxLOS       *int             `json:"max_los,omitempty"`
-	CTA          *bool            `json:"cta,omitempty"`
-	CTD          *bool            `json:"ctd,omitempty"`
-	Version      int64            `json:"version"`
+	RoomTypeCode string `json:"room_type_code"`
+	RatePlanCode string `json:"rate_plan_code"`
+	Date         Date   `json:"date"`
+	Values
+	Version int64 `json:"version"`
 }
 
 // ARIState is the body of GET /{channel}/ari?property_id=&from=&to=.

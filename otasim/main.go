@@ -121,24 +121,12 @@ func loadConfig(args []string) (fileConfig, error) {
 	if len(fc.Channels) == 0 {
 		fc.Channels = models.DefaultChannels()
 	}
-	if err := overrideChannels(fc.Channels, *limits, func(c *models.ChannelConfig, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("want a positive integer")
-		}
-		c.RatePerMinute = n
-		return nil
-	}); err != nil {
+	if err := overrideChannels(fc.Channels, *limits, atLeast(1, "want a positive integer",
+		func(c *models.ChannelConfig, n int) { c.RatePerMinute = n })); err != nil {
 		return fc, fmt.Errorf("-limit: %w", err)
 	}
-	if err := overrideChannels(fc.Channels, *quotas, func(c *models.ChannelConfig, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("want a non-negative integer")
-		}
-		c.DailyQuota = n
-		return nil
-	}); err != nil {
+	if err := overrideChannels(fc.Channels, *quotas, atLeast(0, "want a non-negative integer",
+		func(c *models.ChannelConfig, n int) { c.DailyQuota = n })); err != nil {
 		return fc, fmt.Errorf("-quota: %w", err)
 	}
 	if err := overrideChannels(fc.Channels, *scopes, func(c *models.ChannelConfig, v string) error {
@@ -175,6 +163,19 @@ func loadConfig(args []string) (fileConfig, error) {
 		}
 	}
 	return fc, nil
+}
+
+// atLeast is an override that sets an integer no smaller than least; rule is the answer
+// to anything else.
+func atLeast(least int, rule string, set func(*models.ChannelConfig, int)) func(*models.ChannelConfig, string) error {
+	return func(c *models.ChannelConfig, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < least {
+			return errors.New(rule)
+		}
+		set(c, n)
+		return nil
+	}
 }
 
 // overrideChannels applies a "slug=value,slug=value" flag to the named channels.

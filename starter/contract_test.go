@@ -149,7 +149,7 @@ func TestDLQReplayDryRunSendsAndAcknowledgesNothing(t *testing.T) {
 	ctx := context.Background()
 	amount := decimal.RequireFromString("99")
 	m := models.Mutation{ID: "m7", PropertyID: "prop_0000abcd", RoomTypeCode: "DBL", RatePlanCode: "BAR", Channel: "expedia",
-		StayDate: models.DateOf(time.Now().AddDate(0, 0, 30)), Amount: &amount, Currency: "EUR", Version: 1}
+		StayDate: models.DateOf(time.Now().AddDate(0, 0, 30)), Values: models.Values{Amount: &amount, Currency: "EUR"}, Version: 1}
 	co := models.Coalesce([]models.Mutation{m}, nil)
 	require.Len(t, co.Requests, 1)
 	id, _, err := st.ParkDeadLetter(ctx, store.DeadLetter{BatchID: "b-9", Reason: models.ReasonRejected, Status: 400,

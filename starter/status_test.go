@@ -101,7 +101,7 @@ func TestStatusOfARunningStack(t *testing.T) {
 	code, _, errOut = runCLI(t, env, "batch", "start", "--file", file, "--id", "status-1")
 	require.Equal(t, exitOK, code, errOut)
 	m := models.Mutation{ID: "dl-1", PropertyID: "prop_0000abcd", RoomTypeCode: "DBL", RatePlanCode: "BAR", Channel: "agoda",
-		StayDate: models.DateOf(time.Now().AddDate(0, 0, 30)), Inventory: ptrInt(3), Version: 1}
+		StayDate: models.DateOf(time.Now().AddDate(0, 0, 30)), Values: models.Values{Inventory: ptrInt(3)}, Version: 1}
 	co := models.Coalesce([]models.Mutation{m}, nil)
 	_, _, err = st.ParkDeadLetter(ctx, store.DeadLetter{BatchID: "b-dl", Reason: models.ReasonRejected, Status: 400,
 		Message: "room unknown", Request: co.Requests[0]})

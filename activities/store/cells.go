@@ -78,44 +78,70 @@ func (s *Store) resolveKnown(rows []cellRow, known map[roomRate]int32) bool {
 
 // cellArrays are cell rows as the column arrays one unnest statement takes.
 type cellArrays struct {
-	roomRate  []int32
-	family    []string
-	night     []time.Time
-	version   []int64
-	amount    []pgtype.Text
-	currency  []pgtype.Text
-	inventory []pgtype.Int2
-	minLOS    []pgtype.Int2
-	maxLOS    []pgtype.Int2
-	stopSell  []pgtype.Bool
-	cta       []pgtype.Bool
-	ctd       []pgtype.Bool
+	roomRate []int32
+	family   []string
+	night    []time.Time
+	version  []int64
+	values   []valueColumns
 }
 
 func (a *cellArrays) add(r cellRow) {
-	l := r.line
 	a.roomRate = append(a.roomRate, r.id)
 	a.family = append(a.family, string(r.family))
 	a.night = append(a.night, r.night.Time())
-	a.version = append(a.version, l.Version)
-	var amount pgtype.Text
-	if l.Amount != nil {
-		amount = pgtype.Text{String: l.Amount.String(), Valid: true}
-	}
-	a.amount = append(a.amount, amount)
-	a.currency = append(a.currency, pgtype.Text{String: l.Currency, Valid: l.Currency != ""})
-	a.inventory = append(a.inventory, int2(l.Inventory))
-	a.minLOS = append(a.minLOS, int2(l.MinLOS))
-	a.maxLOS = append(a.maxLOS, int2(l.MaxLOS))
-	a.stopSell = append(a.stopSell, boolean(l.StopSell))
-	a.cta = append(a.cta, boolean(l.CTA))
-	a.ctd = append(a.ctd, boolean(l.CTD))
+	a.version = append(a.version, r.line.Version)
+	a.values = append(a.values, columnsOf(r.line.Values))
 }
 
 // args are the arrays in the order of the unnest below.
 func (a *cellArrays) args() []any {
-	return []any{a.roomRate, a.family, a.night, a.version, a.amount, a.currency, a.inventory,
-		a.minLOS, a.maxLOS, a.stopSell, a.cta, a.ctd}
+	n := len(a.values)
+	amount, currency := make([]pgtype.Text, n), make([]pgtype.Text, n)
+	inventory, minLOS, maxLOS := make([]pgtype.Int2, n), make([]pgtype.Int2, n), make([]pgtype.Int2, n)
+	stopSell, cta, ctd := make([]pgtype.Bool, n), make([]pgtype.Bool, n), make([]pgtype.Bool, n)
+	for i, v := range a.values {
+		amount[i], currency[i], inventory[i], minLOS[i], maxLOS[i] = v.amount, v.currency, v.inventory, v.minLOS, v.maxLOS
+		stopSell[i], cta[i], ctd[i] = v.stopSell, v.cta, v.ctd
+	}
+	return []any{a.roomRate, a.family, a.night, a.version, amount, currency, inventory, minLOS, maxLOS, stopSell, cta, ctd}
+}
+
+// valueColumns are a line's Values as the value columns of a cells row, in the
+// order every statement here names them: amount, currency, inventory, min_los,
+// max_los, stop_sell, cta, ctd (d_… for the desired line, a_… for the acked one).
+type valueColumns struct {
+	amount, currency          pgtype.Text
+	inventory, minLOS, maxLOS pgtype.Int2
+	stopSell, cta, ctd        pgtype.Bool
+}
+
+func columnsOf(v models.Values) valueColumns {
+	c := valueColumns{currency: pgtype.Text{String: v.Currency, Valid: v.Currency != ""},
+		inventory: int2(v.Inventory), minLOS: int2(v.MinLOS), maxLOS: int2(v.MaxLOS),
+		stopSell: boolean(v.StopSell), cta: boolean(v.CTA), ctd: boolean(v.CTD)}
+	if v.Amount != nil {
+		c.amount = pgtype.Text{String: v.Amount.String(), Valid: true}
+	}
+	return c
+}
+
+// dest are the scan destinations of the columns, in their order.
+func (c *valueColumns) dest() []any {
+	return []any{&c.amount, &c.currency, &c.inventory, &c.minLOS, &c.maxLOS, &c.stopSell, &c.cta, &c.ctd}
+}
+
+// values are the scanned columns as Values, with pointers of their own.
+func (c *valueColumns) values() (models.Values, error) {
+	v := models.Values{Currency: c.currency.String, Inventory: intPtr(c.inventory), MinLOS: intPtr(c.minLOS),
+		MaxLOS: intPtr(c.maxLOS), StopSell: boolPtr(c.stopSell), CTA: boolPtr(c.cta), CTD: boolPtr(c.ctd)}
+	if c.amount.Valid {
+		d, err := decimal.NewFromString(c.amount.String)
+		if err != nil {
+			return v, fmt.Errorf("amount %q: %w", c.amount.String, err)
+		}
+		v.Amount = &d
+	}
+	return v, nil
 }
 
 // unnestCells turns the args of cellArrays into rows (room_rate, family, night,
@@ -573,7 +599,7 @@ func (s *Store) scanCellStates(rows pgx.Rows, channel string, fn func(CellState)
 	var night time.Time
 	var family string
 	var confirmedAt pgtype.Timestamptz
-	d, a := scanLine{line: &st.Desired}, scanLine{line: &st.Acked}
+	var d, a scanLine
 	dest := []any{&st.Cell.PropertyID, &st.Cell.RoomTypeCode, &st.Cell.RatePlanCode, &night, &family}
 	dest = append(dest, d.dest()...)
 	dest = append(dest, &st.SentVersion)
@@ -597,38 +623,17 @@ func (s *Store) scanCellStates(rows pgx.Rows, channel string, fn func(CellState)
 
 // scanLine scans the version and value columns of one line.
 type scanLine struct {
-	line      *models.ARILine
-	amount    *pgtype.Text
-	inventory *pgtype.Int2
-	minLOS    *pgtype.Int2
-	maxLOS    *pgtype.Int2
-	stopSell  *pgtype.Bool
-	cta       *pgtype.Bool
-	ctd       *pgtype.Bool
-	currency  *pgtype.Text
+	version int64
+	values  valueColumns
 }
 
-func (s *scanLine) dest() []any {
-	s.amount, s.currency = new(pgtype.Text), new(pgtype.Text)
-	s.inventory, s.minLOS, s.maxLOS = new(pgtype.Int2), new(pgtype.Int2), new(pgtype.Int2)
-	s.stopSell, s.cta, s.ctd = new(pgtype.Bool), new(pgtype.Bool), new(pgtype.Bool)
-	return []any{&s.line.Version, s.amount, s.currency, s.inventory, s.minLOS, s.maxLOS, s.stopSell, s.cta, s.ctd}
-}
+func (s *scanLine) dest() []any { return append([]any{&s.version}, s.values.dest()...) }
 
 // result is the scanned line of cell c, with pointers of its own.
-func (s scanLine) result(c models.Cell) (models.ARILine, error) {
-	l := models.ARILine{RoomTypeCode: c.RoomTypeCode, RatePlanCode: c.RatePlanCode, From: c.StayDate, To: c.StayDate,
-		Version: s.line.Version, Currency: s.currency.String}
-	if s.amount.Valid {
-		d, err := decimal.NewFromString(s.amount.String)
-		if err != nil {
-			return l, fmt.Errorf("amount %q: %w", s.amount.String, err)
-		}
-		l.Amount = &d
-	}
-	l.Inventory, l.MinLOS, l.MaxLOS = intPtr(*s.inventory), intPtr(*s.minLOS), intPtr(*s.maxLOS)
-	l.StopSell, l.CTA, l.CTD = boolPtr(*s.stopSell), boolPtr(*s.cta), boolPtr(*s.ctd)
-	return l, nil
+func (s *scanLine) result(c models.Cell) (models.ARILine, error) {
+	v, err := s.values.values()
+	return models.ARILine{RoomTypeCode: c.RoomTypeCode, RatePlanCode: c.RatePlanCode, From: c.StayDate, To: c.StayDate,
+		Values: v, Version: s.version}, err
 }
 
 func intPtr(v pgtype.Int2) *int {

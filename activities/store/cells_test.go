@@ -182,7 +182,7 @@ func TestCellStatesShowUnacknowledgedDesiredCells(t *testing.T) {
 	s := testStore(t)
 	minLOS, stop := 2, true
 	restr := models.Mutation{ID: "r", PropertyID: "prop_0000abcd", RoomTypeCode: "DBL", RatePlanCode: "BAR",
-		Channel: "booking", StayDate: night, MinLOS: &minLOS, StopSell: &stop, Version: 5}
+		Channel: "booking", StayDate: night, Values: models.Values{MinLOS: &minLOS, StopSell: &stop}, Version: 5}
 	v1 := price("v1", 1, "80.00", 0)
 	if _, err := s.RecordDesired(ctx, []models.Mutation{restr, v1}); err != nil {
 		t.Fatal(err)

@@ -40,7 +40,7 @@ func exampleStore(ctx context.Context) (st *store.Store, done func()) {
 func exampleMutations() []models.Mutation {
 	a := decimal.RequireFromString("95.00")
 	return []models.Mutation{{ID: "m-1", PropertyID: "prop_0000abcd", RoomTypeCode: "DBL", RatePlanCode: "BAR",
-		Channel: "booking", StayDate: models.Date{Year: 2030, Month: 4, Day: 10}, Amount: &a, Currency: "EUR", Version: 7}}
+		Channel: "booking", StayDate: models.Date{Year: 2030, Month: 4, Day: 10}, Values: models.Values{Amount: &a, Currency: "EUR"}, Version: 7}}
 }
 
 // PrepareBatch: record the desired state, drop what a newer version overtook, record

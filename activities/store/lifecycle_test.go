@@ -12,7 +12,7 @@ func TestCancelPendingKeepsRecordedOutcomes(t *testing.T) {
 	ctx := context.Background()
 	two := 2
 	line := func(v int64) models.ARILine {
-		return models.ARILine{RoomTypeCode: "DBL", RatePlanCode: "BAR", From: night, To: night.AddDays(1), Inventory: &two, Version: v}
+		return models.ARILine{RoomTypeCode: "DBL", RatePlanCode: "BAR", From: night, To: night.AddDays(1), Values: models.Values{Inventory: &two}, Version: v}
 	}
 	r := models.ChannelRequest{Channel: "ota", PropertyID: "p1", Family: models.FamilyAvailability, Priority: 3,
 		Lines: []models.ARILine{line(1)},

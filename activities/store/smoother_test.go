@@ -18,7 +18,7 @@ import (
 func smootherChange(id string, p int) models.Mutation {
 	a := decimal.New(12900, 0)
 	return models.Mutation{ID: id, PropertyID: "HOTEL1", RoomTypeCode: "DLXKING", RatePlanCode: "BAR",
-		Channel: "expedia", StayDate: night, Amount: &a, Currency: "EUR", Version: 1, Priority: p}
+		Channel: "expedia", StayDate: night, Values: models.Values{Amount: &a, Currency: "EUR"}, Version: 1, Priority: p}
 }
 
 func TestSmootherClaimCheckTakesAdmittedChangesInOrderByPriority(t *testing.T) {

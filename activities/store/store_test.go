@@ -47,7 +47,7 @@ var night = models.Date{Year: 2026, Month: time.December, Day: 24}
 func price(id string, version int64, amount string, day int) models.Mutation {
 	a := decimal.RequireFromString(amount)
 	return models.Mutation{ID: id, PropertyID: "prop_0000abcd", RoomTypeCode: "DBL", RatePlanCode: "BAR",
-		Channel: "booking", StayDate: night.AddDays(day), Amount: &a, Currency: "EUR", Version: version}
+		Channel: "booking", StayDate: night.AddDays(day), Values: models.Values{Amount: &a, Currency: "EUR"}, Version: version}
 }
 
 // requestOf is the coalesced request carrying ms, which must make exactly one.

@@ -28,14 +28,25 @@ const (
 
 // OTAMessage is the message name that carries family f.
 func OTAMessage(f models.Family) string {
-	switch f {
-	case models.FamilyAvailability:
-		return OTAInvCountNotif
-	case models.FamilyRestrictions:
-		return OTAAvailNotif
+	if m := otaMessages.Of(f); m != "" {
+		return m
 	}
 	return OTARateAmountNotif
 }
+
+// OTAFamily is the family message msg carries; false for a message paritysync
+// does not send.
+func OTAFamily(msg string) (models.Family, bool) {
+	for _, f := range models.Families {
+		if otaMessages.Of(f) == msg {
+			return f, true
+		}
+	}
+	return "", false
+}
+
+var otaMessages = models.ByFamily[string]{Rates: OTARateAmountNotif, Availability: OTAInvCountNotif,
+	Restrictions: OTAAvailNotif}
 
 // OTA error types (OpenTravel code list EWT) that classify an <Errors> answer.
 const (
@@ -145,6 +156,25 @@ type OTALengthOfStay struct {
 type OTARestrictionStatus struct {
 	Restriction string `xml:"Restriction,attr,omitempty"`
 	Status      string `xml:"Status,attr"`
+}
+
+// OTARestrictions are the restrictions a RestrictionStatus opens or closes, in the
+// order paritysync writes them: stop-sell (no Restriction), closed to arrival,
+// closed to departure.
+var OTARestrictions = []string{"", OTARestrictionArrival, OTARestrictionDepart}
+
+// OTARestrictionValue is the value of v that a RestrictionStatus with restriction
+// r carries: StopSell, CTA or CTD; nil for a restriction paritysync does not know.
+func OTARestrictionValue(r string, v *models.Values) **bool {
+	switch r {
+	case "":
+		return &v.StopSell
+	case OTARestrictionArrival:
+		return &v.CTA
+	case OTARestrictionDepart:
+		return &v.CTD
+	}
+	return nil
 }
 
 // OTAHotelInvCountNotifRQ sets inventory.

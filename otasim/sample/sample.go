@@ -57,7 +57,7 @@ func BatchFor(n int, today models.Date, version int64, seed uint64, channels []s
 						}
 						amount := decimal.New(cents, -2)
 						ms = append(ms, models.Mutation{ID: id(), PropertyID: p, RoomTypeCode: r, RatePlanCode: plan,
-							Channel: ch, StayDate: today.AddDays(night), Amount: &amount, Currency: "EUR", Version: version})
+							Channel: ch, StayDate: today.AddDays(night), Values: models.Values{Amount: &amount, Currency: "EUR"}, Version: version})
 					}
 				}
 			}
@@ -84,7 +84,7 @@ func BatchFor(n int, today models.Date, version int64, seed uint64, channels []s
 	for i := range invalid {
 		amount := decimal.New(15000, -2)
 		m := models.Mutation{ID: id(), PropertyID: properties[0], RoomTypeCode: rooms[0], RatePlanCode: plans[0],
-			Channel: channels[i%len(channels)], StayDate: today.AddDays(30), Amount: &amount, Currency: "EUR", Version: version}
+			Channel: channels[i%len(channels)], StayDate: today.AddDays(30), Values: models.Values{Amount: &amount, Currency: "EUR"}, Version: version}
 		bad[i%len(bad)](&m)
 		ms = append(ms, m)
 	}

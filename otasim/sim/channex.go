@@ -116,12 +116,8 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 			return rep
 		}
 	}
-	if s.roll(f.ErrorRatio) {
-		ch.stats.FaultsInjected++
-		ch.stats.ServerErrors++
-		statuses := []int{500, 502, 503, 504}
-		status := statuses[s.rng.IntN(len(statuses))]
-		return channexError(status, "internal_server_error", "Internal Server Error", nil)
+	if s.serverError(ch, f) {
+		return channexError(s.serverStatus(), "internal_server_error", "Internal Server Error", nil)
 	}
 
 	if rep, bad := s.badBody(ch, f, func() (reply, reply) {
@@ -132,18 +128,14 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 		return rep
 	}
 
-	drift := s.roll(f.DriftRatio)
-	injected := !drift && s.roll(f.PartialRatio)
-	if drift || injected {
-		ch.stats.FaultsInjected++
-	}
+	drift, injected := s.outcomeFaults(ch, f)
 	var warnings []wire.ChannexWarning
 	for i, u := range units {
 		problem := u.problem
 		if problem == "" && ch.cfg.Channex.Properties != nil {
 			problem = channexUnknownID(ch.cfg.Channex, u)
 		}
-		if problem == "" && injected && (s.rng.IntN(2) == 0 || i == len(units)-1 && len(warnings) == 0) {
+		if problem == "" && s.failsUnit(injected, i, len(units), len(warnings) == 0) {
 			problem = "injected change object failure"
 		}
 		if problem != "" {
@@ -223,13 +215,13 @@ func (u channexUnit) apply(ch *channel) {
 	l := u.line
 	switch {
 	case u.endpoint == wire.ChannexAvailabilityPath:
-		write(models.FamilyAvailability, models.ARILine{Inventory: l.Inventory})
+		write(models.FamilyAvailability, models.ARILine{Values: l.Of(models.FamilyAvailability)})
 	default:
-		if l.Amount != nil {
-			write(models.FamilyRates, models.ARILine{Amount: l.Amount})
-		}
-		if l.StopSell != nil || l.MinLOS != nil || l.MaxLOS != nil || l.CTA != nil || l.CTD != nil {
-			write(models.FamilyRestrictions, models.ARILine{StopSell: l.StopSell, MinLOS: l.MinLOS, MaxLOS: l.MaxLOS, CTA: l.CTA, CTD: l.CTD})
+		// Prices and restrictions share /restrictions: one change object may set both.
+		for _, f := range []models.Family{models.FamilyRates, models.FamilyRestrictions} {
+			if l.Sets(f) {
+				write(f, models.ARILine{Values: l.Of(f)})
+			}
 		}
 	}
 }
@@ -270,8 +262,8 @@ func decodeChannex(m models.ChannexMapping, endpoint string, body []byte) ([]cha
 			}
 			u.property, u.id, days = v.PropertyID, v.RatePlanID, v.Days
 			dateFields.date, dateFields.from, dateFields.to = v.Date, v.DateFrom, v.DateTo
-			u.line = models.ARILine{StopSell: v.StopSell, MinLOS: v.MinStayArrival, MaxLOS: v.MaxStay,
-				CTA: v.ClosedToArrival, CTD: v.ClosedToDeparture}
+			u.line = models.ARILine{Values: models.Values{StopSell: v.StopSell, MinLOS: v.MinStayArrival, MaxLOS: v.MaxStay,
+				CTA: v.ClosedToArrival, CTD: v.ClosedToDeparture}}
 			u.problem = channexRestrictionProblem(m, v, &u.line)
 		}
 		if u.property == "" {

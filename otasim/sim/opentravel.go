@@ -39,7 +39,7 @@ const (
 const otaMaxEchoToken = 128
 
 func (s *Simulator) serveOpenTravel(w http.ResponseWriter, r *http.Request, ch *channel, msg string) {
-	if msg != wire.OTARateAmountNotif && msg != wire.OTAAvailNotif && msg != wire.OTAInvCountNotif {
+	if _, ok := wire.OTAFamily(msg); !ok {
 		writeJSON(w, http.StatusNotFound, models.ARIError{Error: models.ErrorInvalid, Message: "path: no such OpenTravel message"})
 		return
 	}
@@ -149,17 +149,7 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 		rep.header.Set(models.HeaderRetryAfter, t.header.Get(models.HeaderRetryAfter))
 		return rep
 	}
-	if now.Before(s.stormUntil) && f.StormSeconds > 0 {
-		ch.stats.FaultsInjected++
-		status := f.StormStatus
-		if status == 0 {
-			status = http.StatusTooManyRequests
-		}
-		if status == http.StatusTooManyRequests {
-			ch.stats.Throttled++
-		} else {
-			ch.stats.ServerErrors++
-		}
+	if status := s.stormStatus(ch, f, now); status != 0 {
 		return throttled(status, s.stormUntil.Sub(now))
 	}
 	win := ch.window(ch.windows, key)
@@ -175,14 +165,11 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 	} else if seen {
 		return rep
 	}
-	if s.roll(f.ErrorRatio) {
-		ch.stats.FaultsInjected++
-		ch.stats.ServerErrors++
+	if s.serverError(ch, f) {
 		if s.rng.IntN(2) == 0 {
 			return otaError(http.StatusOK, msg, hdr.EchoToken, now, wire.OTAErrorProcessingException, otaCodeUnableToProc, "injected processing error")
 		}
-		statuses := []int{500, 502, 503, 504}
-		return otaError(statuses[s.rng.IntN(len(statuses))], msg, hdr.EchoToken, now, wire.OTAErrorApplication, otaCodeUnableToProc, "injected server error")
+		return otaError(s.serverStatus(), msg, hdr.EchoToken, now, wire.OTAErrorApplication, otaCodeUnableToProc, "injected server error")
 	}
 
 	if rep, bad := s.badBody(ch, f, func() (reply, reply) {
@@ -192,15 +179,11 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 		return rep
 	}
 
-	drift := s.roll(f.DriftRatio)
-	injected := !drift && s.roll(f.PartialRatio)
-	if drift || injected {
-		ch.stats.FaultsInjected++
-	}
+	drift, injected := s.outcomeFaults(ch, f)
 	var warnings []wire.OTAIssue
 	for i, u := range units {
 		problem := u.problem
-		if problem == "" && injected && (s.rng.IntN(2) == 0 || i == len(units)-1 && len(warnings) == 0) {
+		if problem == "" && s.failsUnit(injected, i, len(units), len(warnings) == 0) {
 			problem = "injected message failure"
 		}
 		if problem != "" {
@@ -235,78 +218,14 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 // one unit per message and the content to key idempotency on: the message with its
 // TimeStamp cleared, as a retry is sent with a new one.
 func decodeOTA(msg string, body []byte) (hotel string, hdr wire.OTAHeader, units []otaUnit, content []byte, err error) {
-	control := func(c wire.OTAStatusApplicationControl, needPlan bool) (models.ARILine, string) {
-		l := models.ARILine{RoomTypeCode: c.InvTypeCode, RatePlanCode: c.RatePlanCode, From: c.Start, To: c.End}
-		lim := models.ProtocolOpenTravel.CodeLimits()
-		switch {
-		case c.InvTypeCode == "":
-			return l, "InvTypeCode: required"
-		case utf8.RuneCountInString(c.InvTypeCode) > lim.RoomType:
-			return l, fmt.Sprintf("InvTypeCode: longer than %d characters", lim.RoomType)
-		case utf8.RuneCountInString(c.RatePlanCode) > lim.RatePlan:
-			return l, fmt.Sprintf("RatePlanCode: longer than %d characters", lim.RatePlan)
-		case needPlan && c.RatePlanCode == "":
-			return l, "RatePlanCode: required"
-		case c.Start.IsZero() || c.End.IsZero():
-			return l, "Start and End: required"
-		case c.End.Before(c.Start):
-			return l, "End: before Start"
-		}
-		return l, ""
+	family, _ := wire.OTAFamily(msg)
+	m, err := otaDecoders.Of(family)(body)
+	if err != nil {
+		return
 	}
-	var rq any
-	switch msg {
-	case wire.OTARateAmountNotif:
-		var m wire.OTAHotelRateAmountNotifRQ
-		if err = decodeXMLStrict(body, &m); err != nil {
-			return
-		}
-		hotel, hdr = m.RateAmountMessages.HotelCode, m.OTAHeader
-		for _, rm := range m.RateAmountMessages.Messages {
-			l, problem := control(rm.StatusApplicationControl, true)
-			if problem == "" {
-				problem = otaRate(rm, &l)
-			}
-			units = append(units, otaUnit{family: models.FamilyRates, line: l, problem: problem})
-		}
-		m.TimeStamp = ""
-		rq = m
-	case wire.OTAAvailNotif:
-		var m wire.OTAHotelAvailNotifRQ
-		if err = decodeXMLStrict(body, &m); err != nil {
-			return
-		}
-		hotel, hdr = m.AvailStatusMessages.HotelCode, m.OTAHeader
-		for _, am := range m.AvailStatusMessages.Messages {
-			l, problem := control(am.StatusApplicationControl, true)
-			if problem == "" {
-				problem = otaRestriction(am, &l)
-			}
-			units = append(units, otaUnit{family: models.FamilyRestrictions, line: l, problem: problem})
-		}
-		m.TimeStamp = ""
-		rq = m
-	default:
-		var m wire.OTAHotelInvCountNotifRQ
-		if err = decodeXMLStrict(body, &m); err != nil {
-			return
-		}
-		hotel, hdr = m.Inventories.HotelCode, m.OTAHeader
-		for _, inv := range m.Inventories.Inventories {
-			l, problem := control(inv.StatusApplicationControl, false)
-			if problem == "" {
-				if len(inv.InvCounts) != 1 || inv.InvCounts[0].CountType != wire.OTACountTypeAvailable {
-					problem = "InvCounts: one InvCount with CountType 2 required"
-				} else if n := inv.InvCounts[0].Count; n < 0 || n > maxInventory {
-					problem = fmt.Sprintf("Count: must be in 0..%d", maxInventory)
-				} else {
-					l.Inventory = &n
-				}
-			}
-			units = append(units, otaUnit{family: models.FamilyAvailability, line: l, problem: problem})
-		}
-		m.TimeStamp = ""
-		rq = m
+	hotel, hdr, units = m.hotel, m.hdr, m.units
+	for i := range units {
+		units[i].family = family
 	}
 	switch {
 	case hotel == "":
@@ -316,8 +235,100 @@ func decodeOTA(msg string, body []byte) (hotel string, hdr wire.OTAHeader, units
 	case len(units) == 0:
 		return hotel, hdr, nil, nil, fmt.Errorf("%sRQ: at least one message required", msg)
 	}
-	content, err = xml.Marshal(rq)
+	content, err = xml.Marshal(m.rq)
 	return hotel, hdr, units, content, err
+}
+
+// otaMessage is one decoded message: its hotel and header, a unit per message
+// element, and the message with its TimeStamp cleared.
+type otaMessage struct {
+	hotel string
+	hdr   wire.OTAHeader
+	units []otaUnit
+	rq    any
+}
+
+// otaDecoders read the message of each family.
+var otaDecoders = models.ByFamily[func(body []byte) (otaMessage, error)]{
+	Rates: func(body []byte) (otaMessage, error) {
+		var m wire.OTAHotelRateAmountNotifRQ
+		if err := decodeXMLStrict(body, &m); err != nil {
+			return otaMessage{}, err
+		}
+		out := otaMessage{hotel: m.RateAmountMessages.HotelCode, hdr: m.OTAHeader}
+		for _, rm := range m.RateAmountMessages.Messages {
+			l, problem := otaControl(rm.StatusApplicationControl, true)
+			if problem == "" {
+				problem = otaRate(rm, &l)
+			}
+			out.units = append(out.units, otaUnit{line: l, problem: problem})
+		}
+		m.TimeStamp = ""
+		out.rq = m
+		return out, nil
+	},
+	Restrictions: func(body []byte) (otaMessage, error) {
+		var m wire.OTAHotelAvailNotifRQ
+		if err := decodeXMLStrict(body, &m); err != nil {
+			return otaMessage{}, err
+		}
+		out := otaMessage{hotel: m.AvailStatusMessages.HotelCode, hdr: m.OTAHeader}
+		for _, am := range m.AvailStatusMessages.Messages {
+			l, problem := otaControl(am.StatusApplicationControl, true)
+			if problem == "" {
+				problem = otaRestriction(am, &l)
+			}
+			out.units = append(out.units, otaUnit{line: l, problem: problem})
+		}
+		m.TimeStamp = ""
+		out.rq = m
+		return out, nil
+	},
+	Availability: func(body []byte) (otaMessage, error) {
+		var m wire.OTAHotelInvCountNotifRQ
+		if err := decodeXMLStrict(body, &m); err != nil {
+			return otaMessage{}, err
+		}
+		out := otaMessage{hotel: m.Inventories.HotelCode, hdr: m.OTAHeader}
+		for _, inv := range m.Inventories.Inventories {
+			l, problem := otaControl(inv.StatusApplicationControl, false)
+			if problem == "" {
+				if len(inv.InvCounts) != 1 || inv.InvCounts[0].CountType != wire.OTACountTypeAvailable {
+					problem = "InvCounts: one InvCount with CountType 2 required"
+				} else if n := inv.InvCounts[0].Count; n < 0 || n > maxInventory {
+					problem = fmt.Sprintf("Count: must be in 0..%d", maxInventory)
+				} else {
+					l.Inventory = &n
+				}
+			}
+			out.units = append(out.units, otaUnit{line: l, problem: problem})
+		}
+		m.TimeStamp = ""
+		out.rq = m
+		return out, nil
+	},
+}
+
+// otaControl is the line a StatusApplicationControl names, and what is wrong with
+// it ("" when nothing).
+func otaControl(c wire.OTAStatusApplicationControl, needPlan bool) (models.ARILine, string) {
+	l := models.ARILine{RoomTypeCode: c.InvTypeCode, RatePlanCode: c.RatePlanCode, From: c.Start, To: c.End}
+	lim := models.ProtocolOpenTravel.CodeLimits()
+	switch {
+	case c.InvTypeCode == "":
+		return l, "InvTypeCode: required"
+	case utf8.RuneCountInString(c.InvTypeCode) > lim.RoomType:
+		return l, fmt.Sprintf("InvTypeCode: longer than %d characters", lim.RoomType)
+	case utf8.RuneCountInString(c.RatePlanCode) > lim.RatePlan:
+		return l, fmt.Sprintf("RatePlanCode: longer than %d characters", lim.RatePlan)
+	case needPlan && c.RatePlanCode == "":
+		return l, "RatePlanCode: required"
+	case c.Start.IsZero() || c.End.IsZero():
+		return l, "Start and End: required"
+	case c.End.Before(c.Start):
+		return l, "End: before Start"
+	}
+	return l, ""
 }
 
 // decodeXMLStrict reads one element into v and refuses anything but whitespace,
@@ -395,16 +406,11 @@ func otaRestriction(m wire.OTAAvailStatusMessage, l *models.ARILine) string {
 		default:
 			return "RestrictionStatus: Status must be Open or Close"
 		}
-		switch rs.Restriction {
-		case "":
-			l.StopSell = &closed
-		case wire.OTARestrictionArrival:
-			l.CTA = &closed
-		case wire.OTARestrictionDepart:
-			l.CTD = &closed
-		default:
+		value := wire.OTARestrictionValue(rs.Restriction, &l.Values)
+		if value == nil {
 			return "RestrictionStatus: Restriction must be Arrival or Departure, or absent"
 		}
+		*value = &closed
 	}
 	return ""
 }

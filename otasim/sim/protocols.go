@@ -3,7 +3,6 @@ package sim
 import (
 	"crypto/sha256"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -48,20 +47,10 @@ func (s *Simulator) serveProtocol(w http.ResponseWriter, r *http.Request) bool {
 // whole, counted, delayed by the latency faults, and answered under s.mu.
 func (s *Simulator) protocolPush(w http.ResponseWriter, r *http.Request, ch *channel,
 	decide func(body []byte, readErr error, now time.Time, f Faults) reply) {
-	s.mu.Lock()
-	ch.stats.Requests++
-	f := s.faults
-	if !f.appliesTo(ch.cfg.Slug) {
-		f = Faults{}
-	}
-	if f.Hang || f.LatencyMS > 0 {
-		ch.stats.FaultsInjected++
-	}
-	s.mu.Unlock()
-	if !s.delay(r.Context(), f) {
+	body, readErr, f, ok := s.receive(w, r, ch)
+	if !ok {
 		return
 	}
-	body, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	s.mu.Lock()
 	now := s.now()
 	late := ch.deferApplies(f)

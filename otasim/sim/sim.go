@@ -357,23 +357,10 @@ func (s *Simulator) serveFaults(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Simulator) servePush(w http.ResponseWriter, r *http.Request, ch *channel) {
-	s.mu.Lock()
-	ch.stats.Requests++
-	f := s.faults
-	if !f.appliesTo(ch.cfg.Slug) {
-		f = Faults{}
-	}
-	if f.Hang || f.LatencyMS > 0 {
-		ch.stats.FaultsInjected++
-	}
-	s.mu.Unlock()
-
-	if !s.delay(r.Context(), f) {
+	body, readErr, f, ok := s.receive(w, r, ch)
+	if !ok {
 		return
 	}
-	// Read the body before taking the lock: a slow client must not stall others.
-	body, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-
 	s.mu.Lock()
 	now := s.now()
 	rec := RequestRecord{At: now, Channel: ch.cfg.Slug}
@@ -386,6 +373,79 @@ func (s *Simulator) servePush(w http.ResponseWriter, r *http.Request, ch *channe
 	s.mu.Unlock()
 	s.applyLate(ch, f, *late)
 	rep.write(w)
+}
+
+// receive counts a push, picks the faults that apply to it, delays it by the
+// latency faults and reads its body; false means the client is gone. The body is
+// read before taking the lock: a slow client must not stall others.
+func (s *Simulator) receive(w http.ResponseWriter, r *http.Request, ch *channel) ([]byte, error, Faults, bool) {
+	s.mu.Lock()
+	ch.stats.Requests++
+	f := s.faults
+	if !f.appliesTo(ch.cfg.Slug) {
+		f = Faults{}
+	}
+	if f.Hang || f.LatencyMS > 0 {
+		ch.stats.FaultsInjected++
+	}
+	s.mu.Unlock()
+	if !s.delay(r.Context(), f) {
+		return nil, nil, f, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	return body, err, f, true
+}
+
+// stormStatus is the status of a push that arrives during a storm the faults
+// started, counted; 0 outside a storm.
+func (s *Simulator) stormStatus(ch *channel, f Faults, now time.Time) int {
+	if !now.Before(s.stormUntil) || f.StormSeconds <= 0 {
+		return 0
+	}
+	ch.stats.FaultsInjected++
+	status := f.StormStatus
+	if status == 0 {
+		status = http.StatusTooManyRequests
+	}
+	if status == http.StatusTooManyRequests {
+		ch.stats.Throttled++
+	} else {
+		ch.stats.ServerErrors++
+	}
+	return status
+}
+
+// serverError rolls the error fault of a push: true, counted, when it strikes.
+func (s *Simulator) serverError(ch *channel, f Faults) bool {
+	if !s.roll(f.ErrorRatio) {
+		return false
+	}
+	ch.stats.FaultsInjected++
+	ch.stats.ServerErrors++
+	return true
+}
+
+// serverStatus is a 5xx status, picked at random.
+func (s *Simulator) serverStatus() int {
+	statuses := []int{500, 502, 503, 504}
+	return statuses[s.rng.IntN(len(statuses))]
+}
+
+// outcomeFaults rolls the drift and partial faults of a push that is to succeed:
+// drift answers success and applies nothing, partial fails some of its units.
+func (s *Simulator) outcomeFaults(ch *channel, f Faults) (drift, partial bool) {
+	drift = s.roll(f.DriftRatio)
+	partial = !drift && s.roll(f.PartialRatio)
+	if drift || partial {
+		ch.stats.FaultsInjected++
+	}
+	return drift, partial
+}
+
+// failsUnit rolls whether a partial fault fails unit i of n: each at even odds,
+// and the last when none failed before, so a partial answer fails at least one.
+func (s *Simulator) failsUnit(partial bool, i, n int, noneYet bool) bool {
+	return partial && (s.rng.IntN(2) == 0 || i == n-1 && noneYet)
 }
 
 // deferApplies makes the push about to be decided collect its writes when f delays
@@ -499,17 +559,7 @@ func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr erro
 	key := ch.limitKey(req.PropertyID)
 	ch.arrive(key, now)
 
-	if now.Before(s.stormUntil) && f.StormSeconds > 0 {
-		ch.stats.FaultsInjected++
-		status := f.StormStatus
-		if status == 0 {
-			status = http.StatusTooManyRequests
-		}
-		if status == http.StatusTooManyRequests {
-			ch.stats.Throttled++
-		} else {
-			ch.stats.ServerErrors++
-		}
+	if status := s.stormStatus(ch, f, now); status != 0 {
 		return ch.throttle(key, status, s.stormUntil.Sub(now), now), key
 	}
 	win := ch.window(ch.windows, key)
@@ -544,12 +594,8 @@ func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr erro
 	}
 	ch.stats.DailyUsed += cost
 
-	if s.roll(f.ErrorRatio) {
-		ch.stats.FaultsInjected++
-		ch.stats.ServerErrors++
-		statuses := []int{500, 502, 503, 504}
-		status := statuses[s.rng.IntN(len(statuses))]
-		return errorReply(status, models.ErrorServer, "injected server error"), key
+	if s.serverError(ch, f) {
+		return errorReply(s.serverStatus(), models.ErrorServer, "injected server error"), key
 	}
 
 	if rep, bad := s.badBody(ch, f, func() (reply, reply) {
@@ -558,9 +604,9 @@ func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr erro
 		return rep, key
 	}
 
-	drift := s.roll(f.DriftRatio)
+	drift, partial := s.outcomeFaults(ch, f)
 	failed := map[int]bool{}
-	if !drift && s.roll(f.PartialRatio) {
+	if partial {
 		for i := range req.Lines {
 			if s.rng.IntN(2) == 0 {
 				failed[i] = true
@@ -569,9 +615,6 @@ func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr erro
 		if len(failed) == 0 {
 			failed[s.rng.IntN(len(req.Lines))] = true
 		}
-	}
-	if drift || len(failed) > 0 {
-		ch.stats.FaultsInjected++
 	}
 	if !drift {
 		for i, l := range req.Lines {

@@ -55,7 +55,7 @@ func decodeRequest(body []byte, cfg models.ChannelConfig) (models.ARIRequest, er
 		return req, invalid("property_id", "longer than %d characters", maxIDLen)
 	case top.Family == nil || *top.Family == "":
 		return req, invalid("family", "required")
-	case !knownFamily(*top.Family):
+	case !top.Family.Known():
 		return req, invalid("family", "unknown family %q", string(*top.Family))
 	case top.Lines == nil || len(*top.Lines) == 0:
 		return req, invalid("lines", "at least one line is required")
@@ -73,15 +73,6 @@ func decodeRequest(body []byte, cfg models.ChannelConfig) (models.ARIRequest, er
 		}
 	}
 	return req, nil
-}
-
-func knownFamily(f models.Family) bool {
-	for _, k := range models.Families {
-		if f == k {
-			return true
-		}
-	}
-	return false
 }
 
 func strictUnmarshal(b []byte, v any) error {
@@ -162,51 +153,57 @@ func validateLine(name string, fam models.Family, l models.ARILine, cfg models.C
 	case l.Version < 1:
 		return invalid(name+".version", "must be >= 1")
 	}
-	rates := l.Amount != nil || l.Currency != ""
-	avail := l.Inventory != nil
-	restr := l.StopSell != nil || l.MinLOS != nil || l.MaxLOS != nil || l.CTA != nil || l.CTD != nil
-	switch fam {
-	case models.FamilyRates:
-		if avail || restr {
-			return invalid(name, "availability or restriction fields in a rates request")
-		}
-		if l.Amount == nil {
+	rule := lineRules.Of(fam)
+	if rule.check == nil {
+		return nil
+	}
+	if l.Without(fam) != (models.Values{}) {
+		return invalid(name, "%s", rule.foreign)
+	}
+	return rule.check(name, l)
+}
+
+// lineRule is a strict channel's rule for the lines of one family.
+type lineRule struct {
+	foreign string // the answer to a line carrying another family's values
+	check   func(name string, l models.ARILine) error
+}
+
+var lineRules = models.ByFamily[lineRule]{
+	Rates: lineRule{"availability or restriction fields in a rates request", func(name string, l models.ARILine) error {
+		switch {
+		case l.Amount == nil:
 			return invalid(name+".amount", "required")
-		}
-		if !currencyRE.MatchString(l.Currency) {
+		case !currencyRE.MatchString(l.Currency):
 			return invalid(name+".currency", "want a 3-letter ISO 4217 code")
 		}
 		if err := validAmount(*l.Amount, l.Currency); err != nil {
 			return invalid(name+".amount", "%s", err)
 		}
-	case models.FamilyAvailability:
-		if rates || restr {
-			return invalid(name, "rate or restriction fields in an availability request")
-		}
-		if l.Inventory == nil {
+		return nil
+	}},
+	Availability: lineRule{"rate or restriction fields in an availability request", func(name string, l models.ARILine) error {
+		switch {
+		case l.Inventory == nil:
 			return invalid(name+".inventory", "required")
-		}
-		if *l.Inventory < 0 || *l.Inventory > maxInventory {
+		case *l.Inventory < 0 || *l.Inventory > maxInventory:
 			return invalid(name+".inventory", "must be in 0..%d", maxInventory)
 		}
-	case models.FamilyRestrictions:
-		if rates || avail {
-			return invalid(name, "rate or availability fields in a restrictions request")
-		}
-		if !restr {
+		return nil
+	}},
+	Restrictions: lineRule{"rate or availability fields in a restrictions request", func(name string, l models.ARILine) error {
+		switch {
+		case !l.Sets(models.FamilyRestrictions):
 			return invalid(name, "no restriction set")
-		}
-		if l.MinLOS != nil && (*l.MinLOS < 1 || *l.MinLOS > maxLOS) {
+		case l.MinLOS != nil && (*l.MinLOS < 1 || *l.MinLOS > maxLOS):
 			return invalid(name+".min_los", "must be in 1..%d", maxLOS)
-		}
-		if l.MaxLOS != nil && (*l.MaxLOS < 1 || *l.MaxLOS > maxLOS) {
+		case l.MaxLOS != nil && (*l.MaxLOS < 1 || *l.MaxLOS > maxLOS):
 			return invalid(name+".max_los", "must be in 1..%d", maxLOS)
-		}
-		if l.MinLOS != nil && l.MaxLOS != nil && *l.MinLOS > *l.MaxLOS {
+		case l.MinLOS != nil && l.MaxLOS != nil && *l.MinLOS > *l.MaxLOS:
 			return invalid(name+".max_los", "below min_los")
 		}
-	}
-	return nil
+		return nil
+	}},
 }
 
 // validAmountAnyPlaces checks range and sign, leaving places to the caller.
