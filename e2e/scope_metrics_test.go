@@ -48,7 +48,9 @@ func scrapeSample(t *testing.T, url, sample string) (float64, bool) {
 // scrape shows availability stopped and rates not.
 func TestScrapeShowsPropertyBackoffsAndFamilyStops(t *testing.T) {
 	srv := parallelDevServer(t)
-	const storm = 4 * time.Second
+	// Long enough for the push to meet it on a loaded machine (4 s failed there: the
+	// batch had not pushed before the storm ended).
+	const storm = 12 * time.Second
 	s := startStackWith(t, srv, stackOptions{
 		Channels: map[string]stackChannel{"expedia": {PerMinute: 60, Burst: 6, MaxLines: 4}},
 		Env:      map[string]string{"PARITYSYNC_CHANNEL_EXPEDIA_SCOPE": "property"},
