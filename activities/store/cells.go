@@ -195,13 +195,15 @@ func (s *Store) RecordDesired(ctx context.Context, ms []models.Mutation) ([]mode
 		err := s.inTx(ctx, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `
 INSERT INTO cells AS c (room_rate, family, night, desired_version, d_amount, d_currency, d_inventory,
-	d_min_los, d_max_los, d_stop_sell, d_cta, d_ctd)
-SELECT * FROM `+unnestCells+`
+	d_min_los, d_max_los, d_stop_sell, d_cta, d_ctd, owed_since)
+SELECT *, $13::timestamptz FROM `+unnestCells+`
 ON CONFLICT (room_rate, family, night) DO UPDATE SET desired_version = excluded.desired_version,
 	d_amount = excluded.d_amount, d_currency = excluded.d_currency, d_inventory = excluded.d_inventory,
 	d_min_los = excluded.d_min_los, d_max_los = excluded.d_max_los, d_stop_sell = excluded.d_stop_sell,
-	d_cta = excluded.d_cta, d_ctd = excluded.d_ctd
-WHERE c.desired_version < excluded.desired_version`, a.args()...); err != nil {
+	d_cta = excluded.d_cta, d_ctd = excluded.d_ctd,
+	owed_since = CASE WHEN c.acked_version >= c.desired_version THEN excluded.owed_since
+		ELSE coalesce(c.owed_since, excluded.owed_since) END
+WHERE c.desired_version < excluded.desired_version`, append(a.args(), s.now())...); err != nil {
 				return err
 			}
 			got, _ := tx.Query(ctx, `
