@@ -232,6 +232,7 @@ func (s *Server) Handler() http.Handler {
 	authed("POST /v1/channels/{channel}/pause", adminOnly(s.pauseChannel))
 	authed("POST /v1/channels/{channel}/resume", adminOnly(s.resumeChannel))
 	authed("GET /v1/quota", s.getQuota)
+	authed("GET /v1/lag", s.getLag)
 	authed("GET /v1/dlq", adminOnly(s.getDLQ))
 	authed("POST /v1/dlq/replay", adminOnly(s.replayDLQ))
 	authed("GET /v1/dlq/export", adminOnly(s.exportDLQ))
