@@ -232,7 +232,7 @@ channels:
 	}
 	for yaml, want := range map[string]string{
 		"channels:\n  - slug: booking_xml\n    protocol: opentravel\n    opentravel:\n      properties:\n        prop_0a1b2c3d: {hotel_code: H0042H0042H0042H0042}\n": "channel booking_xml: opentravel.properties.prop_0a1b2c3d.hotel_code: must be 1-16 characters",
-		"channels:\n  - slug: expedia\n    opentravel:\n      properties:\n        prop_0a1b2c3d: {hotel_code: H0042}\n": "channel expedia: opentravel: only for protocol opentravel",
+		"channels:\n  - slug: expedia\n    opentravel:\n      properties:\n        prop_0a1b2c3d: {hotel_code: H0042}\n":                                              "channel expedia: opentravel: only for protocol opentravel",
 	} {
 		path := writeChannels(t, yaml)
 		if _, err := LoadChannels(path, env(nil)); err == nil || !strings.Contains(err.Error(), want) {
