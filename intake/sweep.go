@@ -44,7 +44,16 @@ type batchSweeper struct {
 
 // run sweeps every half interval until ctx ends.
 func (b *batchSweeper) run(ctx context.Context) {
-	t := time.NewTicker(b.every / 2)
+	onTicks(ctx, b.every/2, func() {
+		if err := b.sweep(ctx); err != nil && ctx.Err() == nil {
+			b.log.Warn("batch sweep", "error", err)
+		}
+	})
+}
+
+// onTicks calls fn every period until ctx ends: intake's background loops.
+func onTicks(ctx context.Context, period time.Duration, fn func()) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
@@ -52,9 +61,7 @@ func (b *batchSweeper) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := b.sweep(ctx); err != nil && ctx.Err() == nil {
-			b.log.Warn("batch sweep", "error", err)
-		}
+		fn()
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 )
 
 // Batch states the store records; StateUnknown is a batch from before the store
-// recorded states.
+// recorded states, or one Temporal did not know (EndedUnseen with no state).
 const (
 	StateRunning = "running"
 	StateUnknown = "unknown"
