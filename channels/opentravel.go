@@ -57,7 +57,9 @@ func (openTravel) encode(cfg models.ChannelConfig, req models.ChannelRequest, no
 	c := call{method: http.MethodPost, path: wire.OTAPathPrefix + wire.OTAMessage(req.Family),
 		contentType: "application/xml; charset=utf-8", echo: hdr.EchoToken}
 	control := func(l models.ARILine) wire.OTAStatusApplicationControl {
-		return wire.OTAStatusApplicationControl{Start: l.From, End: l.To, InvTypeCode: l.RoomTypeCode, RatePlanCode: l.RatePlanCode}
+		c := wire.OTAStatusApplicationControl{Start: l.From, End: l.To, InvTypeCode: l.RoomTypeCode, RatePlanCode: l.RatePlanCode}
+		c.SetDays(l.Days)
+		return c
 	}
 	unit := func(line int, v int64) {
 		c.units = append(c.units, line)

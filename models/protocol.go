@@ -29,6 +29,20 @@ var Protocols = []Protocol{ProtocolParitySync, ProtocolChannex, ProtocolOpenTrav
 // HasReadBack reports whether the protocol can read a channel's state back.
 func (p Protocol) HasReadBack() bool { return p != ProtocolOpenTravel }
 
+// TakesDays reports whether p's channels take a line over a range with days of the
+// week for family f: Channex's restrictions (rates and restrictions, "days"),
+// every OpenTravel message (StatusApplicationControl's Mon…Sun). Coalesce then
+// sends one line with the days instead of one per run of nights.
+func (p Protocol) TakesDays(f Family) bool {
+	switch p {
+	case ProtocolChannex:
+		return f != FamilyAvailability
+	case ProtocolOpenTravel:
+		return true
+	}
+	return false
+}
+
 // CodeLimits are the longest property id, room type code and rate plan code a
 // protocol can carry, in characters; 0 is no limit beyond paritysync's own.
 type CodeLimits struct {

@@ -237,6 +237,8 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 func decodeOTA(msg string, body []byte) (hotel string, hdr wire.OTAHeader, units []otaUnit, content []byte, err error) {
 	control := func(c wire.OTAStatusApplicationControl, needPlan bool) (models.ARILine, string) {
 		l := models.ARILine{RoomTypeCode: c.InvTypeCode, RatePlanCode: c.RatePlanCode, From: c.Start, To: c.End}
+		days, someDay := c.Days()
+		l.Days = days
 		lim := models.ProtocolOpenTravel.CodeLimits()
 		switch {
 		case c.InvTypeCode == "":
@@ -251,6 +253,8 @@ func decodeOTA(msg string, body []byte) (hotel string, hdr wire.OTAHeader, units
 			return l, "Start and End: required"
 		case c.End.Before(c.Start):
 			return l, "End: before Start"
+		case !someDay:
+			return l, "Mon … Sun: no day set true"
 		}
 		return l, ""
 	}
