@@ -461,7 +461,8 @@ ON CONFLICT (room_rate, family, night) DO UPDATE SET
 	sent_version = greatest(c.sent_version, excluded.acked_version),
 	a_amount = excluded.a_amount, a_currency = excluded.a_currency, a_inventory = excluded.a_inventory,
 	a_min_los = excluded.a_min_los, a_max_los = excluded.a_max_los, a_stop_sell = excluded.a_stop_sell,
-	a_cta = excluded.a_cta, a_ctd = excluded.a_ctd
+	a_cta = excluded.a_cta, a_ctd = excluded.a_ctd,
+	owed_since = CASE WHEN excluded.acked_version >= c.desired_version THEN NULL ELSE c.owed_since END
 WHERE c.acked_version <= excluded.acked_version
 RETURNING room_rate, night`, append(a.args(), conf)...)
 			var id int32
