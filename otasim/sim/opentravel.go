@@ -313,6 +313,8 @@ var otaDecoders = models.ByFamily[func(body []byte) (otaMessage, error)]{
 // it ("" when nothing).
 func otaControl(c wire.OTAStatusApplicationControl, needPlan bool) (models.ARILine, string) {
 	l := models.ARILine{RoomTypeCode: c.InvTypeCode, RatePlanCode: c.RatePlanCode, From: c.Start, To: c.End}
+	days, someDay := c.Days()
+	l.Days = days
 	lim := models.ProtocolOpenTravel.CodeLimits()
 	switch {
 	case c.InvTypeCode == "":
@@ -327,6 +329,8 @@ func otaControl(c wire.OTAStatusApplicationControl, needPlan bool) (models.ARILi
 		return l, "Start and End: required"
 	case c.End.Before(c.Start):
 		return l, "End: before Start"
+	case !someDay:
+		return l, "Mon … Sun: no day set true"
 	}
 	return l, ""
 }
