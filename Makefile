@@ -95,7 +95,7 @@ test: $(BIN)/temporal promtool xmllint fmt-check vet workflowcheck lint-openapi
 # Everything but the end-to-end runs (-short: no dev server, no minute-long real-time
 # runs); Redis and PostgreSQL are still required.
 test-unit: xmllint
-	scripts/with-db.sh unit env PARITYSYNC_TEST_REQUIRE=1 go test -short -race -count=1 -timeout 10m -skip '$(OPT_IN_TESTS)' ./...
+	scripts/with-db.sh unit env PARITYSYNC_TEST_REQUIRE=1 go test -short -race -count=1 -p 8 -timeout 10m -skip '$(OPT_IN_TESTS)' ./...
 
 # The hostile-channel scenarios in one run (garbage 200s, a skewed clock with dated
 # Retry-After, late applies, workers that disagree), with a figure for each.
