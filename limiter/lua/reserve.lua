@@ -44,18 +44,23 @@ if redis.call('PTTL', KEYS[15]) < BUDGET_TTL - 30000 then redis.call('PEXPIRE', 
 
 -- pending holds, per group g, its future held slots (field g) and, per priority p,
 -- its movable ones (field p|g): what the turn scores are made of.
--- turn_update re-scores group g (weight gw) at every priority where it has movable
--- work: one HMGET and a ZADD per such priority.
-local function turn_update(g, gw)
-  local f = {g}
-  for p = 1, 5 do f[p + 1] = PRIO[p] .. SEP .. g end
-  local v = redis.call('HMGET', pend, unpack(f))
-  local n = tonumber(v[1] or '0')
+-- turn_update re-scores group g (weight gw), which now holds n future slots, at
+-- every priority where it has movable work: where turn holds p|g (it does exactly
+-- while pending's p|g is above zero), and at priority also, just entered. One
+-- ZMSCORE and one ZADD, each O(log n): pending is a hash of a few hundred fields,
+-- which Redis keeps as a list and reads end to end for each field asked.
+local function turn_update(g, gw, n, also)
+  local f = {}
+  for p = 1, 5 do f[p] = PRIO[p] .. SEP .. g end
+  local v = redis.call('ZMSCORE', turn, unpack(f))
+  local add = {}
   for p = 1, 5 do
-    if v[p + 1] and tonumber(v[p + 1]) > 0 then
-      redis.call('ZADD', turn, score17(p * TURN + n / tonumber(gw)), f[p + 1])
+    if v[p] or PRIO[p] == also then
+      add[#add + 1] = score17(p * TURN + n / tonumber(gw))
+      add[#add + 1] = f[p]
     end
   end
+  if #add > 0 then redis.call('ZADD', turn, unpack(add)) end
 end
 -- The index's members of a held slot: by time (h), by first ask (a), by priority (m)
 -- and by priority and group (g).
@@ -77,24 +82,30 @@ end
 -- due, or re-reserved), at most once whatever calls it. Both O(log n), one write
 -- of the index each.
 local function index_add(hid, h)
-  redis.call('HINCRBY', pend, h.g, '1')
+  local n = redis.call('HINCRBY', pend, h.g, '1')
+  local also = nil
   if now - h.f < max_age then
     redis.call('ZADD', idx, '0', held_of(hid, h), '0', by_prio(hid, h), '0', by_group(hid, h), '0', ask_of(hid, h))
     redis.call('HINCRBY', pend, h.p .. SEP .. h.g, '1')
+    also = tostring(h.p)
   else
     redis.call('ZADD', idx, '0', held_of(hid, h))
   end
-  turn_update(h.g, h.w)
+  turn_update(h.g, h.w, n, also)
 end
 local function index_rem(hid, h)
   local n = redis.call('ZREM', idx, held_of(hid, h), by_prio(hid, h), by_group(hid, h), ask_of(hid, h))
   if n == 0 then return end
-  if redis.call('HINCRBY', pend, h.g, '-1') <= 0 then redis.call('HDEL', pend, h.g) end
+  local held = redis.call('HINCRBY', pend, h.g, '-1')
+  if held <= 0 then
+    redis.call('HDEL', pend, h.g)
+    held = 0
+  end
   if n > 1 and redis.call('HINCRBY', pend, h.p .. SEP .. h.g, '-1') <= 0 then
     redis.call('HDEL', pend, h.p .. SEP .. h.g)
     redis.call('ZREM', turn, h.p .. SEP .. h.g)
   end
-  turn_update(h.g, h.w)
+  turn_update(h.g, h.w, held, nil)
 end
 -- index_move moves a movable held slot to slot t, written as ts (exact) and tk
 -- (padded): its group's counts stay.
