@@ -78,11 +78,11 @@ local function movable_rem(hid, h, ask)
   end
   return true
 end
--- index_add enters a future held slot; index_rem takes one out (sent, given back,
--- due, or re-reserved), at most once whatever calls it. Both O(log n), one write
--- of the index each.
-local function index_add(hid, h)
-  local n = redis.call('HINCRBY', pend, h.g, '1')
+-- index_add enters a future held slot (its group's count already raised to n, when
+-- given); index_rem takes one out (sent, given back, due, or re-reserved), at most
+-- once whatever calls it. Both O(log n), one write of the index each.
+local function index_add(hid, h, n)
+  n = n or redis.call('HINCRBY', pend, h.g, '1')
   local also = nil
   if now - h.f < max_age then
     redis.call('ZADD', idx, '0', held_of(hid, h), '0', by_prio(hid, h), '0', by_group(hid, h), '0', ask_of(hid, h))
@@ -290,7 +290,7 @@ else
   -- than this request's turn; the holder moves to the tail. Work that has waited
   -- max_age left the movable index above, which bounds how long bulk waits.
   -- Each candidate is one range lookup: O(log n) whatever the schedule holds.
-  local victim = nil
+  local victim, held = nil, nil
   if tail > now then
     -- A member is its kind (and priority, and group), SEP, the 17 bytes of its
     -- slot, SEP and the id: the slot and the id are read at fixed offsets.
@@ -305,7 +305,11 @@ else
       local m = '(m' .. PRIO[p] .. SEP
       take(redis.call('ZRANGEBYLEX', idx, m .. lo, m .. hi, 'LIMIT', '0', '1'), 4)
     end
-    local mine = (tonumber(redis.call('HGET', pend, group) or '0') + 1) / weight
+    -- The slot this request takes is in the future whichever it takes: its group's
+    -- count goes up now (index_add takes it), and this request's turn is that count
+    -- over the group's weight.
+    held = redis.call('HINCRBY', pend, group, '1')
+    local mine = held / weight
     local over = redis.call('ZREVRANGEBYSCORE', turn, string.format('(%d', (prio + 1) * TURN),
       '(' .. score17(prio * TURN + mine), 'LIMIT', '0', '1')
     if over[1] then
@@ -334,7 +338,7 @@ else
   if slot > now or hold then
     redis.call('SET', KEYS[6], pace.v, 'PX', pace.ttl)
     pace = nil
-    if slot > now then index_add(id, e) end
+    if slot > now then index_add(id, e, held) end
     redis.call('HSET', res, id, encode(e))
     keep_alive(tail, true)
     return {'wait', math.max(0, math.ceil(slot - now)), left, used, quota, cur, ''}
