@@ -409,12 +409,8 @@ func TestHoldReservesWithoutSending(t *testing.T) {
 	if d := mustReserve(t, l, r); d.State != Send || d.DailyUsed != 1 {
 		t.Fatalf("then: %+v, want send", d)
 	}
-	st, err := l.Status(context.Background(), "hold2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.InWindow != 1 {
-		t.Fatalf("in window %d, want 1: a held then sent slot is one slot", st.InWindow)
+	if n := inWindow(t, l, "hold2"); n != 1 {
+		t.Fatalf("in window %d, want 1: a held then sent slot is one slot", n)
 	}
 }
 
@@ -426,13 +422,19 @@ func TestResendTakesANewSlotAndTheOldOneStaysCounted(t *testing.T) {
 	if d := mustReserve(t, l, r); d.State != Send || d.DailyUsed != 2 {
 		t.Fatalf("resend of a sent request: %+v, want a second send", d)
 	}
-	st, err := l.Status(context.Background(), "resend")
+	if n := inWindow(t, l, "resend"); n != 2 {
+		t.Fatalf("in window %d, want 2: both sends count", n)
+	}
+}
+
+// inWindow is how many slots channel's current window holds (Status).
+func inWindow(t *testing.T, l *Limiter, channel string) int {
+	t.Helper()
+	st, err := l.Status(context.Background(), channel)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.InWindow != 2 {
-		t.Fatalf("in window %d, want 2: both sends count", st.InWindow)
-	}
+	return st.InWindow
 }
 
 func TestPauseBackoffAndQuota(t *testing.T) {
