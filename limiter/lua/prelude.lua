@@ -58,9 +58,11 @@ local function limit_now(rate, foreign, used, quota)
   return math.max(1, math.floor(r))
 end
 
--- pad writes ms to the microsecond as '%017.3f' would, in integer formatting: C's
--- float formatting (and Lua's number-to-string, and Redis' for a number passed to
--- redis.call) cost a sixth of a decision. Hot paths pass redis.call strings.
+-- pad writes ms to the microsecond in a fixed width, so that string order is time
+-- order in the held index (below), as '%017.3f' would but in integer formatting:
+-- C's float formatting and parsing (string.format, Lua's number-to-string, and
+-- Redis' own for a number passed to redis.call) were a quarter of a decision's
+-- instructions. Hot paths pass redis.call strings.
 local function pad(ms)
   local us = math.floor(ms * 1000 + 0.5)
   return string.format('%013d.%03d', math.floor(us / 1000), us % 1000)
@@ -81,8 +83,8 @@ local function window_slot(sched, t, r, w)
   return t
 end
 
--- The held index's members sort as strings: a slot is written with a fixed width so
--- that string order is time order, and fields are joined by a byte no id contains.
+-- The held index's members sort as strings: a slot is written with a fixed width
+-- (pad), and fields are joined by a byte no id contains.
 local SEP = '\1'
 local HI = '\255'
 -- BUDGET_TTL is how long a channel's budget identity outlives its last decision or
