@@ -40,6 +40,30 @@ func scriptStats(tb testing.TB, rdb *redis.Client) (calls, usec int64) {
 	return calls, usec
 }
 
+// scriptTime accumulates the Redis server time of the scripts that run in the
+// calls it measures (scriptStats), and reports it per script call.
+type scriptTime struct {
+	rdb         *redis.Client
+	calls, usec int64
+}
+
+// measure runs f and counts the script calls and time it took on the server.
+func (s *scriptTime) measure(tb testing.TB, f func()) {
+	tb.Helper()
+	c0, u0 := scriptStats(tb, s.rdb)
+	f()
+	c1, u1 := scriptStats(tb, s.rdb)
+	s.calls += c1 - c0
+	s.usec += u1 - u0
+}
+
+// report reports the server time per script call as redis-us/decision.
+func (s *scriptTime) report(b *testing.B) {
+	if s.calls > 0 {
+		b.ReportMetric(float64(s.usec)/float64(s.calls), "redis-us/decision")
+	}
+}
+
 // fillHeld reserves n bulk slots (priority 4 and 5) spread over 100 properties'
 // rates and availability, all held in the future: the schedule a deep backlog
 // leaves. The reservations go through the script in pipelines of a thousand.
@@ -87,7 +111,7 @@ func BenchmarkReserveHeld(b *testing.B) {
 		round := max(1, held/10)
 		seq, since := 0, round
 		b.Run(fmt.Sprintf("held=%d", held), func(b *testing.B) {
-			var calls, usec int64
+			st := scriptTime{rdb: rdb}
 			for i := 0; i < b.N; i++ {
 				if since == round {
 					b.StopTimer()
@@ -107,18 +131,14 @@ func BenchmarkReserveHeld(b *testing.B) {
 				default:
 					r.Priority, r.Property = 5, "prop_00000003"
 				}
-				c0, u0 := scriptStats(b, rdb)
-				if d := mustReserve(b, l, r); d.State != Wait {
-					b.Fatalf("decision %d on a deep schedule: %+v, want wait", i, d)
-				}
-				c1, u1 := scriptStats(b, rdb)
-				calls += c1 - c0
-				usec += u1 - u0
+				st.measure(b, func() {
+					if d := mustReserve(b, l, r); d.State != Wait {
+						b.Fatalf("decision %d on a deep schedule: %+v, want wait", i, d)
+					}
+				})
 			}
 			b.StopTimer()
-			if calls > 0 {
-				b.ReportMetric(float64(usec)/float64(calls), "redis-us/decision")
-			}
+			st.report(b)
 		})
 	}
 	// One request whose single line covers 365 nights, sent each time (a newer
@@ -128,27 +148,23 @@ func BenchmarkReserveHeld(b *testing.B) {
 	version := int64(0)
 	b.Run("line=365", func(b *testing.B) {
 		ctx := context.Background()
-		var calls, usec int64
+		st := scriptTime{rdb: rdb}
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			r := req("year", 3)
 			version++
 			r.Lines = []models.ARILine{line("DBL", "2030-01-01", "2030-12-31", version)}
-			c0, u0 := scriptStats(b, rdb)
-			if d := mustReserve(b, l, r); d.State != Send || len(d.Dropped) != 0 {
-				b.Fatalf("a year's line, version %d: %v, want send", version, d.State)
-			}
-			c1, u1 := scriptStats(b, rdb)
-			calls += c1 - c0
-			usec += u1 - u0
+			st.measure(b, func() {
+				if d := mustReserve(b, l, r); d.State != Send || len(d.Dropped) != 0 {
+					b.Fatalf("a year's line, version %d: %v, want send", version, d.State)
+				}
+			})
 			if err := l.Release(ctx, r); err != nil {
 				b.Fatal(err)
 			}
 		}
 		b.StopTimer()
-		if calls > 0 {
-			b.ReportMetric(float64(usec)/float64(calls), "redis-us/decision")
-		}
+		st.report(b)
 	})
 }
 
@@ -164,26 +180,22 @@ func BenchmarkReserveLines(b *testing.B) {
 	ctx := context.Background()
 	version := int64(1000)
 	run := func(b *testing.B, lines func(v int64) []models.ARILine, want func(d Decision) bool) {
-		var calls, usec int64
+		st := scriptTime{rdb: rdb}
 		for i := 0; i < b.N; i++ {
 			r := req("lines", 3)
 			version++
 			r.Lines = lines(version)
-			c0, u0 := scriptStats(b, rdb)
-			if d := mustReserve(b, l, r); !want(d) {
-				b.Fatalf("version %d: %v with %d dropped", version, d.State, len(d.Dropped))
-			}
-			c1, u1 := scriptStats(b, rdb)
-			calls += c1 - c0
-			usec += u1 - u0
+			st.measure(b, func() {
+				if d := mustReserve(b, l, r); !want(d) {
+					b.Fatalf("version %d: %v with %d dropped", version, d.State, len(d.Dropped))
+				}
+			})
 			if err := l.Release(ctx, r); err != nil {
 				b.Fatal(err)
 			}
 		}
 		b.StopTimer()
-		if calls > 0 {
-			b.ReportMetric(float64(usec)/float64(calls), "redis-us/decision")
-		}
+		st.report(b)
 	}
 	b.Run("lines=100x365", func(b *testing.B) {
 		run(b, func(v int64) []models.ARILine {

@@ -409,12 +409,8 @@ func TestHoldReservesWithoutSending(t *testing.T) {
 	if d := mustReserve(t, l, r); d.State != Send || d.DailyUsed != 1 {
 		t.Fatalf("then: %+v, want send", d)
 	}
-	st, err := l.Status(context.Background(), "hold2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.InWindow != 1 {
-		t.Fatalf("in window %d, want 1: a held then sent slot is one slot", st.InWindow)
+	if n := statusOf(t, l, "hold2").InWindow; n != 1 {
+		t.Fatalf("in window %d, want 1: a held then sent slot is one slot", n)
 	}
 }
 
@@ -426,13 +422,19 @@ func TestResendTakesANewSlotAndTheOldOneStaysCounted(t *testing.T) {
 	if d := mustReserve(t, l, r); d.State != Send || d.DailyUsed != 2 {
 		t.Fatalf("resend of a sent request: %+v, want a second send", d)
 	}
-	st, err := l.Status(context.Background(), "resend")
+	if n := statusOf(t, l, "resend").InWindow; n != 2 {
+		t.Fatalf("in window %d, want 2: both sends count", n)
+	}
+}
+
+// statusOf is channel's Status.
+func statusOf(t *testing.T, l *Limiter, channel string) Status {
+	t.Helper()
+	st, err := l.Status(context.Background(), channel)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.InWindow != 2 {
-		t.Fatalf("in window %d, want 2: both sends count", st.InWindow)
-	}
+	return st
 }
 
 func TestPauseBackoffAndQuota(t *testing.T) {
@@ -543,32 +545,25 @@ func TestHeadersLowerTheLimitOnlyForOthersTraffic(t *testing.T) {
 	for range 10 {
 		mustReserve(t, l, req("adapt", 3))
 	}
-	status := func() Status {
-		st, err := l.Status(ctx, "adapt")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
 	// Our own 10 explain the server's 20 remaining: nothing changes.
 	if err := l.Adapt(ctx, "adapt", "", models.FamilyRates, 30, 20, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if st := status(); st.Foreign != 0 || st.Limit != 30 || st.PausedFor != 0 {
+	if st := statusOf(t, l, "adapt"); st.Foreign != 0 || st.Limit != 30 || st.PausedFor != 0 {
 		t.Fatalf("own traffic lowered the limit: %+v", st)
 	}
 	// 5 remaining where we expect 20: others use 15 of the window.
 	if err := l.Adapt(ctx, "adapt", "", models.FamilyRates, 30, 5, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if st := status(); st.Foreign != 15 || st.Limit != 15 || st.ForeignFor < 59*time.Second {
+	if st := statusOf(t, l, "adapt"); st.Foreign != 15 || st.Limit != 15 || st.ForeignFor < 59*time.Second {
 		t.Fatalf("want 15 foreign for a minute: %+v", st)
 	}
 	// Nothing remaining that we did not use: every worker waits for the reset.
 	if err := l.Adapt(ctx, "adapt", "", models.FamilyRates, 30, 0, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if st := status(); st.PausedFor < 19*time.Second {
+	if st := statusOf(t, l, "adapt"); st.PausedFor < 19*time.Second {
 		t.Fatalf("remaining 0: %+v, want a back-off to the reset", st)
 	}
 }
@@ -583,11 +578,7 @@ func TestNothingRemainingOfOurOwnWindowIsNoBackoff(t *testing.T) {
 	if err := l.Adapt(ctx, "full", "", models.FamilyRates, 10, 0, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	st, err := l.Status(ctx, "full")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.PausedFor != 0 || st.Foreign != 0 {
+	if st := statusOf(t, l, "full"); st.PausedFor != 0 || st.Foreign != 0 {
 		t.Fatalf("our own full window paused the channel: %+v", st)
 	}
 }

@@ -124,12 +124,7 @@ func TestUnsettledPushKeepsItsNightsForTheChannelsApplyDelay(t *testing.T) {
 	ch.MaxApplyDelay = 300 * time.Millisecond
 	const lease = 200 * time.Millisecond
 	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix, Lease: lease})
-	night := models.DateOf(time.Now()).AddDays(3)
-	ln := models.ARILine{RoomTypeCode: "DBL", RatePlanCode: "BAR", From: night, To: night, Version: 1}
-	first, newer := req("late", 3), req("late", 3)
-	first.Lines = []models.ARILine{ln}
-	ln.Version = 2
-	newer.Lines = []models.ARILine{ln}
+	first, newer := oneNightTwice("late")
 	if d := mustReserve(t, l, first); d.State != Send {
 		t.Fatalf("first: %+v", d)
 	}
@@ -166,12 +161,7 @@ func TestSettledPushReleasesItsNightsAtOnce(t *testing.T) {
 	ch := testChannel("late", 600, 10, 10000)
 	ch.MaxApplyDelay = time.Minute
 	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
-	night := models.DateOf(time.Now()).AddDays(3)
-	ln := models.ARILine{RoomTypeCode: "DBL", RatePlanCode: "BAR", From: night, To: night, Version: 1}
-	first, newer := req("late", 3), req("late", 3)
-	first.Lines = []models.ARILine{ln}
-	ln.Version = 2
-	newer.Lines = []models.ARILine{ln}
+	first, newer := oneNightTwice("late")
 	if d := mustReserve(t, l, first); d.State != Send {
 		t.Fatalf("first: %+v", d)
 	}
@@ -220,4 +210,16 @@ func TestStopFamilyStopsOnlyThatFamily(t *testing.T) {
 	if st, err := l.Status(ctx, "fam"); err != nil || len(st.Stopped) != 0 {
 		t.Fatalf("status after the stop: %+v, %v; want no family stopped", st, err)
 	}
+}
+
+// oneNightTwice is a request on channel for one night three days ahead, and a newer
+// version of the same night.
+func oneNightTwice(channel string) (first, newer Request) {
+	night := models.DateOf(time.Now()).AddDays(3)
+	ln := models.ARILine{RoomTypeCode: "DBL", RatePlanCode: "BAR", From: night, To: night, Version: 1}
+	first, newer = req(channel, 3), req(channel, 3)
+	first.Lines = []models.ARILine{ln}
+	ln.Version = 2
+	newer.Lines = []models.ARILine{ln}
+	return first, newer
 }

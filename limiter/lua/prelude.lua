@@ -58,25 +58,35 @@ local function limit_now(rate, foreign, used, quota)
   return math.max(1, math.floor(r))
 end
 
+-- pad writes ms to the microsecond in a fixed width, so that string order is time
+-- order in the held index (below), as '%017.3f' would but in integer formatting:
+-- C's float formatting and parsing (string.format, Lua's number-to-string, and
+-- Redis' own for a number passed to redis.call) were a quarter of a decision's
+-- instructions. Hot paths pass redis.call strings.
+local function pad(ms)
+  local us = math.floor(ms * 1000 + 0.5)
+  return string.format('%013d.%03d', math.floor(us / 1000), us % 1000)
+end
+-- score17 writes a score exactly: Lua's own number formatting keeps 14 digits.
+local function score17(x) return string.format('%.17g', x) end
+-- int writes an integral number (a TTL, a count) for redis.call.
+local function int(x) return string.format('%d', x) end
 -- window_slot moves t, which is at or after every slot in the schedule, to where
 -- the window (t - w, t] holds fewer than r slots.
 -- Since t is at or after every slot, the r-th newest slot overall is the one that
 -- decides: a rank lookup, O(log n), where an offset into a score range would walk r.
 local function window_slot(sched, t, r, w)
-  local rth = redis.call('ZREVRANGE', sched, r - 1, r - 1, 'WITHSCORES')
+  local rth = redis.call('ZREVRANGE', sched, int(r - 1), int(r - 1), 'WITHSCORES')
   if rth[2] and tonumber(rth[2]) > t - w then
     t = math.max(t, tonumber(rth[2]) + w)
   end
   return t
 end
 
--- The held index's members sort as strings: a slot is written with a fixed width so
--- that string order is time order, and fields are joined by a byte no id contains.
+-- The held index's members sort as strings: a slot is written with a fixed width
+-- (pad), and fields are joined by a byte no id contains.
 local SEP = '\1'
 local HI = '\255'
-local function pad(ms) return string.format('%017.3f', ms) end
--- score17 writes a score exactly: Lua's own number formatting keeps 14 digits.
-local function score17(x) return string.format('%.17g', x) end
 -- BUDGET_TTL is how long a channel's budget identity outlives its last decision or
 -- check, after which a worker with another configuration may claim the channel.
 local BUDGET_TTL = 600000

@@ -9,7 +9,9 @@
 --     reason, dropped (line, first day, last day) triples...}
 
 local id = ARGV[1]
-local prio = tonumber(ARGV[2])
+-- The priority and the weight stay strings where they are written as such.
+local prio_s, weight_s = ARGV[2], ARGV[12]
+local prio = tonumber(prio_s)
 local cost = tonumber(ARGV[3])
 local quota = tonumber(ARGV[4])
 local rate = tonumber(ARGV[5])
@@ -19,7 +21,7 @@ local poll = tonumber(ARGV[8])
 local lease_ms = tonumber(ARGV[9])
 local max_age = tonumber(ARGV[10])
 local group = ARGV[11]
-local weight = tonumber(ARGV[12])
+local weight = tonumber(weight_s)
 local gate_ttl = tonumber(ARGV[13])
 local nlines = tonumber(ARGV[14])
 -- hold reserves without sending: a due slot is answered as a wait of 0 and kept.
@@ -34,69 +36,83 @@ local sched, res = KEYS[5], KEYS[7]
 -- score per priority.
 local idx, pend, turn = KEYS[11], KEYS[12], KEYS[13]
 local w = window + margin
+local now_k = pad(now)
+local PRIO = {'1', '2', '3', '4', '5'}
 -- Decisions keep the channel's budget identity (CheckConfig) alive, renewing it
 -- once its TTL fell half a minute short.
-if redis.call('PTTL', KEYS[15]) < BUDGET_TTL - 30000 then redis.call('PEXPIRE', KEYS[15], BUDGET_TTL) end
+if redis.call('PTTL', KEYS[15]) < BUDGET_TTL - 30000 then redis.call('PEXPIRE', KEYS[15], int(BUDGET_TTL)) end
 
 -- pending holds, per group g, its future held slots (field g) and, per priority p,
 -- its movable ones (field p|g): what the turn scores are made of.
--- turn_update re-scores group g (weight gw) at every priority where it has movable
--- work: one HMGET and a ZADD per such priority.
-local function turn_update(g, gw)
-  local f = {g}
-  for p = 1, 5 do f[#f + 1] = p .. SEP .. g end
-  local v = redis.call('HMGET', pend, unpack(f))
-  local n = tonumber(v[1] or '0')
+-- turn_update re-scores group g (weight gw), which now holds n future slots, at
+-- every priority where it has movable work: where turn holds p|g (it does exactly
+-- while pending's p|g is above zero), and at priority also, just entered. One
+-- ZMSCORE and one ZADD, each O(log n): pending is a hash of a few hundred fields,
+-- which Redis keeps as a list and reads end to end for each field asked.
+local function turn_update(g, gw, n, also)
+  local f = {}
+  for p = 1, 5 do f[p] = PRIO[p] .. SEP .. g end
+  local v = redis.call('ZMSCORE', turn, unpack(f))
+  local add = {}
   for p = 1, 5 do
-    if tonumber(v[p + 1] or '0') > 0 then
-      redis.call('ZADD', turn, score17(p * TURN + n / gw), p .. SEP .. g)
+    if v[p] or PRIO[p] == also then
+      add[#add + 1] = score17(p * TURN + n / tonumber(gw))
+      add[#add + 1] = f[p]
     end
   end
+  if #add > 0 then redis.call('ZADD', turn, unpack(add)) end
 end
 -- The index's members of a held slot: by time (h), by first ask (a), by priority (m)
 -- and by priority and group (g).
 local function held_of(hid, h) return 'h' .. SEP .. h.k .. SEP .. hid end
-local function ask_of(hid, h) return 'a' .. SEP .. pad(h.f) .. SEP .. hid end
+local function ask_of(hid, h) return 'a' .. SEP .. (h.fk or pad(h.f)) .. SEP .. hid end
 local function by_prio(hid, h) return 'm' .. h.p .. SEP .. h.k .. SEP .. hid end
 local function by_group(hid, h) return 'g' .. h.p .. SEP .. h.g .. SEP .. h.k .. SEP .. hid end
 -- movable_rem takes a held slot out of the movable index (aged out), its first ask
 -- written as ask; it reports whether the slot was movable.
 local function movable_rem(hid, h, ask)
   if redis.call('ZREM', idx, by_prio(hid, h), by_group(hid, h), ask or ask_of(hid, h)) == 0 then return false end
-  if redis.call('HINCRBY', pend, h.p .. SEP .. h.g, -1) <= 0 then
+  if redis.call('HINCRBY', pend, h.p .. SEP .. h.g, '-1') <= 0 then
     redis.call('HDEL', pend, h.p .. SEP .. h.g)
     redis.call('ZREM', turn, h.p .. SEP .. h.g)
   end
   return true
 end
--- index_add enters a future held slot; index_rem takes one out (sent, given back,
--- due, or re-reserved), at most once whatever calls it. Both O(log n), one write
--- of the index each.
-local function index_add(hid, h)
-  redis.call('HINCRBY', pend, h.g, 1)
+-- index_add enters a future held slot (its group's count already raised to n, when
+-- given); index_rem takes one out (sent, given back, due, or re-reserved), at most
+-- once whatever calls it. Both O(log n), one write of the index each.
+local function index_add(hid, h, n)
+  n = n or redis.call('HINCRBY', pend, h.g, '1')
+  local also = nil
   if now - h.f < max_age then
-    redis.call('ZADD', idx, 0, held_of(hid, h), 0, by_prio(hid, h), 0, by_group(hid, h), 0, ask_of(hid, h))
-    redis.call('HINCRBY', pend, h.p .. SEP .. h.g, 1)
+    redis.call('ZADD', idx, '0', held_of(hid, h), '0', by_prio(hid, h), '0', by_group(hid, h), '0', ask_of(hid, h))
+    redis.call('HINCRBY', pend, h.p .. SEP .. h.g, '1')
+    also = tostring(h.p)
   else
-    redis.call('ZADD', idx, 0, held_of(hid, h))
+    redis.call('ZADD', idx, '0', held_of(hid, h))
   end
-  turn_update(h.g, h.w)
+  turn_update(h.g, h.w, n, also)
 end
 local function index_rem(hid, h)
   local n = redis.call('ZREM', idx, held_of(hid, h), by_prio(hid, h), by_group(hid, h), ask_of(hid, h))
   if n == 0 then return end
-  if redis.call('HINCRBY', pend, h.g, -1) <= 0 then redis.call('HDEL', pend, h.g) end
-  if n > 1 and redis.call('HINCRBY', pend, h.p .. SEP .. h.g, -1) <= 0 then
+  local held = redis.call('HINCRBY', pend, h.g, '-1')
+  if held <= 0 then
+    redis.call('HDEL', pend, h.g)
+    held = 0
+  end
+  if n > 1 and redis.call('HINCRBY', pend, h.p .. SEP .. h.g, '-1') <= 0 then
     redis.call('HDEL', pend, h.p .. SEP .. h.g)
     redis.call('ZREM', turn, h.p .. SEP .. h.g)
   end
-  turn_update(h.g, h.w)
+  turn_update(h.g, h.w, held, nil)
 end
--- index_move moves a movable held slot to slot t: its group's counts stay.
-local function index_move(hid, h, t)
+-- index_move moves a movable held slot to slot t, written as ts (exact) and tk
+-- (padded): its group's counts stay.
+local function index_move(hid, h, t, ts, tk)
   redis.call('ZREM', idx, held_of(hid, h), by_prio(hid, h), by_group(hid, h))
-  h.s, h.k = t, pad(t)
-  redis.call('ZADD', idx, 0, held_of(hid, h), 0, by_prio(hid, h), 0, by_group(hid, h))
+  h.s, h.ss, h.k = t, ts, tk
+  redis.call('ZADD', idx, '0', held_of(hid, h), '0', by_prio(hid, h), '0', by_group(hid, h))
 end
 -- keep_alive renews the schedule's keys, and with held the index's, so that they
 -- outlive slot upto by a window and a second: after that the script forgets every
@@ -108,7 +124,7 @@ end
 local function keep_alive(upto, held)
   local ttl = math.ceil(upto - now + w) + 1000
   local function renew(k)
-    if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl + math.ceil(w)) end
+    if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, int(ttl + math.ceil(w))) end
   end
   renew(sched)
   renew(res)
@@ -121,17 +137,22 @@ end
 -- each way. st is 'held' or 'sent'; s the slot, k the slot as written in the lex
 -- sets, p the priority, w the group's weight, f the first ask; t0 and t1 the pace
 -- before and after the slot was taken ('' and nil when it may not give the pace
--- back); g the turn group.
+-- back); g the turn group. The priority and the weight stay strings, and so do the
+-- slot (ss, exact) and the first ask (fk, padded) as read, unless they change:
+-- every number written costs a conversion.
 local function encode(h)
-  return string.format('%s\1%s\1%s\1%d\1%s\1%s\1%s\1%s\1%s', h.st, score17(h.s), h.k or '',
-    h.p, score17(h.w), score17(h.f), h.t0 or '', h.t1 or '', h.g)
+  return string.format('%s\1%s\1%s\1%s\1%s\1%s\1%s\1%s\1%s', h.st, h.ss or score17(h.s), h.k or '',
+    h.p, h.w, h.fk or pad(h.f), h.t0 or '', h.t1 or '', h.g)
 end
 local function decode(raw)
   if string.sub(raw, 1, 1) == '{' then return cjson.decode(raw) end -- written as JSON before
   local st, s, k, p, gw, f, t0, t1, g = string.match(raw,
     '^([^\1]*)\1([^\1]*)\1([^\1]*)\1([^\1]*)\1([^\1]*)\1([^\1]*)\1([^\1]*)\1([^\1]*)\1(.*)$')
   if t1 == '' then t1 = nil end
-  return {st = st, s = tonumber(s), k = k, p = tonumber(p), w = tonumber(gw), f = tonumber(f), t0 = t0, t1 = t1, g = g}
+  -- A first ask written exactly (%.17g, before) is padded again where needed.
+  local fk = nil
+  if #f == 17 and string.sub(f, 14, 14) == '.' then fk = f end
+  return {st = st, s = tonumber(s), ss = s, k = k, p = p, w = gw, f = tonumber(f), fk = fk, t0 = t0, t1 = t1, g = g}
 end
 local function entry(hid)
   local raw = redis.call('HGET', res, hid)
@@ -143,7 +164,7 @@ end
 -- the margin), and work that has waited max_age is never moved again: each slot
 -- passes each step once, so both cost O(log n) amortized per slot.
 -- A member's id follows its kind, a SEP, the 17 bytes of its time and a SEP.
-for _, m in ipairs(redis.call('ZRANGEBYLEX', idx, '(h' .. SEP, '(h' .. SEP .. pad(now) .. HI)) do
+for _, m in ipairs(redis.call('ZRANGEBYLEX', idx, '(h' .. SEP, '(h' .. SEP .. now_k .. HI)) do
   local hid = string.sub(m, 21)
   local h = entry(hid)
   if h then index_rem(hid, h) end
@@ -163,14 +184,15 @@ local cur = tier(used, quota)
 
 -- Slots that left the window are forgotten, and with them the reservations they
 -- belonged to (a holder that comes back later asks afresh). Each slot leaves once.
-local old = redis.call('ZRANGEBYSCORE', sched, '-inf', '(' .. string.format('%.3f', now - w))
+local since = '(' .. pad(now - w)
+local old = redis.call('ZRANGEBYSCORE', sched, '-inf', since)
 if #old > 0 then
   for _, m in ipairs(old) do
     if not string.find(m, '@', 1, true) then redis.call('HDEL', res, m) end
   end
-  redis.call('ZREMRANGEBYSCORE', sched, '-inf', '(' .. string.format('%.3f', now - w))
+  redis.call('ZREMRANGEBYSCORE', sched, '-inf', since)
 end
-local left = math.max(0, r - redis.call('ZCOUNT', sched, '(' .. string.format('%.3f', now - w), string.format('%.3f', now)))
+local left = math.max(0, r - redis.call('ZCOUNT', sched, since, now_k))
 
 local reason = vals[1]
 if reason then
@@ -212,9 +234,9 @@ end
 
 -- The reservation this id holds, if any.
 local e = entry(id)
-local first = now
+local first, first_k = now, now_k
 if e then
-  first = e.f
+  first, first_k = e.f, e.fk or pad(e.f)
   if e.st == 'held' and (e.s > now or hold) then
     return {'wait', math.max(0, math.ceil(e.s - now)), left, used, quota, cur, ''}
   end
@@ -257,9 +279,10 @@ else
   local tail = math.max(now, tat - tau)
   -- The pace is kept to a microsecond in Redis; less than a millisecond is now.
   if tail - now < 1 then tail = now end
-  local last = redis.call('ZREVRANGE', sched, 0, 0, 'WITHSCORES')
+  local last = redis.call('ZREVRANGE', sched, '0', '0', 'WITHSCORES')
   if last[2] then tail = math.max(tail, tonumber(last[2])) end
   tail = window_slot(sched, tail, r, w)
+  local tail_s, tail_k = score17(tail), pad(tail)
   slot = tail
   -- Strict priority and turns: a request may take the earliest future slot held by
   -- lower-priority work, or the earliest held by equal-priority work of the group
@@ -267,49 +290,55 @@ else
   -- than this request's turn; the holder moves to the tail. Work that has waited
   -- max_age left the movable index above, which bounds how long bulk waits.
   -- Each candidate is one range lookup: O(log n) whatever the schedule holds.
-  local victim = nil
+  local victim, held = nil, nil
   if tail > now then
-    local lo, hi = pad(now) .. HI, pad(tail) .. SEP
-    for p = prio + 1, 5 do
-      local x = redis.call('ZRANGEBYLEX', idx, '(m' .. p .. SEP .. lo, '(m' .. p .. SEP .. hi, 'LIMIT', 0, 1)
+    -- A member is its kind (and priority, and group), SEP, the 17 bytes of its
+    -- slot, SEP and the id: the slot and the id are read at fixed offsets.
+    local lo, hi = now_k .. HI, tail_k .. SEP
+    local function take(x, at)
       if x[1] then
-        local k, hid = string.match(x[1], '^m%d' .. SEP .. '([^' .. SEP .. ']+)' .. SEP .. '(.*)$')
-        if not victim or k < victim.k then victim = {k = k, id = hid} end
+        local k = string.sub(x[1], at, at + 16)
+        if not victim or k < victim.k then victim = {k = k, id = string.sub(x[1], at + 18)} end
       end
     end
-    local mine = (tonumber(redis.call('HGET', pend, group) or '0') + 1) / weight
-    local over = redis.call('ZREVRANGEBYSCORE', turn, '(' .. score17((prio + 1) * TURN),
-      '(' .. score17(prio * TURN + mine), 'LIMIT', 0, 1)
+    for p = prio + 1, 5 do
+      local m = '(m' .. PRIO[p] .. SEP
+      take(redis.call('ZRANGEBYLEX', idx, m .. lo, m .. hi, 'LIMIT', '0', '1'), 4)
+    end
+    -- The slot this request takes is in the future whichever it takes: its group's
+    -- count goes up now (index_add takes it), and this request's turn is that count
+    -- over the group's weight.
+    held = redis.call('HINCRBY', pend, group, '1')
+    local mine = held / weight
+    local over = redis.call('ZREVRANGEBYSCORE', turn, string.format('(%d', (prio + 1) * TURN),
+      '(' .. score17(prio * TURN + mine), 'LIMIT', '0', '1')
     if over[1] then
-      local x = redis.call('ZRANGEBYLEX', idx, '(g' .. over[1] .. SEP .. lo, '(g' .. over[1] .. SEP .. hi, 'LIMIT', 0, 1)
-      if x[1] then
-        local rest = string.sub(x[1], #over[1] + 3)
-        local k, hid = string.match(rest, '^([^' .. SEP .. ']+)' .. SEP .. '(.*)$')
-        if not victim or k < victim.k then victim = {k = k, id = hid} end
-      end
+      local g = '(g' .. over[1] .. SEP
+      take(redis.call('ZRANGEBYLEX', idx, g .. lo, g .. hi, 'LIMIT', '0', '1'), #over[1] + 3)
     end
   end
+  e = {st = 'held', s = tail, ss = tail_s, k = tail_k, p = prio_s, g = group, w = weight_s, f = first, fk = first_k}
   if victim then
     local h = entry(victim.id)
     slot = tonumber(victim.k)
-    index_move(victim.id, h, tail)
+    e.s, e.ss, e.k = slot, victim.k, victim.k
+    index_move(victim.id, h, tail, tail_s, tail_k)
     h.t0, h.t1 = nil, nil
-    redis.call('ZADD', sched, score17(tail), victim.id)
+    redis.call('ZADD', sched, tail_s, victim.id)
     redis.call('HSET', res, victim.id, encode(h))
   end
-  local next_tat = string.format('%.3f', math.max(tat, tail) + interval)
-  pace = {v = next_tat, ttl = math.ceil(math.max(tat, tail) + interval - now + w)}
-  e = {st = 'held', s = slot, k = pad(slot), p = prio, g = group, w = weight, f = first}
+  local next_tat = pad(math.max(tat, tail) + interval)
+  pace = {v = next_tat, ttl = int(math.ceil(math.max(tat, tail) + interval - now + w))}
   if not victim then
     -- Only a request that took the tail may give its pace back: after a move the
     -- pace also covers the holder that went to the tail.
     e.t0, e.t1 = tat_raw or '', next_tat
   end
-  redis.call('ZADD', sched, score17(slot), id)
+  redis.call('ZADD', sched, e.ss, id)
   if slot > now or hold then
     redis.call('SET', KEYS[6], pace.v, 'PX', pace.ttl)
     pace = nil
-    if slot > now then index_add(id, e) end
+    if slot > now then index_add(id, e, held) end
     redis.call('HSET', res, id, encode(e))
     keep_alive(tail, true)
     return {'wait', math.max(0, math.ceil(slot - now)), left, used, quota, cur, ''}
