@@ -75,12 +75,7 @@ func TestValidateRejectsWhatChannexCannotTake(t *testing.T) {
 	if ve := v.Validate(m); ve != nil {
 		t.Fatalf("mapped mutation: %v", ve)
 	}
-	cases := []struct {
-		name  string
-		mod   func(*Mutation)
-		field string
-		rule  string
-	}{
+	cases := []ruleCase{
 		{"property", func(m *Mutation) { m.PropertyID = "prop_ffffffff" }, "property_id", RuleChannexUnmapped},
 		{"room type", func(m *Mutation) { m.RoomTypeCode = "STD" }, "room_type_code", RuleChannexUnmapped},
 		{"rate plan", func(m *Mutation) { m.RatePlanCode = "NRF" }, "rate_plan_code", RuleChannexUnmapped},

@@ -83,16 +83,19 @@ func TestValidateAcceptsValidMutation(t *testing.T) {
 	}
 }
 
+// ruleCase is a change to a valid mutation and the field error it must raise.
+type ruleCase struct {
+	name  string
+	mod   func(*Mutation)
+	field string
+	rule  string
+}
+
 // TestValidateRules covers each rule once: the named change to a valid mutation must
 // produce exactly that one field error.
 func TestValidateRules(t *testing.T) {
 	v := newTestValidator(t)
-	cases := []struct {
-		name  string
-		mod   func(*Mutation)
-		field string
-		rule  string
-	}{
+	cases := []ruleCase{
 		{"id required", func(m *Mutation) { m.ID = "" }, "id", RuleRequired},
 		{"property required", func(m *Mutation) { m.PropertyID = "" }, "property_id", RuleRequired},
 		{"property pattern", func(m *Mutation) { m.PropertyID = "prop_0A1B2C3D" }, "property_id", RulePropertyPattern},
