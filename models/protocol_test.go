@@ -66,10 +66,7 @@ func TestChannelValidateNamesProtocolFieldAndRule(t *testing.T) {
 
 func TestValidateRejectsWhatChannexCannotTake(t *testing.T) {
 	chs := append(DefaultChannels(), NewChannexChannel("channex_eu", testChannexMapping()))
-	v, err := NewValidator(chs, "", testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := newValidatorFor(t, chs, "")
 	m := validMutation()
 	m.Channel = "channex_eu"
 	if ve := v.Validate(m); ve != nil {
