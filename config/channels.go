@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -84,7 +85,7 @@ func LoadChannels(path string, getenv func(string) string) ([]models.ChannelConf
 			case e.Slug == "":
 				errs = append(errs, fmt.Errorf("%s: slug is required", where))
 				continue
-			case !isSlug(e.Slug):
+			case !slugPattern.MatchString(e.Slug):
 				errs = append(errs, fmt.Errorf("%s: slug %q: want lower-case letters, digits and _", where, e.Slug))
 				continue
 			case seen[e.Slug]:
@@ -291,18 +292,7 @@ func applyChannelEnv(c *models.ChannelConfig, getenv func(string) string) (used 
 	return used, errs
 }
 
-// isSlug reports whether s is a usable channel slug: it becomes a URL path segment,
-// a Redis hash tag and an environment variable name, so only [a-z0-9_], starting
-// with a letter.
-func isSlug(s string) bool {
-	if s == "" || s[0] < 'a' || s[0] > 'z' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+// slugPattern is a usable channel slug: it becomes a URL path segment, a Redis
+// hash tag and an environment variable name, so only [a-z0-9_], starting with a
+// letter.
+var slugPattern = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
