@@ -168,7 +168,7 @@ func originLine(orig, sent models.ChannelRequest, i int) int {
 	}
 	l := sent.Lines[i]
 	for k, o := range orig.Lines {
-		if o.RoomTypeCode == l.RoomTypeCode && o.RatePlanCode == l.RatePlanCode && !l.From.Before(o.From) && !l.From.After(o.To) {
+		if o.RoomTypeCode == l.RoomTypeCode && o.RatePlanCode == l.RatePlanCode && o.Covers(l.From) {
 			return k
 		}
 	}

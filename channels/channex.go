@@ -68,6 +68,7 @@ func (channex) encode(cfg models.ChannelConfig, req models.ChannelRequest, _ tim
 			v.Rate = models.FormatAmount(*l.Amount, l.Currency)
 		}
 		v.Date, v.DateFrom, v.DateTo = dateRange(l)
+		v.Days = channexDays(l.Days)
 		body.Values[i] = v
 	}
 	c.body, err = json.Marshal(body)
@@ -299,4 +300,14 @@ func (channex) readBack(ctx context.Context, r reader, property string, from, to
 		return strings.Compare(a.RoomTypeCode+"/"+a.RatePlanCode+"/"+a.Date.String(), b.RoomTypeCode+"/"+b.RatePlanCode+"/"+b.Date.String())
 	})
 	return st, nil
+}
+
+// channexDays are the Channex names (mo … su) of the days of w, Monday first; nil
+// (every day) for the zero set.
+func channexDays(w models.Weekdays) []string {
+	var out []string
+	for _, name := range w.Names() {
+		out = append(out, name[:2])
+	}
+	return out
 }

@@ -164,3 +164,30 @@ func TestChannexClassifiesFailures(t *testing.T) {
 		}
 	})
 }
+
+// TestChannexSendsALineWithDaysAsOneChangeObject: a rates line kept to weekends
+// goes as one change object with Channex's days, accepted as one, and the
+// simulator sets exactly April's eight weekend nights, read back at the price,
+// the weekdays between untouched.
+func TestChannexSendsALineWithDaysAsOneChangeObject(t *testing.T) {
+	h := channexHarness(t, nil, "sim-secret")
+	resp := h.push(t, weekends(rates(propA, 4, "99", "EUR", "2030-04-01", "2030-04-30")))
+	want(t, resp, channels.ClassCommitted, 200)
+	if resp.Accepted != 1 {
+		t.Errorf("accepted %d, want 1 change object", resp.Accepted)
+	}
+	if s := h.stats(); s.NightsApplied != 8 {
+		t.Errorf("simulator applied %d nights, want April 2030's 8 weekend nights", s.NightsApplied)
+	}
+	st, err := h.client.ReadBack(context.Background(), channex, propA, d("2030-04-01"), d("2030-04-30"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range st.Cells {
+		wd := c.Date.Time().Weekday()
+		weekend := wd == time.Saturday || wd == time.Sunday
+		if set := c.Amount != nil; set != weekend {
+			t.Errorf("%s (%s): rate %v", c.Date, wd, c.Amount)
+		}
+	}
+}

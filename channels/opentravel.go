@@ -99,7 +99,9 @@ var otaEncoders = models.ByFamily[func(hdr wire.OTAHeader, req models.ChannelReq
 }
 
 func otaControl(l models.ARILine) wire.OTAStatusApplicationControl {
-	return wire.OTAStatusApplicationControl{Start: l.From, End: l.To, InvTypeCode: l.RoomTypeCode, RatePlanCode: l.RatePlanCode}
+	c := wire.OTAStatusApplicationControl{Start: l.From, End: l.To, InvTypeCode: l.RoomTypeCode, RatePlanCode: l.RatePlanCode}
+	c.SetDays(l.Days)
+	return c
 }
 
 func otaRateAmounts(hdr wire.OTAHeader, req models.ChannelRequest, unit func(int, int64)) (any, error) {

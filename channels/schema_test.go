@@ -87,6 +87,7 @@ func TestOpenTravelBodiesValidateAgainstTheSchemas(t *testing.T) {
 			rates(propA, version, "129.90", "EUR", "2030-04-10", "2030-04-12"),
 			rates(propA, version, "45.125", "KWD", "2030-04-13", "2030-04-13"),
 			rates(propA, version, "12000", "JPY", "2030-04-14", "2030-04-20"),
+			weekends(rates(propA, version, "99.00", "EUR", "2030-04-21", "2030-05-31")), // Mon … Sun flags
 			availability(propA, version, 0, "2030-04-10", "2030-04-11"),
 			availability(propA, version, 12, "2030-04-12", "2030-04-12"),
 			restrictions(propA,
@@ -200,4 +201,12 @@ func TestOpenTravelBodiesValidateAgainstTheSchemas(t *testing.T) {
 			opentraveltest.Validate(t, release, f+"RQ", map[string][]byte{strings.TrimSuffix(file, ".xml"): doc})
 		}
 	}
+}
+
+// weekends is r with its lines kept to Saturdays and Sundays.
+func weekends(r models.ChannelRequest) models.ChannelRequest {
+	for i := range r.Lines {
+		r.Lines[i].Days = models.Weekdays(1<<time.Saturday | 1<<time.Sunday)
+	}
+	return r
 }

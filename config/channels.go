@@ -27,23 +27,24 @@ type channelsFile struct {
 }
 
 type channelEntry struct {
-	Slug               string                 `yaml:"slug"`
-	Protocol           *models.Protocol       `yaml:"protocol"`
-	BaseURL            *string                `yaml:"base_url"`
-	CredentialsFile    *string                `yaml:"credentials_file"`
-	ReadBack           *bool                  `yaml:"read_back"`
-	Channex            *models.ChannexMapping `yaml:"channex"`
-	BasePath           *string                `yaml:"base_path"`
-	RatePerMinute      *int                   `yaml:"rate_per_minute"`
-	Window             *string                `yaml:"window"`
-	Burst              *int                   `yaml:"burst"`
-	Shares             *shareEntry            `yaml:"shares"`
-	Scope              *models.LimitScope     `yaml:"scope"`
-	DailyQuota         *int                   `yaml:"daily_quota"`
-	QuotaUnit          *models.QuotaUnit      `yaml:"quota_unit"`
-	HorizonDays        *int                   `yaml:"horizon_days"`
-	MaxLinesPerRequest *int                   `yaml:"max_lines_per_request"`
-	MaxRetryAfter      *string                `yaml:"max_retry_after"`
+	Slug               string                    `yaml:"slug"`
+	Protocol           *models.Protocol          `yaml:"protocol"`
+	BaseURL            *string                   `yaml:"base_url"`
+	CredentialsFile    *string                   `yaml:"credentials_file"`
+	ReadBack           *bool                     `yaml:"read_back"`
+	Channex            *models.ChannexMapping    `yaml:"channex"`
+	OpenTravel         *models.OpenTravelMapping `yaml:"opentravel"`
+	BasePath           *string                   `yaml:"base_path"`
+	RatePerMinute      *int                      `yaml:"rate_per_minute"`
+	Window             *string                   `yaml:"window"`
+	Burst              *int                      `yaml:"burst"`
+	Shares             *shareEntry               `yaml:"shares"`
+	Scope              *models.LimitScope        `yaml:"scope"`
+	DailyQuota         *int                      `yaml:"daily_quota"`
+	QuotaUnit          *models.QuotaUnit         `yaml:"quota_unit"`
+	HorizonDays        *int                      `yaml:"horizon_days"`
+	MaxLinesPerRequest *int                      `yaml:"max_lines_per_request"`
+	MaxRetryAfter      *string                   `yaml:"max_retry_after"`
 	// PriorityReserve is no longer supported: it is read only to refuse it by name.
 	PriorityReserve *int    `yaml:"priority_reserve"`
 	BreakerFailures *int    `yaml:"breaker_failures"`
@@ -190,6 +191,9 @@ func (e channelEntry) applyTo(c *models.ChannelConfig) error {
 	}
 	if e.Channex != nil {
 		c.Channex = *e.Channex
+	}
+	if e.OpenTravel != nil {
+		c.OpenTravel = *e.OpenTravel
 	}
 	if e.BasePath != nil {
 		c.BasePath = *e.BasePath

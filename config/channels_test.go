@@ -207,6 +207,40 @@ func TestLoadChannelsNamesBadValues(t *testing.T) {
 	}
 }
 
+// TestLoadChannelsOpenTravelCodesFromTheYAML: an OpenTravel channel's
+// opentravel.properties seed its codes as channex.properties seed Channex ids; a
+// code past OpenTravel's lengths, or codes on a channel of another protocol, are
+// refused by name.
+func TestLoadChannelsOpenTravelCodesFromTheYAML(t *testing.T) {
+	got, err := LoadChannels(writeChannels(t, `
+channels:
+  - slug: booking_xml
+    protocol: opentravel
+    opentravel:
+      properties:
+        prop_0a1b2c3d:
+          hotel_code: H0042
+          room_types: {DLXKING: KING1}
+          rate_plans: {DLXKING/BAR_FLEX: FLEX-RACK}
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := models.ChannelMap(got)["booking_xml"].OpenTravel.Properties["prop_0a1b2c3d"]
+	if !ok || p.HotelCode != "H0042" || p.RoomTypes["DLXKING"] != "KING1" || p.RatePlans["DLXKING/BAR_FLEX"] != "FLEX-RACK" {
+		t.Fatalf("codes read: %+v", p)
+	}
+	for yaml, want := range map[string]string{
+		"channels:\n  - slug: booking_xml\n    protocol: opentravel\n    opentravel:\n      properties:\n        prop_0a1b2c3d: {hotel_code: H0042H0042H0042H0042}\n": "channel booking_xml: opentravel.properties.prop_0a1b2c3d.hotel_code: must be 1-16 characters",
+		"channels:\n  - slug: expedia\n    opentravel:\n      properties:\n        prop_0a1b2c3d: {hotel_code: H0042}\n":                                              "channel expedia: opentravel: only for protocol opentravel",
+	} {
+		path := writeChannels(t, yaml)
+		if _, err := LoadChannels(path, env(nil)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", yaml, err, want)
+		}
+	}
+}
+
 func TestLoadChannelsMissingFile(t *testing.T) {
 	_, err := LoadChannels(filepath.Join(t.TempDir(), "nope.yaml"), nil)
 	if err == nil || !strings.HasPrefix(err.Error(), "channels file: ") || !os.IsNotExist(unwrapAll(err)) {

@@ -212,14 +212,7 @@ func newCallbackDeliverer(cfg *callbackConfig, st *store.Store, poll, backoff ti
 
 // run delivers due events until ctx ends.
 func (d *callbackDeliverer) run(ctx context.Context) {
-	t := time.NewTicker(d.poll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	onTicks(ctx, d.poll, func() {
 		// Webhook posts whose every change has its outcome now: their events join
 		// the outbox (once), delivered below like a batch's.
 		if _, err := d.st.QueuePostCallbacks(ctx, changeBatchPrefix, callbackClaim); err != nil && ctx.Err() == nil {
@@ -230,12 +223,12 @@ func (d *callbackDeliverer) run(ctx context.Context) {
 			if ctx.Err() == nil {
 				d.log.Warn("claim callbacks", "error", err)
 			}
-			continue
+			return
 		}
 		for _, c := range due {
 			d.deliver(ctx, c)
 		}
-	}
+	})
 }
 
 // deliver makes one attempt at c and records it.

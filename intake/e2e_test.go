@@ -270,6 +270,7 @@ func TestBatchesAndChangesOverHTTPEveryOutcomeReadBack(t *testing.T) {
 	require.Equal(t, http.StatusOK, c.do(t, h, request(http.MethodPost, "/v1/dlq/ack", `{"channel":"agoda"}`), true).StatusCode)
 	require.Equal(t, http.StatusOK, c.do(t, h, request(http.MethodPut, "/v1/properties/prop_0000abcd/channels", `{"channels":["agoda"]}`), true).StatusCode)
 	require.Equal(t, http.StatusOK, c.do(t, h, request(http.MethodGet, "/v1/properties/prop_0000abcd/channels", ""), true).StatusCode)
+	require.Equal(t, http.StatusOK, c.do(t, h, request(http.MethodGet, "/v1/lag?property=prop_0000abcd", ""), true).StatusCode)
 	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml", "/v1/schemas/mutation.json"} {
 		req := httptest.NewRequest(http.MethodGet, path, nil)
 		require.Equal(t, http.StatusOK, c.do(t, h, req, true).StatusCode, path)

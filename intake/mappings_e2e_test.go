@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
 )
@@ -143,5 +144,48 @@ func TestOpenTravelCodesOverTheAPIAreSentWithoutARestart(t *testing.T) {
 	for _, a := range applied {
 		require.Equal(t, "H0042", a.Property, "the HotelCode stored over the API")
 		require.Equal(t, "DOUBLE1", a.RoomTypeCode, "the InvTypeCode stored over the API")
+	}
+}
+
+// TestOpenTravelCodesSeededFromTheYAMLAreSent: an OpenTravel channel whose
+// channel file lists a property's codes (opentravel.properties) pushes that
+// property under them with nothing stored; codes stored over the API then win
+// (within the mappings cache's TTL, as for a remapped Channex property).
+func TestOpenTravelCodesSeededFromTheYAMLAreSent(t *testing.T) {
+	t.Parallel()
+	c := loadContract(t)
+	ota := models.NewChannelConfig("ota_seed", 600)
+	ota.Protocol, ota.ReadBack = models.ProtocolOpenTravel, false
+	seeded := ota
+	seeded.OpenTravel = models.OpenTravelMapping{Properties: map[string]models.OpenTravelProperty{
+		"prop_0000abcd": {HotelCode: "H-YAML", RoomTypes: map[string]string{"DBL": "DOUBLE-Y"}}}}
+	s := startStackWith(t, []models.ChannelConfig{seeded}, []models.ChannelConfig{ota})
+	h := s.api
+	push := func(id string, version int) []sim.ApplyRecord {
+		t.Helper()
+		since := time.Now()
+		acc := decodeJSON[batchAccepted](t, c.do(t, h, request(http.MethodPost, "/v1/batches",
+			"["+mutationRow(id, "ota_seed", version)+"]"), true))
+		require.Equal(t, 1, acc.Accepted)
+		require.Eventually(t, func() bool {
+			out := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, acc.StatusURL+"/outcomes?mutation="+id, ""), true))
+			return len(out.Outcomes) == 1 && out.Outcomes[0].Outcome == models.OutcomeCommitted
+		}, time.Minute, 250*time.Millisecond, "committed on the OpenTravel channel")
+		applied := slices.DeleteFunc(s.sim.Applied("ota_seed"), func(a sim.ApplyRecord) bool { return a.At.Before(since) })
+		require.NotEmpty(t, applied)
+		return applied
+	}
+	for _, a := range push("y1", 1) {
+		require.Equal(t, "H-YAML", a.Property, "the HotelCode from the channel file")
+		require.Equal(t, "DOUBLE-Y", a.RoomTypeCode, "the InvTypeCode from the channel file")
+	}
+	resp := c.do(t, h, request(http.MethodPut, "/v1/properties/prop_0000abcd/channels",
+		`{"channels":["ota_seed"],"codes":{"ota_seed":{"hotel_code":"H-API","room_types":{"DBL":"DOUBLE-A"}}}}`), true)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	// A property the cache maps already is remapped within its TTL.
+	time.Sleep(store.DefaultMappingsTTL + 500*time.Millisecond)
+	for _, a := range push("y2", 2) {
+		require.Equal(t, "H-API", a.Property, "the codes stored over the API win")
+		require.Equal(t, "DOUBLE-A", a.RoomTypeCode)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	_ "embed"
@@ -76,6 +77,10 @@ type Config struct {
 	Callbacks       *callbackConfig
 	CallbackPoll    time.Duration
 	CallbackBackoff time.Duration
+	// BatchSweep is how often each running batch is described to find the ends no
+	// FinishBatch recorded (terminated, failed, timed out); DefaultBatchSweep when
+	// 0. See sweep.go.
+	BatchSweep time.Duration
 }
 
 // Server is the PMS-facing HTTP API.
@@ -143,6 +148,14 @@ func NewServer(cfg Config, tc client.Client, rdb redis.UniversalClient, st *stor
 			defer s.subWG.Done()
 			d.run(s.subCtx)
 		}()
+		if tc != nil {
+			sw := &batchSweeper{tc: tc, st: st, every: cmp.Or(cfg.BatchSweep, DefaultBatchSweep), log: log}
+			s.subWG.Add(1)
+			go func() {
+				defer s.subWG.Done()
+				sw.run(s.subCtx)
+			}()
+		}
 	}
 	return s, nil
 }
@@ -165,7 +178,7 @@ func (s *Server) checker(ctx context.Context, ms []models.Mutation) (*models.Val
 	return v, v.Channels, err
 }
 
-// Close stops the channel submitters and the callback delivery loop; a post still waiting in one is answered as
+// Close stops the channel submitters, the callback delivery loop and the batch sweeper; a post still waiting in one is answered as
 // if its smoother were busy. Call it once the HTTP server has shut down.
 func (s *Server) Close() {
 	s.subStop()
@@ -209,6 +222,7 @@ func (s *Server) Handler() http.Handler {
 	authed("POST /v1/channels/{channel}/pause", adminOnly(s.pauseChannel))
 	authed("POST /v1/channels/{channel}/resume", adminOnly(s.resumeChannel))
 	authed("GET /v1/quota", s.getQuota)
+	authed("GET /v1/lag", s.getLag)
 	authed("GET /v1/dlq", adminOnly(s.getDLQ))
 	authed("POST /v1/dlq/replay", adminOnly(s.replayDLQ))
 	authed("GET /v1/dlq/export", adminOnly(s.exportDLQ))

@@ -390,3 +390,51 @@ func TestGateOfNightFieldsIsRebuilt(t *testing.T) {
 		t.Fatalf("gate fields %q, want the ranges and the sweep's day only", fields)
 	}
 }
+
+// TestGateTakesOnlyTheNightsOfALinesDays: a line with days (the weekends of May
+// 2030) records and leases only the nights it sets: a weekday line inside its span
+// at an older version goes while it is in flight, a Saturday at an older version
+// waits for it and is then dropped, and a line with days loses exactly the nights
+// the gate holds newer, reported by its own index.
+func TestGateTakesOnlyTheNightsOfALinesDays(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("days", 600, 50, 1000)}, Options{Prefix: prefix})
+	ctx := context.Background()
+	weekend := models.Weekdays(1<<time.Saturday | 1<<time.Sunday)
+
+	a := req("days", 3)
+	a.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-31", 6)}
+	a.Lines[0].Days = weekend
+	if d := mustReserve(t, l, a); d.State != Send || len(d.Dropped) != 0 {
+		t.Fatalf("weekends v6: %+v, want send", d)
+	}
+	wed := req("days", 3)
+	wed.Lines = []models.ARILine{line("DBL", "2030-05-08", "2030-05-08", 2)}
+	if d := decide(t, l, wed); d.State != Send || len(d.Dropped) != 0 {
+		t.Fatalf("a Wednesday inside the weekends' span: %+v, want send (the line does not set it)", d)
+	}
+	sat := req("days", 3)
+	sat.Lines = []models.ARILine{line("DBL", "2030-05-11", "2030-05-11", 5)}
+	if d := mustReserve(t, l, sat); d.State != Blocked {
+		t.Fatalf("a Saturday of the weekends in flight: %+v, want blocked", d)
+	}
+	if err := l.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if d := decide(t, l, sat); d.State != Superseded {
+		t.Fatalf("an older Saturday: %+v, want superseded", d)
+	}
+	// Fridays to Sundays at v4: the weekends' nights are dropped, the Fridays go.
+	fri := req("days", 3)
+	fri.Lines = []models.ARILine{line("SGL", "2030-05-01", "2030-05-01", 4), line("DBL", "2030-05-01", "2030-05-31", 4)}
+	fri.Lines[1].Days = weekend | 1<<time.Friday
+	d := decide(t, l, fri)
+	if d.State != Send || len(d.Dropped) != 8 {
+		t.Fatalf("Fridays to Sundays under newer weekends: %+v, want send with the 8 weekend nights dropped", d)
+	}
+	for _, n := range d.Dropped {
+		if wd := n.Date.Time().Weekday(); n.Line != 1 || (wd != time.Saturday && wd != time.Sunday) {
+			t.Fatalf("dropped %+v: want line 1's weekend nights only", n)
+		}
+	}
+}

@@ -357,7 +357,45 @@ func (l *Limiter) Reserve(ctx context.Context, r Request) (Decision, error) {
 	if err != nil {
 		return Decision{}, fmt.Errorf("reserve %s: %w", r.Channel, err)
 	}
+	if runs := gateRuns(r.Lines); len(runs) != len(r.Lines) {
+		// The gate answered by run; the caller drops nights by line.
+		for i := range d.Dropped {
+			d.Dropped[i].Line = runs[d.Dropped[i].Line].line
+		}
+	}
 	return d, nil
+}
+
+// gateRun is a run of consecutive nights a line sets, as the ordering gate takes it.
+type gateRun struct {
+	line     int
+	from, to models.Date
+}
+
+// gateRuns are the runs of nights lines set: one per line, or one per run of
+// its days for a line with Days (the weekends of a season), so that the gate
+// records and leases only the nights the line sets.
+func gateRuns(lines []models.ARILine) []gateRun {
+	out := make([]gateRun, 0, len(lines))
+	for i, l := range lines {
+		if l.Days.IsZero() {
+			out = append(out, gateRun{line: i, from: l.From, to: l.To})
+			continue
+		}
+		start := -1
+		for d := l.From; !d.After(l.To); d = d.AddDays(1) {
+			switch {
+			case !l.Covers(d):
+				start = -1
+			case start < 0:
+				start = len(out)
+				out = append(out, gateRun{line: i, from: d, to: d})
+			default:
+				out[start].to = d
+			}
+		}
+	}
+	return out
 }
 
 // reserveCall checks r and builds the reserve script's KEYS and ARGV.
@@ -396,13 +434,15 @@ func (l *Limiter) reserveCall(r Request) (keys []string, args []any, err error) 
 	if r.Hold {
 		hold = 1
 	}
-	args = make([]any, 0, 18+4*len(r.Lines))
+	runs := gateRuns(r.Lines)
+	args = make([]any, 0, 18+4*len(runs))
 	args = append(args, r.ID, r.Priority, r.Cost, ck.cfg.DailyQuota, ck.cfg.RatePerMinute, ck.cfg.Burst,
 		l.opts.Margin.Milliseconds(), l.opts.PausePoll.Milliseconds(), l.lease(ck.cfg).Milliseconds(),
-		l.opts.MaxAge.Milliseconds(), r.Property+"|"+string(r.Family), weight, l.opts.GateTTL.Milliseconds(), len(r.Lines), hold,
+		l.opts.MaxAge.Milliseconds(), r.Property+"|"+string(r.Family), weight, l.opts.GateTTL.Milliseconds(), len(runs), hold,
 		ck.cfg.WindowLength().Milliseconds(), l.cutoff(r.Property))
-	for _, ln := range r.Lines {
-		args = append(args, ln.RoomTypeCode+"|"+ln.RatePlanCode, dayNumber(ln.From), dayNumber(ln.To), ln.Version)
+	for _, g := range runs {
+		ln := r.Lines[g.line]
+		args = append(args, ln.RoomTypeCode+"|"+ln.RatePlanCode, dayNumber(g.from), dayNumber(g.to), ln.Version)
 	}
 	return keys, args, nil
 }

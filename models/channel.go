@@ -65,9 +65,10 @@ type ChannelConfig struct {
 	// Channex maps room type and rate plan codes to Channex ids, per property;
 	// required for protocol channex, refused otherwise.
 	Channex ChannexMapping `yaml:"channex" json:"channex,omitzero"`
-	// OpenTravel maps our codes to an OpenTravel channel's, per property; set
-	// only from the codes stored over the API (store.Mappings), never the YAML.
-	OpenTravel OpenTravelMapping `yaml:"-" json:"opentravel,omitzero"`
+	// OpenTravel maps our codes to an OpenTravel channel's, per property: the
+	// YAML's (opentravel.properties) seed them, and the codes stored over the API
+	// (store.Mappings) win per property. Refused for another protocol.
+	OpenTravel OpenTravelMapping `yaml:"opentravel" json:"opentravel,omitzero"`
 	// BasePath is the path prefix of the channel's endpoints, "/{slug}" by default.
 	BasePath string `yaml:"base_path" json:"base_path"`
 	// RatePerMinute is the channel's published ceiling: at most this many requests

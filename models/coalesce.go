@@ -132,7 +132,7 @@ func Coalesce(ms []Mutation, channels map[string]ChannelConfig) Coalesced {
 		out, starts = appendGroup(out, ms, parts[lo:hi], maxLines(channels, ms[parts[lo].idx].Channel), starts[:0])
 		lo = hi
 	}
-	return Coalesced{Requests: interleave(out), Superseded: superseded}
+	return Coalesced{Requests: interleave(withWeekdays(out, channels)), Superseded: superseded}
 }
 
 // interleave reorders each (channel, priority) run of reqs, which arrive grouped by

@@ -29,6 +29,20 @@ var Protocols = []Protocol{ProtocolParitySync, ProtocolChannex, ProtocolOpenTrav
 // HasReadBack reports whether the protocol can read a channel's state back.
 func (p Protocol) HasReadBack() bool { return p != ProtocolOpenTravel }
 
+// TakesDays reports whether p's channels take a line over a range with days of the
+// week for family f: Channex's restrictions (rates and restrictions, "days"),
+// every OpenTravel message (StatusApplicationControl's Mon…Sun). Coalesce then
+// sends one line with the days instead of one per run of nights.
+func (p Protocol) TakesDays(f Family) bool {
+	switch p {
+	case ProtocolChannex:
+		return f != FamilyAvailability
+	case ProtocolOpenTravel:
+		return true
+	}
+	return false
+}
+
 // CodeLimits are the longest property id, room type code and rate plan code a
 // protocol can carry, in characters; 0 is no limit beyond paritysync's own.
 type CodeLimits struct {
@@ -111,10 +125,11 @@ func (m ChannexMapping) IsZero() bool { return len(m.Properties) == 0 }
 
 // OpenTravelMapping maps paritysync codes to a channel's OpenTravel codes, per
 // property; a property, room type or rate plan it does not map is sent under
-// paritysync's own code. Only the API sets it (PUT /v1/properties/{id}/channels).
+// paritysync's own code. The YAML seeds it (opentravel.properties of a channel);
+// the API (PUT /v1/properties/{id}/channels) sets a property's codes over it.
 type OpenTravelMapping struct {
 	// Properties is keyed by our property id.
-	Properties map[string]OpenTravelProperty `json:"properties,omitempty"`
+	Properties map[string]OpenTravelProperty `yaml:"properties" json:"properties,omitempty"`
 }
 
 // IsZero reports whether no property is mapped.
@@ -123,12 +138,12 @@ func (m OpenTravelMapping) IsZero() bool { return len(m.Properties) == 0 }
 // OpenTravelProperty is one property's codes on an OpenTravel channel.
 type OpenTravelProperty struct {
 	// HotelCode is the property's HotelCode.
-	HotelCode string `json:"hotel_code"`
+	HotelCode string `yaml:"hotel_code" json:"hotel_code"`
 	// RoomTypes maps a room type code to its InvTypeCode.
-	RoomTypes map[string]string `json:"room_types,omitempty"`
+	RoomTypes map[string]string `yaml:"room_types" json:"room_types,omitempty"`
 	// RatePlans maps "ROOM/PLAN" (room type code / rate plan code) to its
 	// RatePlanCode.
-	RatePlans map[string]string `json:"rate_plans,omitempty"`
+	RatePlans map[string]string `yaml:"rate_plans" json:"rate_plans,omitempty"`
 }
 
 // Problem is the first field of p (hotel_code, room_types.<code>,
@@ -219,6 +234,14 @@ func (c ChannelConfig) validateProtocol() error {
 	}
 	if c.ReadBack && !c.Protocol.HasReadBack() {
 		return fail("read_back", "must be false: protocol %s has no read-back", c.Protocol)
+	}
+	if c.Protocol != ProtocolOpenTravel && !c.OpenTravel.IsZero() {
+		return fail("opentravel", "only for protocol opentravel")
+	}
+	for _, prop := range sortedKeys(c.OpenTravel.Properties) {
+		if field, rule := c.OpenTravel.Properties[prop].Problem(); field != "" {
+			return fail("opentravel.properties."+prop+"."+field, "%s", rule)
+		}
 	}
 	if c.Protocol != ProtocolChannex {
 		if !c.Channex.IsZero() {

@@ -67,9 +67,9 @@ type LineNight struct {
 }
 
 // WithoutNights is r without the given nights: a line losing some of its nights is
-// split into the runs that remain, and the refs of dropped nights are returned apart
-// (their outcome is superseded). The refs left point at the lines that now carry
-// their nights.
+// split into the runs that remain (a line with Days into runs of its days), and the
+// refs of dropped nights are returned apart (their outcome is superseded). The refs
+// left point at the lines that now carry their nights.
 func (r ChannelRequest) WithoutNights(drop []LineNight) (ChannelRequest, []MutationRef) {
 	if len(drop) == 0 {
 		return r, nil
@@ -84,15 +84,22 @@ func (r ChannelRequest) WithoutNights(drop []LineNight) (ChannelRequest, []Mutat
 	newLine := make([]map[Date]int, len(r.Lines))
 	for i, l := range r.Lines {
 		newLine[i] = map[Date]int{}
+		if !l.Days.IsZero() && !losesNights(l, i, gone) {
+			for d := l.From; !d.After(l.To); d = d.AddDays(1) {
+				newLine[i][d] = len(out.Lines)
+			}
+			out.Lines = append(out.Lines, l)
+			continue
+		}
 		start := -1
 		for d := l.From; !d.After(l.To); d = d.AddDays(1) {
-			if gone[LineNight{i, d}] {
+			if gone[LineNight{i, d}] || !l.Covers(d) {
 				start = -1
 				continue
 			}
 			if start < 0 {
 				nl := l
-				nl.From, nl.To = d, d
+				nl.From, nl.To, nl.Days = d, d, 0
 				out.Lines = append(out.Lines, nl)
 				start = len(out.Lines) - 1
 			} else {
@@ -115,4 +122,14 @@ func (r ChannelRequest) WithoutNights(drop []LineNight) (ChannelRequest, []Mutat
 		out.Refs = append(out.Refs, ref)
 	}
 	return out, dropped
+}
+
+// losesNights reports whether gone drops a night line i sets.
+func losesNights(l ARILine, i int, gone map[LineNight]bool) bool {
+	for n := range gone {
+		if n.Line == i && l.Covers(n.Date) {
+			return true
+		}
+	}
+	return false
 }

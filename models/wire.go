@@ -49,10 +49,19 @@ type ARILine struct {
 	To           Date   `json:"to"`
 	Values
 	Version int64 `json:"version"`
+	// Days, when set, keeps only those days of the week of From..To (a channel
+	// that takes a days pattern: Protocol.TakesDays); the zero set is every night.
+	Days Weekdays `json:"days,omitzero"`
 }
 
-// Nights is the number of stay dates the line covers.
+// Nights is the number of stay dates from From to To (Days aside).
 func (l ARILine) Nights() int { return l.To.DaysSince(l.From) + 1 }
+
+// Covers reports whether the line sets night d: within From..To and on one of
+// its Days.
+func (l ARILine) Covers(d Date) bool {
+	return !d.Before(l.From) && !d.After(l.To) && l.Days.Has(d.Time().Weekday())
+}
 
 // ARIAccepted is the 200 response body.
 type ARIAccepted struct {

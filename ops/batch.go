@@ -262,6 +262,12 @@ func BatchState(ctx context.Context, tc client.Client, st *store.Store, batchID 
 	return r, nil
 }
 
+// DescribeBatch is a batch's state and start time as Temporal describes it: one
+// describe, no query; ErrNoBatch when Temporal does not know the batch.
+func DescribeBatch(ctx context.Context, tc client.Client, batchID string) (string, time.Time, error) {
+	return describeBatch(ctx, tc, batchID)
+}
+
 // describeBatch is a batch's state and start time as Temporal describes it.
 func describeBatch(ctx context.Context, tc client.Client, batchID string) (string, time.Time, error) {
 	wfID := models.BatchWorkflowID(batchID)

@@ -50,8 +50,11 @@ func (c *cli) statusCmd() *cobra.Command {
   batches   every running batch with its done/total (PostgreSQL)
 then one "problem:" line per thing that is not ok.
 
---property PROPERTY shows that property's p50/p99 per channel instead of the
-channel's (the age and the owed updates are per channel only).
+--property PROPERTY shows that property's lag per channel instead of the
+channel's: the age of its oldest desired change the channel has not
+acknowledged, how many of its cells (night × room type × rate plan × family,
+from yesterday on) are owed, and its own p50/p99; a change older than 10
+minutes warns as for a channel.
 
 The exit status is the worst state found:
   0 ok
@@ -64,7 +67,7 @@ rest is printed.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return c.status(cmd.Context(), property) },
 	}
-	cmd.Flags().StringVarP(&property, "property", "p", "", "show this property's parity lag quantiles per channel")
+	cmd.Flags().StringVarP(&property, "property", "p", "", "show this property's parity lag per channel")
 	return cmd
 }
 
@@ -79,10 +82,13 @@ type pollerRow struct {
 type channelView struct {
 	quotaRow
 	OpenDeadLetters int `json:"open_dead_letters"`
-	// Parity lag: Property is set with --property (then Oldest and Pending are 0).
+	// Parity lag: Property is set with --property (then Oldest is the age of the
+	// property's oldest change not acknowledged, OwedCells its cells owed, and
+	// Pending 0).
 	Property       string  `json:"lag_property_id,omitempty"`
 	OldestSeconds  float64 `json:"lag_oldest_seconds"`
 	PendingUpdates int     `json:"lag_pending_updates"`
+	OwedCells      int     `json:"lag_owed_cells,omitempty"`
 	AckedUpdates   int     `json:"lag_acked_updates"`
 	P50Seconds     float64 `json:"lag_p50_seconds"`
 	P99Seconds     float64 `json:"lag_p99_seconds"`
@@ -193,6 +199,7 @@ func (c *cli) status(ctx context.Context, property string) error {
 			for _, l := range lags {
 				if cv, ok := views[l.Channel]; ok {
 					cv.OldestSeconds, cv.PendingUpdates, cv.AckedUpdates = l.Oldest.Seconds(), l.Pending, l.Acked
+					cv.OwedCells = l.OwedCells
 					cv.P50Seconds, cv.P99Seconds = l.P50.Seconds(), l.P99.Seconds()
 				}
 			}
@@ -263,7 +270,12 @@ func judge(v *statusView, workersKnown bool) {
 		if cv.OpenDeadLetters > 0 {
 			mark(stateWarn, "%d open dead letters ('starter dlq list --channel %s')", cv.OpenDeadLetters, cv.Channel)
 		}
-		if age := seconds(cv.OldestSeconds); age > lagWarnAfter {
+		switch age := seconds(cv.OldestSeconds); {
+		case age <= lagWarnAfter:
+		case cv.Property != "":
+			mark(stateWarn, "parity lag of %s: a change desired %s ago is not acknowledged yet (%d cells owed)",
+				cv.Property, age.Round(time.Second), cv.OwedCells)
+		default:
 			mark(stateWarn, "parity lag: a change accepted %s ago is not acknowledged yet (%d updates owed)",
 				age.Round(time.Second), cv.PendingUpdates)
 		}
@@ -286,7 +298,7 @@ func (c *cli) statusViewTable(v statusView) error {
 	fmt.Fprintln(w)
 	lagHead := "lag oldest\towed"
 	if len(v.Channels) > 0 && v.Channels[0].Property != "" {
-		lagHead = "lag of " + v.Channels[0].Property + ":"
+		lagHead = v.Channels[0].Property + " oldest\towed cells"
 	}
 	t = newTable(w, "channel\tstate\tpaused\tback-off\tbreaker\ttier\tquota used\twindow\tdead letters\t"+lagHead+"\tacked 1h\tp50\tp99", 0)
 	for _, cv := range v.Channels {
@@ -294,10 +306,11 @@ func (c *cli) statusViewTable(v statusView) error {
 		if paused == "" {
 			paused = "-"
 		}
-		lag := fmt.Sprintf("%s\t%d", seconds(cv.OldestSeconds).Round(time.Second), cv.PendingUpdates)
+		owed := cv.PendingUpdates
 		if cv.Property != "" {
-			lag = "\t"
+			owed = cv.OwedCells
 		}
+		lag := fmt.Sprintf("%s\t%d", seconds(cv.OldestSeconds).Round(time.Second), owed)
 		// A per-property channel has a window per property: its limit, no one count.
 		window := fmt.Sprintf("%d/%s", cv.InWindow, cv.windowLimit())
 		if cv.Scope == models.ScopeProperty {

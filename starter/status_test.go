@@ -62,9 +62,9 @@ func TestStatusExitIsTheWorstState(t *testing.T) {
 }
 
 // statusJSON runs starter status -o json.
-func statusJSON(t *testing.T, env map[string]string) (int, statusView) {
+func statusJSON(t *testing.T, env map[string]string, args ...string) (int, statusView) {
 	t.Helper()
-	code, out, errOut := runCLI(t, env, "status", "-o", "json")
+	code, out, errOut := runCLI(t, env, append([]string{"status", "-o", "json"}, args...)...)
 	var v statusView
 	require.NoError(t, json.Unmarshal([]byte(out), &v), "%s\n%s", out, errOut)
 	return code, v
@@ -72,7 +72,9 @@ func statusJSON(t *testing.T, env map[string]string) (int, statusView) {
 
 // TestStatusOfARunningStack: with a worker polling, a paused channel, a batch
 // waiting on it and a dead letter, status shows each, in the table and in JSON
-// alike, and exits 1 (warn); the channel's parity lag rises while it is paused.
+// alike, and exits 1 (warn); the channel's parity lag rises while it is paused,
+// and so does a property's (--property: its owed cells and their age), back to
+// none after the resume.
 func TestStatusOfARunningStack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: needs a Temporal dev server")
@@ -125,6 +127,12 @@ func TestStatusOfARunningStack(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	_, v = statusJSON(t, env)
 	require.Greater(t, channelOf(v, "expedia").OldestSeconds, first.OldestSeconds+1.5, "the lag rises while paused")
+	_, pv := statusJSON(t, env, "--property", "prop_00abcd01")
+	p := channelOf(pv, "expedia")
+	require.Equal(t, "prop_00abcd01", p.Property)
+	require.Equal(t, 1, p.OwedCells, "its one cell is owed: %+v", p)
+	require.GreaterOrEqual(t, p.OldestSeconds, 2.0, "since the batch recorded it: %+v", p)
+	require.Zero(t, channelOf(pv, "agoda").OwedCells, "a channel the property has no change for owes none")
 
 	code, out, errOut := runCLI(t, env, "status")
 	require.Equal(t, exitWarn, code, errOut)
@@ -142,6 +150,11 @@ func TestStatusOfARunningStack(t *testing.T) {
 	}, time.Minute, 500*time.Millisecond, "the batch ends after the resume")
 	e := channelOf(v, "expedia")
 	require.Zero(t, e.OldestSeconds)
+	_, pv = statusJSON(t, env, "--property", "prop_00abcd01")
+	p = channelOf(pv, "expedia")
+	require.Zero(t, p.OwedCells, "the property is in parity after the resume: %+v", p)
+	require.Zero(t, p.OldestSeconds)
+	require.Equal(t, 1, p.AckedUpdates)
 	require.Equal(t, 4, e.AckedUpdates)
 	require.GreaterOrEqual(t, e.P50Seconds, 3.0, "the acknowledgements waited out the pause")
 }

@@ -221,13 +221,15 @@ func (s *Store) RecordDesired(ctx context.Context, ms []models.Mutation) ([]mode
 		err := s.inTx(ctx, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `
 INSERT INTO cells AS c (room_rate, family, night, desired_version, d_amount, d_currency, d_inventory,
-	d_min_los, d_max_los, d_stop_sell, d_cta, d_ctd)
-SELECT * FROM `+unnestCells+`
+	d_min_los, d_max_los, d_stop_sell, d_cta, d_ctd, owed_since)
+SELECT *, $13::timestamptz FROM `+unnestCells+`
 ON CONFLICT (room_rate, family, night) DO UPDATE SET desired_version = excluded.desired_version,
 	d_amount = excluded.d_amount, d_currency = excluded.d_currency, d_inventory = excluded.d_inventory,
 	d_min_los = excluded.d_min_los, d_max_los = excluded.d_max_los, d_stop_sell = excluded.d_stop_sell,
-	d_cta = excluded.d_cta, d_ctd = excluded.d_ctd
-WHERE c.desired_version < excluded.desired_version`, a.args()...); err != nil {
+	d_cta = excluded.d_cta, d_ctd = excluded.d_ctd,
+	owed_since = CASE WHEN c.acked_version >= c.desired_version THEN excluded.owed_since
+		ELSE coalesce(c.owed_since, excluded.owed_since) END
+WHERE c.desired_version < excluded.desired_version`, append(a.args(), s.now())...); err != nil {
 				return err
 			}
 			got, _ := tx.Query(ctx, `
@@ -485,7 +487,8 @@ ON CONFLICT (room_rate, family, night) DO UPDATE SET
 	sent_version = greatest(c.sent_version, excluded.acked_version),
 	a_amount = excluded.a_amount, a_currency = excluded.a_currency, a_inventory = excluded.a_inventory,
 	a_min_los = excluded.a_min_los, a_max_los = excluded.a_max_los, a_stop_sell = excluded.a_stop_sell,
-	a_cta = excluded.a_cta, a_ctd = excluded.a_ctd
+	a_cta = excluded.a_cta, a_ctd = excluded.a_ctd,
+	owed_since = CASE WHEN excluded.acked_version >= c.desired_version THEN NULL ELSE c.owed_since END
 WHERE c.acked_version <= excluded.acked_version
 RETURNING room_rate, night`, append(a.args(), conf)...)
 			var id int32

@@ -177,6 +177,16 @@ func TestStatementsUseIndexes(t *testing.T) {
 	if _, _, err := s.ListBatches(ctx, BatchFilter{Tenant: "acme", Limit: 100, State: "done"}); err != nil {
 		t.Fatal(err)
 	}
+	// The batch sweeper's claim and record, and a property's parity lag.
+	if _, err := s.ClaimRunning(ctx, 100, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EndedUnseen(ctx, "load-7", "terminated"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ParityLag(ctx, time.Hour, "prop_00000001"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.ClaimCallbacks(ctx, 20, time.Minute); err != nil {
 		t.Fatal(err)
 	}

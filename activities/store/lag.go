@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // ParityLag is how far a channel (or one property on it) is behind the desired
@@ -18,10 +19,16 @@ type ParityLag struct {
 	Property string `json:"property_id,omitempty"`
 	// Oldest is the age of the oldest desired change not acknowledged yet: how long
 	// ago the oldest open batch with updates of the channel still without an outcome
-	// was accepted; 0 when nothing is owed. Per channel only (Property empty).
+	// was accepted; 0 when nothing is owed. For one property (Property set): the
+	// age of the oldest desired change of its cells not acknowledged yet.
 	Oldest time.Duration `json:"-"`
-	// Pending counts those updates still without an outcome.
+	// Pending counts those updates still without an outcome (per channel only).
 	Pending int `json:"pending_updates"`
+	// OwedCells counts, for one property, its cells (a night of a room type and
+	// rate plan, per family) whose desired version the channel has not
+	// acknowledged yet, from yesterday on; Oldest is then the age of the oldest
+	// change among them (RecordDesired dates it).
+	OwedCells int `json:"owed_cells"`
 	// Acked counts the updates the channel acknowledged in the window; P50 and P99
 	// are the quantiles of their time from the batch's acceptance to the channel's
 	// acknowledgement (0 when Acked is 0), at most 19 % above the true value.
@@ -71,12 +78,14 @@ const lagKeep = 2 * time.Hour
 
 // ParityLag reads the parity lag of every channel that has some (updates owed, or
 // acknowledged within window), sorted by channel; with property set, of that
-// property on every channel it was acknowledged on (Oldest and Pending are then
-// 0: the store keeps what is owed per batch and channel, not per property). It
-// also drops ack_lag rows older than two hours. Its statements read the open
-// batches (batches_open) with their expected and recorded counts, and the ack_lag
-// rows of the window: O(open batches × channels + minutes × buckets), whatever
-// the history kept.
+// property on every channel it owes cells to or was acknowledged on (OwedCells and
+// Oldest from its cells, Pending 0: outcomes are kept per batch and channel, not
+// per property). It also drops ack_lag rows older than two hours. Its statements
+// read the open batches (batches_open) with their expected and recorded counts,
+// and the ack_lag rows of the window: O(open batches × channels + minutes ×
+// buckets), whatever the history kept; for a property, also its cells from
+// yesterday on by primary key, a range per room rate and family: O(its room rates
+// × families × nights ahead), whatever the other properties hold.
 func (s *Store) ParityLag(ctx context.Context, window time.Duration, property string) ([]ParityLag, error) {
 	now := s.now()
 	by := map[string]*ParityLag{}
@@ -107,6 +116,11 @@ GROUP BY 1`)
 			return nil
 		}); err != nil {
 			return nil, fmt.Errorf("parity lag: %w", err)
+		}
+	}
+	if property != "" {
+		if err := s.owedCells(ctx, property, now, get); err != nil {
+			return nil, err
 		}
 	}
 	rows, _ := s.pool.Query(ctx, `
@@ -152,4 +166,34 @@ func lagQuantile(h [][2]int, total int, q float64) time.Duration {
 		}
 	}
 	return 0
+}
+
+// owedCells adds property's owed cells, per channel, to the lags get returns: how
+// many of its cells from yesterday on (a night before is past every channel's
+// horizon) the channel has not acknowledged at the desired version, and the age of
+// the oldest such change. The lateral join ranges on the primary key (room_rate,
+// family, night) per room rate of the property and family; room_rates is small.
+func (s *Store) owedCells(ctx context.Context, property string, now time.Time, get func(string) *ParityLag) error {
+	rows, _ := s.pool.Query(ctx, `
+SELECT ch.slug, min(c.owed_since), count(*)::integer
+FROM room_rates r JOIN channels ch ON ch.id = r.channel
+CROSS JOIN unnest(enum_range(NULL::family)) f
+CROSS JOIN LATERAL (SELECT c.owed_since FROM cells c
+	WHERE c.room_rate = r.id AND c.family = f AND c.night >= $2 AND c.acked_version < c.desired_version) c
+WHERE r.property_id = $1
+GROUP BY 1`, property, now.UTC().AddDate(0, 0, -1).Format(time.DateOnly))
+	var slug string
+	var since pgtype.Timestamptz
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&slug, &since, &n}, func() error {
+		l := get(slug)
+		l.OwedCells = n
+		if since.Valid {
+			l.Oldest = max(now.Sub(since.Time), 0)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("parity lag of %s: %w", property, err)
+	}
+	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/paritysync/paritysync/models"
 )
 
 // TestParityLagOldestOwedAndAckQuantiles: the age of the oldest open batch with
@@ -124,5 +126,76 @@ func TestLagBucketBoundsTheLatency(t *testing.T) {
 		if up < d.Round(time.Millisecond) || (d > 2*time.Millisecond && float64(up) > 1.19*float64(d)) {
 			t.Errorf("%s: bucket %d bound %s", d, lagBucket(d), up)
 		}
+	}
+}
+
+// TestParityLagPerPropertyDatesTheOldestOwedCell: a property's lag on a channel is
+// the age of the oldest desired change of its cells the channel has not
+// acknowledged, with how many cells are owed; a newer version before the channel
+// caught up keeps the first date, an acknowledgement at the desired version clears
+// the cell, and a change after parity is dated anew. Another property owes nothing.
+func TestParityLagPerPropertyDatesTheOldestOwedCell(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	clock := time.Now().UTC().Truncate(time.Second) // as PostgreSQL keeps it (µs)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	s := testStore(t, WithClock(now))
+	owed := func() ParityLag {
+		t.Helper()
+		ls, err := s.ParityLag(ctx, time.Hour, "prop_0000abcd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range ls {
+			if l.Channel == "booking" {
+				return l
+			}
+		}
+		return ParityLag{}
+	}
+	desire := func(ms ...models.Mutation) {
+		t.Helper()
+		if _, err := s.RecordDesired(ctx, ms); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ack := func(ms ...models.Mutation) {
+		t.Helper()
+		if _, _, err := s.RecordAcknowledged(ctx, Ack{BatchID: "b1", Request: requestOf(t, ms...), ConfirmationID: "c"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	desire(price("m1", 1, "90", 0), price("m2", 1, "90", 1))
+	advance(30 * time.Second)
+	if l := owed(); l.OwedCells != 2 || l.Oldest != 30*time.Second {
+		t.Fatalf("two cells owed for 30 s: %+v", l)
+	}
+	advance(30 * time.Second)
+	desire(price("m1", 2, "95", 0))
+	if l := owed(); l.OwedCells != 2 || l.Oldest != time.Minute {
+		t.Fatalf("a newer version before the ack keeps the first date: %+v", l)
+	}
+	ack(price("m2", 1, "90", 1))
+	if l := owed(); l.OwedCells != 1 || l.Oldest != time.Minute {
+		t.Fatalf("m2's cell acknowledged, m1's still owed since the start: %+v", l)
+	}
+	ack(price("m1", 1, "90", 0))
+	if l := owed(); l.OwedCells != 1 {
+		t.Fatalf("an ack of an older version leaves the cell owed: %+v", l)
+	}
+	ack(price("m1", 2, "95", 0))
+	if l := owed(); l.OwedCells != 0 || l.Oldest != 0 {
+		t.Fatalf("in parity: %+v", l)
+	}
+	desire(price("m1", 3, "99", 0))
+	advance(10 * time.Second)
+	if l := owed(); l.OwedCells != 1 || l.Oldest != 10*time.Second {
+		t.Fatalf("a change after parity is dated anew: %+v", l)
+	}
+	ls, err := s.ParityLag(ctx, time.Hour, "prop_other")
+	if err != nil || len(ls) != 0 {
+		t.Fatalf("another property: %+v, %v", ls, err)
 	}
 }

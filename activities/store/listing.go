@@ -14,7 +14,7 @@ import (
 )
 
 // Batch states the store records; StateUnknown is a batch from before the store
-// recorded states.
+// recorded states, or one Temporal did not know (EndedUnseen with no state).
 const (
 	StateRunning = "running"
 	StateUnknown = "unknown"
@@ -60,6 +60,45 @@ ON CONFLICT (event_id) DO NOTHING`, cb.EventID, batch, cb.Tenant, cb.URL, string
 	})
 	if err != nil {
 		return fmt.Errorf("finish batch %s: %w", batchID, err)
+	}
+	return nil
+}
+
+// RunningBatch is a batch the store records as running, as ClaimRunning hands it
+// to the sweeper.
+type RunningBatch struct {
+	BatchID   string
+	CreatedAt time.Time
+}
+
+// ClaimRunning takes up to n batches recorded running whose last look (their
+// creation, before the first) is at least every old, marks them looked at now and
+// returns them, oldest look first: each running batch is handed out about once per
+// every, whichever sweepers run. O(n) on batches_running, which holds only the
+// running batches.
+func (s *Store) ClaimRunning(ctx context.Context, n int, every time.Duration) ([]RunningBatch, error) {
+	now := s.now()
+	rows, _ := s.pool.Query(ctx, `
+UPDATE batches b SET checked_at = $2
+FROM (SELECT id FROM batches WHERE state = 'running' AND coalesce(checked_at, created_at) <= $1
+	ORDER BY coalesce(checked_at, created_at) LIMIT $3 FOR UPDATE SKIP LOCKED) due
+WHERE b.id = due.id
+RETURNING b.batch_id, b.created_at`, now.Add(-every), now, n)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[RunningBatch])
+	if err != nil {
+		return nil, fmt.Errorf("claim running batches: %w", err)
+	}
+	return out, nil
+}
+
+// EndedUnseen records how a batch recorded running ended when nothing recorded it
+// (no FinishBatch ran: terminated, failed, timed out, or a history from before
+// FinishBatch); "" is unknown (Temporal does not know the batch). A batch whose end
+// is recorded keeps it.
+func (s *Store) EndedUnseen(ctx context.Context, batchID, state string) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE batches SET state = $2, ended_at = coalesce(ended_at, $3)
+WHERE batch_id = $1 AND state = 'running'`, batchID, pgtype.Text{String: state, Valid: state != ""}, s.now()); err != nil {
+		return fmt.Errorf("record the end of %s: %w", batchID, err)
 	}
 	return nil
 }

@@ -138,9 +138,9 @@ const DefaultMappingsTTL = 2 * time.Second
 
 // Mappings is the channels' effective configuration: the YAML's, with the codes
 // stored over the API (property_channels.codes) laid over its channex.properties
-// — a property's stored codes on a channel win over the YAML's, and a YAML
-// property without stored codes stays in force (the YAML seeds, PostgreSQL
-// overrides). It checks mapping_version at most every ttl and reloads the codes
+// and opentravel.properties — a property's stored codes on a channel win over the
+// YAML's, and a YAML property without stored codes stays in force (the YAML
+// seeds, PostgreSQL overrides). It checks mapping_version at most every ttl and reloads the codes
 // only when it moved; between checks it answers from memory, except that a
 // Channex property it does not map makes it check at once (ChannelsFor,
 // ChannelFor): a new property is pushed from its first batch on, a remapped one
@@ -302,7 +302,12 @@ WHERE p.codes IS NOT NULL`)
 			cfg.Channex = models.ChannexMapping{Properties: all}
 		}
 		if props := ota[slug]; len(props) > 0 && cfg.Protocol == models.ProtocolOpenTravel {
-			cfg.OpenTravel = models.OpenTravelMapping{Properties: props}
+			all := maps.Clone(cfg.OpenTravel.Properties)
+			if all == nil {
+				all = map[string]models.OpenTravelProperty{}
+			}
+			maps.Copy(all, props)
+			cfg.OpenTravel = models.OpenTravelMapping{Properties: all}
 		}
 		out[slug] = cfg
 	}

@@ -51,3 +51,34 @@ func TestMappingsLayStoredCodesOverTheYAMLAndSeeANewPropertyAtOnce(t *testing.T)
 		t.Fatalf("PropertyMappings: %+v (%v)", got, err)
 	}
 }
+
+// TestMappingsLayStoredOpenTravelCodesOverTheYAML: an OpenTravel channel's codes
+// from the YAML stay in force for a property without stored codes, and the codes
+// stored over the API win for theirs, as for Channex.
+func TestMappingsLayStoredOpenTravelCodesOverTheYAML(t *testing.T) {
+	ctx := context.Background()
+	s := testStore(t)
+	ota := models.ChannelConfig{Slug: "booking_xml", Protocol: models.ProtocolOpenTravel, RatePerMinute: 60, Burst: 6,
+		OpenTravel: models.OpenTravelMapping{Properties: map[string]models.OpenTravelProperty{
+			"prop_yaml": {HotelCode: "H-YAML", RoomTypes: map[string]string{"DBL": "DOUBLE1"}},
+			"prop_both": {HotelCode: "H-SEED"}}}}
+	m := s.NewMappings([]models.ChannelConfig{ota}, time.Hour)
+	cfg, err := m.ChannelFor(ctx, "booking_xml", "prop_yaml")
+	if err != nil || cfg.OpenTravel.Properties["prop_yaml"].HotelCode != "H-YAML" {
+		t.Fatalf("YAML codes: %+v (%v)", cfg.OpenTravel, err)
+	}
+	if err := s.SetPropertyMappings(ctx, "prop_both", []PropertyChannel{{Channel: "booking_xml",
+		OpenTravel: &models.OpenTravelProperty{HotelCode: "H-API"}}}); err != nil {
+		t.Fatal(err)
+	}
+	m.Invalidate()
+	chs, err := m.Channels(ctx)
+	props := chs["booking_xml"].OpenTravel.Properties
+	if err != nil || props["prop_both"].HotelCode != "H-API" || props["prop_yaml"].HotelCode != "H-YAML" ||
+		props["prop_yaml"].RoomTypes["DBL"] != "DOUBLE1" {
+		t.Fatalf("stored codes win, the YAML's stay: %+v (%v)", props, err)
+	}
+	if ota.OpenTravel.Properties["prop_both"].HotelCode != "H-SEED" {
+		t.Fatal("the YAML's map was written to")
+	}
+}

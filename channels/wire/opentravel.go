@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/xml"
+	"time"
 
 	"github.com/paritysync/paritysync/models"
 )
@@ -73,6 +74,48 @@ type OTAStatusApplicationControl struct {
 	End          models.Date `xml:"End,attr"`
 	InvTypeCode  string      `xml:"InvTypeCode,attr,omitempty"`
 	RatePlanCode string      `xml:"RatePlanCode,attr,omitempty"`
+	// Mon … Sun (DOW_PatternGroup) keep only the days set true of Start..End;
+	// absent, every day.
+	Mon  *bool `xml:"Mon,attr,omitempty"`
+	Tue  *bool `xml:"Tue,attr,omitempty"`
+	Weds *bool `xml:"Weds,attr,omitempty"`
+	Thur *bool `xml:"Thur,attr,omitempty"`
+	Fri  *bool `xml:"Fri,attr,omitempty"`
+	Sat  *bool `xml:"Sat,attr,omitempty"`
+	Sun  *bool `xml:"Sun,attr,omitempty"`
+}
+
+// SetDays sets the day flags of w, every one of them, true or false; the zero set
+// (every day) leaves them absent.
+func (c *OTAStatusApplicationControl) SetDays(w models.Weekdays) {
+	if w.IsZero() {
+		return
+	}
+	for d, f := range c.days() {
+		v := w.Has(d)
+		*f = &v
+	}
+}
+
+// Days is the set of days the flags keep; the zero set when none is given. ok is
+// false when flags are given and none is true (no night at all).
+func (c OTAStatusApplicationControl) Days() (w models.Weekdays, ok bool) {
+	given := false
+	for d, f := range c.days() {
+		if *f != nil {
+			given = true
+			if **f {
+				w |= 1 << d
+			}
+		}
+	}
+	return w, !given || w != 0
+}
+
+// days are the day flags by day of the week.
+func (c *OTAStatusApplicationControl) days() map[time.Weekday]**bool {
+	return map[time.Weekday]**bool{time.Monday: &c.Mon, time.Tuesday: &c.Tue, time.Wednesday: &c.Weds,
+		time.Thursday: &c.Thur, time.Friday: &c.Fri, time.Saturday: &c.Sat, time.Sunday: &c.Sun}
 }
 
 // OTAHotelRateAmountNotifRQ sets rates.

@@ -285,6 +285,8 @@ func otaDecoder[RQ, E any](parts func(*RQ) (*wire.OTAHeader, string, []E), unit 
 // it ("" when nothing).
 func otaControl(c wire.OTAStatusApplicationControl, needPlan bool) (models.ARILine, string) {
 	l := models.ARILine{RoomTypeCode: c.InvTypeCode, RatePlanCode: c.RatePlanCode, From: c.Start, To: c.End}
+	days, someDay := c.Days()
+	l.Days = days
 	lim := models.ProtocolOpenTravel.CodeLimits()
 	switch {
 	case c.InvTypeCode == "":
@@ -299,6 +301,8 @@ func otaControl(c wire.OTAStatusApplicationControl, needPlan bool) (models.ARILi
 		return l, "Start and End: required"
 	case c.End.Before(c.Start):
 		return l, "End: before Start"
+	case !someDay:
+		return l, "Mon … Sun: no day set true"
 	}
 	return l, ""
 }

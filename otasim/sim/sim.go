@@ -134,6 +134,9 @@ type ApplyRecord struct {
 	From         models.Date   `json:"from"`
 	To           models.Date   `json:"to"`
 	Version      int64         `json:"version"`
+	// Days are the days of the week the write kept of From..To (every day when
+	// empty).
+	Days models.Weekdays `json:"days,omitzero"`
 	// Late is true for a write Faults.ApplyDelayMS delayed.
 	Late bool `json:"late,omitempty"`
 }
@@ -871,6 +874,9 @@ func (ch *channel) receive(req models.ARIRequest) {
 func (ch *channel) receiveLine(property string, fam models.Family, l models.ARILine) bool {
 	stale := false
 	for d := l.From; !d.After(l.To); d = d.AddDays(1) {
+		if !l.Covers(d) {
+			continue // a day the line's days leave out
+		}
 		k := receivedKey{property: property, family: fam,
 			cell: cellKey{room: l.RoomTypeCode, rate: l.RatePlanCode, date: d}}
 		if v, ok := ch.received[k]; ok && l.Version < v {
@@ -901,13 +907,16 @@ func (ch *channel) write(property string, fam models.Family, l models.ARILine, l
 		ch.applied = ch.applied[:n]
 	}
 	ch.applied = append(ch.applied, ApplyRecord{At: now, Property: property, Family: fam,
-		RoomTypeCode: l.RoomTypeCode, RatePlanCode: l.RatePlanCode, From: l.From, To: l.To, Version: l.Version, Late: late})
+		RoomTypeCode: l.RoomTypeCode, RatePlanCode: l.RatePlanCode, From: l.From, To: l.To, Version: l.Version, Days: l.Days, Late: late})
 	cells := ch.cells[property]
 	if cells == nil {
 		cells = map[cellKey]*cellState{}
 		ch.cells[property] = cells
 	}
 	for d := l.From; !d.After(l.To); d = d.AddDays(1) {
+		if !l.Covers(d) {
+			continue
+		}
 		k := cellKey{room: l.RoomTypeCode, rate: l.RatePlanCode, date: d}
 		c := cells[k]
 		if c == nil {
