@@ -20,14 +20,22 @@ func writeTokenFile(t *testing.T, path, content string, mod time.Time) {
 	}
 }
 
-func TestFileCredentialRereadsChangedFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "token")
-	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
-	writeTokenFile(t, path, "token-one\n", t0)
+// openTokenFile writes content to a token file last modified an hour ago (t0, to
+// the second) and opens it.
+func openTokenFile(t *testing.T, content string) (ft *FileCredential, path string, t0 time.Time) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "token")
+	t0 = time.Now().Add(-time.Hour).Truncate(time.Second)
+	writeTokenFile(t, path, content, t0)
 	ft, err := NewFileCredential(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ft, path, t0
+}
+
+func TestFileCredentialRereadsChangedFile(t *testing.T) {
+	ft, path, t0 := openTokenFile(t, "token-one\n")
 	ctx := context.Background()
 	if tok, err := ft.Secret(ctx); err != nil || tok != "token-one" {
 		t.Fatalf("token %q, %v; want token-one", tok, err)
@@ -45,13 +53,7 @@ func TestFileCredentialRereadsChangedFile(t *testing.T) {
 }
 
 func TestFileCredentialRefreshForcesReread(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "token")
-	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
-	writeTokenFile(t, path, "aaaa", t0)
-	ft, err := NewFileCredential(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ft, path, t0 := openTokenFile(t, "aaaa")
 	ctx := context.Background()
 	// Same size and modification time: Token cannot see the change, Refresh must.
 	writeTokenFile(t, path, "bbbb", t0)
@@ -74,13 +76,7 @@ func TestFileCredentialEmptyFileIsAnError(t *testing.T) {
 		t.Error("NewFileCredential accepted a blank file")
 	}
 
-	path := filepath.Join(dir, "token")
-	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
-	writeTokenFile(t, path, "secret-bearer-value", t0)
-	ft, err := NewFileCredential(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ft, path, t0 := openTokenFile(t, "secret-bearer-value")
 	writeTokenFile(t, path, "   \n", t0.Add(time.Minute))
 	tok, err := ft.Secret(context.Background())
 	if err == nil {

@@ -239,10 +239,7 @@ func decodeOTABack(t *testing.T, f models.Family, body []byte, c call) []models.
 	var out []models.ARILine
 	switch f {
 	case models.FamilyRates:
-		var m wire.OTAHotelRateAmountNotifRQ
-		if err := xml.Unmarshal(body, &m); err != nil {
-			t.Fatal(err)
-		}
+		m := unmarshalXML[wire.OTAHotelRateAmountNotifRQ](t, body)
 		checkOTAHeader(t, m.OTAHeader, m.RateAmountMessages.HotelCode)
 		for _, rm := range m.RateAmountMessages.Messages {
 			l := line(rm.StatusApplicationControl)
@@ -253,10 +250,7 @@ func decodeOTABack(t *testing.T, f models.Family, body []byte, c call) []models.
 			out = append(out, l)
 		}
 	case models.FamilyAvailability:
-		var m wire.OTAHotelInvCountNotifRQ
-		if err := xml.Unmarshal(body, &m); err != nil {
-			t.Fatal(err)
-		}
+		m := unmarshalXML[wire.OTAHotelInvCountNotifRQ](t, body)
 		checkOTAHeader(t, m.OTAHeader, m.Inventories.HotelCode)
 		for _, inv := range m.Inventories.Inventories {
 			l := line(inv.StatusApplicationControl)
@@ -264,10 +258,7 @@ func decodeOTABack(t *testing.T, f models.Family, body []byte, c call) []models.
 			out = append(out, l)
 		}
 	default:
-		var m wire.OTAHotelAvailNotifRQ
-		if err := xml.Unmarshal(body, &m); err != nil {
-			t.Fatal(err)
-		}
+		m := unmarshalXML[wire.OTAHotelAvailNotifRQ](t, body)
 		checkOTAHeader(t, m.OTAHeader, m.AvailStatusMessages.HotelCode)
 		// Several messages may carry one line; c.units says which.
 		for i, am := range m.AvailStatusMessages.Messages {
@@ -293,6 +284,16 @@ func decodeOTABack(t *testing.T, f models.Family, body []byte, c call) []models.
 		}
 	}
 	return out
+}
+
+// unmarshalXML is body read as a T; the test stops if it is not one.
+func unmarshalXML[T any](t *testing.T, body []byte) T {
+	t.Helper()
+	var v T
+	if err := xml.Unmarshal(body, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 func checkOTAHeader(t *testing.T, h wire.OTAHeader, hotel string) {

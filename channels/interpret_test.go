@@ -2,6 +2,7 @@ package channels
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,7 +74,7 @@ func TestOpenTravelClassification(t *testing.T) {
 			for _, f := range got.Failed {
 				lines = append(lines, f.Line)
 			}
-			if len(lines) != len(tc.failed) || (len(lines) > 0 && !equalInts(lines, tc.failed)) {
+			if len(lines) != len(tc.failed) || (len(lines) > 0 && !slices.Equal(lines, tc.failed)) {
 				t.Errorf("failed lines %v, want %v", lines, tc.failed)
 			}
 			if (got.Class == ClassCommitted || got.Class == ClassPartial) && got.ConfirmationID != "c-1" {
@@ -120,7 +121,7 @@ func TestChannexClassification(t *testing.T) {
 			for _, f := range got.Failed {
 				lines = append(lines, f.Line)
 			}
-			if !equalInts(lines, tc.failed) {
+			if !slices.Equal(lines, tc.failed) {
 				t.Errorf("failed lines %v, want %v", lines, tc.failed)
 			}
 			if got.Class == ClassThrottled && (got.ServerWait || got.HasRateLimit || !strings.Contains(got.Message, wire.ChannexTooManyRequests)) {
@@ -131,18 +132,6 @@ func TestChannexClassification(t *testing.T) {
 			}
 		})
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // checkInvariants holds for every classified answer, whatever the body.
@@ -171,19 +160,27 @@ func checkInvariants(t *testing.T, c call, got PushResponse) {
 	}
 }
 
+// fuzzAnswer classifies any status and body as an answer to a golden push of
+// family over p: checkInvariants holds, and so does check, the protocol's own rule.
+func fuzzAnswer(f *testing.F, p models.Protocol, family models.Family, check func(t *testing.T, body string, got PushResponse)) {
+	c := encodeGolden(f, p, family)
+	f.Fuzz(func(t *testing.T, status int, body string) {
+		if status < 100 || status > 599 {
+			return
+		}
+		got := interpretAnswer(p, c, status, nil, body)
+		checkInvariants(t, c, got)
+		check(t, body, got)
+	})
+}
+
 func FuzzOpenTravelResponse(f *testing.F) {
 	f.Add(200, otaBody(`<Success/>`))
 	f.Add(200, otaBody(`<Success/><Warnings><Warning Type="3" RPH="2"/></Warnings>`))
 	f.Add(200, otaBody(`<Errors><Error Type="12"/></Errors>`))
 	f.Add(500, `<x/>`)
 	f.Add(200, `<!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/passwd">]><OTA_HotelAvailNotifRS xmlns="http://www.opentravel.org/OTA/2003/05">&e;<Success/></OTA_HotelAvailNotifRS>`)
-	c := encodeGolden(f, models.ProtocolOpenTravel, models.FamilyRestrictions)
-	f.Fuzz(func(t *testing.T, status int, body string) {
-		if status < 100 || status > 599 {
-			return
-		}
-		got := interpretAnswer(models.ProtocolOpenTravel, c, status, nil, body)
-		checkInvariants(t, c, got)
+	fuzzAnswer(f, models.ProtocolOpenTravel, models.FamilyRestrictions, func(t *testing.T, body string, got PushResponse) {
 		if resp, err := decodeOTAResponse([]byte(body)); err == nil && len(resp.ErrorList()) > 0 && got.Class == ClassCommitted {
 			t.Fatalf("an <Errors> answer was committed")
 		}
@@ -195,13 +192,7 @@ func FuzzChannexResponse(f *testing.F) {
 	f.Add(200, `{"data":[],"meta":{"warnings":[{"rate_plan_id":"bab451e7-9ab1-4cc4-aa16-107bf7bbabb2","date_from":"2030-04-10","date_to":"2030-04-12","warning":"x"}]}}`)
 	f.Add(429, `{"errors":{"code":"http_too_many_requests","title":"Too Many Requests"}}`)
 	f.Add(200, `{"errors":{"code":"x"}}`)
-	c := encodeGolden(f, models.ProtocolChannex, models.FamilyRates)
-	f.Fuzz(func(t *testing.T, status int, body string) {
-		if status < 100 || status > 599 {
-			return
-		}
-		got := interpretAnswer(models.ProtocolChannex, c, status, nil, body)
-		checkInvariants(t, c, got)
+	fuzzAnswer(f, models.ProtocolChannex, models.FamilyRates, func(t *testing.T, body string, got PushResponse) {
 		if resp, err := decodeChannexResponse([]byte(body)); err == nil && resp.Errors != nil && got.Class == ClassCommitted {
 			t.Fatalf("an errors answer was committed")
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,24 +23,6 @@ const (
 	ota     = "ota_xml"
 )
 
-// testClock is the simulator's clock, moved by the tests.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 func channexMapping() models.ChannexMapping {
 	prop := func(id, rt, rp string) models.ChannexProperty {
 		return models.ChannexProperty{PropertyID: id, Currency: "EUR",
@@ -57,7 +38,7 @@ func channexMapping() models.ChannexMapping {
 type protoHarness struct {
 	sim    *sim.Simulator
 	client *channels.Client
-	clock  *testClock
+	clock  *sim.ManualClock
 	cfg    models.ChannelConfig
 }
 
@@ -65,7 +46,7 @@ type protoHarness struct {
 // may differ (simCfg), as a Channex channel's limit is per property there.
 func newProtoHarness(t *testing.T, cfg models.ChannelConfig, simCfg func(*models.ChannelConfig), simMod func(*sim.Config), secret string) *protoHarness {
 	t.Helper()
-	clk := &testClock{t: time.Date(2030, 4, 1, 12, 0, 0, 0, time.UTC)}
+	clk := sim.NewManualClock(time.Date(2030, 4, 1, 12, 0, 0, 0, time.UTC))
 	sc := cfg
 	if simCfg != nil {
 		simCfg(&sc)

@@ -67,7 +67,7 @@ func (o *otaRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // are not in 2003B, so only its answers without them (the errors) are checked
 // against 2003B as well.
 func TestOpenTravelBodiesValidateAgainstTheSchemas(t *testing.T) {
-	clk := &testClock{t: time.Date(2030, 4, 1, 12, 0, 0, 0, time.UTC)}
+	clk := sim.NewManualClock(time.Date(2030, 4, 1, 12, 0, 0, 0, time.UTC))
 	cfg := otaConfig()
 	simCfg := cfg
 	simCfg.RatePerMinute = 8

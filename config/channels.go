@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -85,7 +86,7 @@ func LoadChannels(path string, getenv func(string) string) ([]models.ChannelConf
 			case e.Slug == "":
 				errs = append(errs, fmt.Errorf("%s: slug is required", where))
 				continue
-			case !isSlug(e.Slug):
+			case !slugPattern.MatchString(e.Slug):
 				errs = append(errs, fmt.Errorf("%s: slug %q: want lower-case letters, digits and _", where, e.Slug))
 				continue
 			case seen[e.Slug]:
@@ -242,71 +243,54 @@ func (e channelEntry) applyTo(c *models.ChannelConfig) error {
 // the variables it used and the problems it found.
 func applyChannelEnv(c *models.ChannelConfig, getenv func(string) string) (used []string, errs []error) {
 	prefix := EnvChannelPrefix + strings.ToUpper(c.Slug) + "_"
-	ints := []struct {
-		name string
-		dst  *int
-	}{
-		{"RATE_PER_MINUTE", &c.RatePerMinute},
-		{"BURST", &c.Burst},
-		{"DAILY_QUOTA", &c.DailyQuota},
-		{"MAX_LINES_PER_REQUEST", &c.MaxLinesPerRequest},
-		{"HORIZON_DAYS", &c.HorizonDays},
-		{"BREAKER_FAILURES", &c.BreakerFailures},
-	}
-	for _, f := range ints {
-		name := prefix + f.name
+	// read hands the variable prefix+name, when set, to parse; a value parse
+	// refuses is a problem naming the variable.
+	read := func(name string, parse func(val string) error) {
+		name = prefix + name
 		val := strings.TrimSpace(getenv(name))
 		if val == "" {
-			continue
+			return
 		}
-		n, err := strconv.Atoi(val)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: want an integer, got %q", name, val))
-			continue
+		if err := parse(val); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			return
 		}
-		*f.dst = n
 		used = append(used, name)
 	}
-	if val := strings.TrimSpace(getenv(prefix + "CREDENTIALS_FILE")); val != "" {
-		c.CredentialsFile = val
-		used = append(used, prefix+"CREDENTIALS_FILE")
-	}
-	if val := strings.TrimSpace(getenv(prefix + "SCOPE")); val != "" {
-		c.Scope = models.LimitScope(val)
-		used = append(used, prefix+"SCOPE")
-	}
-	for _, f := range []struct {
-		name, example string
-		dst           *time.Duration
-	}{{"BREAKER_COOLDOWN", "30s", &c.BreakerCooldown}, {"MAX_RETRY_AFTER", "5m", &c.MaxRetryAfter}} {
-		name := prefix + f.name
-		val := strings.TrimSpace(getenv(name))
-		if val == "" {
-			continue
+	integer := func(dst *int) func(string) error {
+		return func(val string) error {
+			n, err := strconv.Atoi(val)
+			if err != nil {
+				return fmt.Errorf("want an integer, got %q", val)
+			}
+			*dst = n
+			return nil
 		}
-		d, err := time.ParseDuration(val)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: want a duration like %q, got %q", name, f.example, val))
-			continue
-		}
-		*f.dst = d
-		used = append(used, name)
 	}
+	duration := func(dst *time.Duration, example string) func(string) error {
+		return func(val string) error {
+			d, err := time.ParseDuration(val)
+			if err != nil {
+				return fmt.Errorf("want a duration like %q, got %q", example, val)
+			}
+			*dst = d
+			return nil
+		}
+	}
+	read("RATE_PER_MINUTE", integer(&c.RatePerMinute))
+	read("BURST", integer(&c.Burst))
+	read("DAILY_QUOTA", integer(&c.DailyQuota))
+	read("MAX_LINES_PER_REQUEST", integer(&c.MaxLinesPerRequest))
+	read("HORIZON_DAYS", integer(&c.HorizonDays))
+	read("BREAKER_FAILURES", integer(&c.BreakerFailures))
+	read("CREDENTIALS_FILE", func(val string) error { c.CredentialsFile = val; return nil })
+	read("SCOPE", func(val string) error { c.Scope = models.LimitScope(val); return nil })
+	read("BREAKER_COOLDOWN", duration(&c.BreakerCooldown, "30s"))
+	read("MAX_RETRY_AFTER", duration(&c.MaxRetryAfter, "5m"))
 	return used, errs
 }
 
-// isSlug reports whether s is a usable channel slug: it becomes a URL path segment,
-// a Redis hash tag and an environment variable name, so only [a-z0-9_], starting
-// with a letter.
-func isSlug(s string) bool {
-	if s == "" || s[0] < 'a' || s[0] > 'z' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+// slugPattern is a usable channel slug: it becomes a URL path segment, a Redis
+// hash tag and an environment variable name, so only [a-z0-9_], starting with a
+// letter.
+var slugPattern = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)

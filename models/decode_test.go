@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -47,18 +48,6 @@ func idsOf(ms []Mutation) []string {
 		ids[i] = m.ID
 	}
 	return ids
-}
-
-func equal[T comparable](a, b []T) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestDecodeMutationsRefusesBadRowsAndKeepsTheOthers(t *testing.T) {
@@ -129,13 +118,13 @@ func TestDecodeMutationsRefusesBadRowsAndKeepsTheOthers(t *testing.T) {
 			if err != nil {
 				t.Fatalf("body refused: %v", err)
 			}
-			if got := problemsOf(d.Problems); !equal(got, tc.want) {
+			if got := problemsOf(d.Problems); !slices.Equal(got, tc.want) {
 				t.Fatalf("problems\n got %+v\nwant %+v", got, tc.want)
 			}
 			if !strings.Contains(d.Problems[0].Detail, tc.detail) {
 				t.Errorf("detail %q, want it to contain %q", d.Problems[0].Detail, tc.detail)
 			}
-			if !equal(idsOf(d.Mutations), tc.kept) || !equal(d.Lines, tc.keptLines) || !equal(d.Indexes, tc.keptOffset) {
+			if !slices.Equal(idsOf(d.Mutations), tc.kept) || !slices.Equal(d.Lines, tc.keptLines) || !slices.Equal(d.Indexes, tc.keptOffset) {
 				t.Errorf("kept %v on lines %v at %v, want %v on %v at %v", idsOf(d.Mutations), d.Lines, d.Indexes, tc.kept, tc.keptLines, tc.keptOffset)
 			}
 		})
@@ -212,7 +201,7 @@ func TestDecodeMutationsAccepts(t *testing.T) {
 			if err != nil || len(d.Problems) != 0 {
 				t.Fatalf("refused: %v %+v", err, d.Problems)
 			}
-			if !equal(idsOf(d.Mutations), []string{"m1", "m2"}) || !equal(d.Lines, tc.lines) || !equal(d.Indexes, []int{0, 1}) || d.Rows != 2 {
+			if !slices.Equal(idsOf(d.Mutations), []string{"m1", "m2"}) || !slices.Equal(d.Lines, tc.lines) || !slices.Equal(d.Indexes, []int{0, 1}) || d.Rows != 2 {
 				t.Fatalf("got %v on lines %v at %v (%d rows)", idsOf(d.Mutations), d.Lines, d.Indexes, d.Rows)
 			}
 			m := d.Mutations[0]
@@ -289,10 +278,10 @@ func TestCheckJoinsDecodeAndValidationProblemsInBodyOrder(t *testing.T) {
 		{4, 3, "m4", "channel", RuleRequired},
 		{5, 4, "m5", "channel", RuleChannelUnknown},
 	}
-	if got := problemsOf(problems); !equal(got, want) {
+	if got := problemsOf(problems); !slices.Equal(got, want) {
 		t.Fatalf("problems\n got %+v\nwant %+v", got, want)
 	}
-	if !equal(idsOf(valid), []string{"m1", "m6"}) {
+	if !slices.Equal(idsOf(valid), []string{"m1", "m6"}) {
 		t.Fatalf("valid %v", idsOf(valid))
 	}
 	if got := problems[0].Error(); got != "line 2: amount: "+RuleAmountPlaces {

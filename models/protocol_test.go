@@ -66,21 +66,13 @@ func TestChannelValidateNamesProtocolFieldAndRule(t *testing.T) {
 
 func TestValidateRejectsWhatChannexCannotTake(t *testing.T) {
 	chs := append(DefaultChannels(), NewChannexChannel("channex_eu", testChannexMapping()))
-	v, err := NewValidator(chs, "", testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := newValidatorFor(t, chs, "")
 	m := validMutation()
 	m.Channel = "channex_eu"
 	if ve := v.Validate(m); ve != nil {
 		t.Fatalf("mapped mutation: %v", ve)
 	}
-	cases := []struct {
-		name  string
-		mod   func(*Mutation)
-		field string
-		rule  string
-	}{
+	cases := []ruleCase{
 		{"property", func(m *Mutation) { m.PropertyID = "prop_ffffffff" }, "property_id", RuleChannexUnmapped},
 		{"room type", func(m *Mutation) { m.RoomTypeCode = "STD" }, "room_type_code", RuleChannexUnmapped},
 		{"rate plan", func(m *Mutation) { m.RatePlanCode = "NRF" }, "rate_plan_code", RuleChannexUnmapped},

@@ -15,9 +15,17 @@ import (
 // slip would show up as a wrong "today".
 var testNow = func() time.Time { return time.Date(2026, 3, 10, 23, 30, 0, 0, time.UTC) }
 
+// newTestValidator validates for the default channels, on testNow.
 func newTestValidator(t testing.TB) *Validator {
 	t.Helper()
-	v, err := NewValidator(DefaultChannels(), "", testNow)
+	return newValidatorFor(t, DefaultChannels(), "")
+}
+
+// newValidatorFor validates for chs and the property pattern ("" for the default),
+// on testNow.
+func newValidatorFor(t testing.TB, chs []ChannelConfig, propertyPattern string) *Validator {
+	t.Helper()
+	v, err := NewValidator(chs, propertyPattern, testNow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,16 +91,19 @@ func TestValidateAcceptsValidMutation(t *testing.T) {
 	}
 }
 
+// ruleCase is a change to a valid mutation and the field error it must raise.
+type ruleCase struct {
+	name  string
+	mod   func(*Mutation)
+	field string
+	rule  string
+}
+
 // TestValidateRules covers each rule once: the named change to a valid mutation must
 // produce exactly that one field error.
 func TestValidateRules(t *testing.T) {
 	v := newTestValidator(t)
-	cases := []struct {
-		name  string
-		mod   func(*Mutation)
-		field string
-		rule  string
-	}{
+	cases := []ruleCase{
 		{"id required", func(m *Mutation) { m.ID = "" }, "id", RuleRequired},
 		{"property required", func(m *Mutation) { m.PropertyID = "" }, "property_id", RuleRequired},
 		{"property pattern", func(m *Mutation) { m.PropertyID = "prop_0A1B2C3D" }, "property_id", RulePropertyPattern},
@@ -147,10 +158,7 @@ func TestValidateRules(t *testing.T) {
 func TestValidateHorizonIsPerChannel(t *testing.T) {
 	chans := DefaultChannels()
 	chans[1].HorizonDays = 30 // expedia
-	v, err := NewValidator(chans, "", testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := newValidatorFor(t, chans, "")
 	m := validMutation()
 	m.StayDate = day("2026-03-10").AddDays(31)
 	if ve := v.Validate(m); ve != nil {
@@ -163,10 +171,7 @@ func TestValidateHorizonIsPerChannel(t *testing.T) {
 }
 
 func TestValidateCustomPropertyPattern(t *testing.T) {
-	v, err := NewValidator(DefaultChannels(), `^H[0-9]{4}$`, testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := newValidatorFor(t, DefaultChannels(), `^H[0-9]{4}$`)
 	m := validMutation()
 	m.PropertyID = "H0042"
 	if ve := v.Validate(m); ve != nil {
@@ -184,10 +189,7 @@ func TestValidateCustomPropertyPattern(t *testing.T) {
 func TestValidateRefusesCodesLongerThanTheProtocolCarries(t *testing.T) {
 	ota := NewChannelConfig("ota_xml", 30)
 	ota.Protocol, ota.ReadBack = ProtocolOpenTravel, false
-	v, err := NewValidator(append(DefaultChannels(), ota), `^[a-z0-9_]{1,40}$`, testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := newValidatorFor(t, append(DefaultChannels(), ota), `^[a-z0-9_]{1,40}$`)
 	for _, tc := range []struct {
 		property, channel string
 		want              bool // refused

@@ -56,7 +56,7 @@ type Config struct {
 	MaxLogRecords int `yaml:"max_log_records" json:"max_log_records"`
 	// Seed makes fault injection reproducible.
 	Seed uint64 `yaml:"seed" json:"seed"`
-	// Now is the simulator's clock; time.Now when nil. Tests inject a fake one.
+	// Now is the simulator's clock; time.Now when nil. Tests inject a ManualClock's.
 	Now func() time.Time `yaml:"-" json:"-"`
 	// ClockOffset shifts the simulator's clock from Now: a channel whose clock is
 	// behind (negative) or ahead of its clients'. Every answer's Date header, and

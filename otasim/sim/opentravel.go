@@ -250,63 +250,35 @@ type otaMessage struct {
 
 // otaDecoders read the message of each family.
 var otaDecoders = models.ByFamily[func(body []byte) (otaMessage, error)]{
-	Rates: func(body []byte) (otaMessage, error) {
-		var m wire.OTAHotelRateAmountNotifRQ
+	Rates: otaDecoder(func(m *wire.OTAHotelRateAmountNotifRQ) (*wire.OTAHeader, string, []wire.OTARateAmountMessage) {
+		return &m.OTAHeader, m.RateAmountMessages.HotelCode, m.RateAmountMessages.Messages
+	}, otaRate),
+	Restrictions: otaDecoder(func(m *wire.OTAHotelAvailNotifRQ) (*wire.OTAHeader, string, []wire.OTAAvailStatusMessage) {
+		return &m.OTAHeader, m.AvailStatusMessages.HotelCode, m.AvailStatusMessages.Messages
+	}, otaRestriction),
+	Availability: otaDecoder(func(m *wire.OTAHotelInvCountNotifRQ) (*wire.OTAHeader, string, []wire.OTAInventory) {
+		return &m.OTAHeader, m.Inventories.HotelCode, m.Inventories.Inventories
+	}, otaInventory),
+}
+
+// otaDecoder reads a message of type RQ: parts finds its header, its hotel and its
+// elements, and unit reads each element as a line and what is wrong with it.
+func otaDecoder[RQ, E any](parts func(*RQ) (*wire.OTAHeader, string, []E), unit func(E) (models.ARILine, string)) func(body []byte) (otaMessage, error) {
+	return func(body []byte) (otaMessage, error) {
+		var m RQ
 		if err := decodeXMLStrict(body, &m); err != nil {
 			return otaMessage{}, err
 		}
-		out := otaMessage{hotel: m.RateAmountMessages.HotelCode, hdr: m.OTAHeader}
-		for _, rm := range m.RateAmountMessages.Messages {
-			l, problem := otaControl(rm.StatusApplicationControl, true)
-			if problem == "" {
-				problem = otaRate(rm, &l)
-			}
+		hdr, hotel, elems := parts(&m)
+		out := otaMessage{hotel: hotel, hdr: *hdr}
+		for _, e := range elems {
+			l, problem := unit(e)
 			out.units = append(out.units, otaUnit{line: l, problem: problem})
 		}
-		m.TimeStamp = ""
+		hdr.TimeStamp = ""
 		out.rq = m
 		return out, nil
-	},
-	Restrictions: func(body []byte) (otaMessage, error) {
-		var m wire.OTAHotelAvailNotifRQ
-		if err := decodeXMLStrict(body, &m); err != nil {
-			return otaMessage{}, err
-		}
-		out := otaMessage{hotel: m.AvailStatusMessages.HotelCode, hdr: m.OTAHeader}
-		for _, am := range m.AvailStatusMessages.Messages {
-			l, problem := otaControl(am.StatusApplicationControl, true)
-			if problem == "" {
-				problem = otaRestriction(am, &l)
-			}
-			out.units = append(out.units, otaUnit{line: l, problem: problem})
-		}
-		m.TimeStamp = ""
-		out.rq = m
-		return out, nil
-	},
-	Availability: func(body []byte) (otaMessage, error) {
-		var m wire.OTAHotelInvCountNotifRQ
-		if err := decodeXMLStrict(body, &m); err != nil {
-			return otaMessage{}, err
-		}
-		out := otaMessage{hotel: m.Inventories.HotelCode, hdr: m.OTAHeader}
-		for _, inv := range m.Inventories.Inventories {
-			l, problem := otaControl(inv.StatusApplicationControl, false)
-			if problem == "" {
-				if len(inv.InvCounts) != 1 || inv.InvCounts[0].CountType != wire.OTACountTypeAvailable {
-					problem = "InvCounts: one InvCount with CountType 2 required"
-				} else if n := inv.InvCounts[0].Count; n < 0 || n > maxInventory {
-					problem = fmt.Sprintf("Count: must be in 0..%d", maxInventory)
-				} else {
-					l.Inventory = &n
-				}
-			}
-			out.units = append(out.units, otaUnit{line: l, problem: problem})
-		}
-		m.TimeStamp = ""
-		out.rq = m
-		return out, nil
-	},
+	}
 }
 
 // otaControl is the line a StatusApplicationControl names, and what is wrong with
@@ -359,33 +331,62 @@ func decodeXMLStrict(body []byte, v any) error {
 	}
 }
 
-func otaRate(m wire.OTARateAmountMessage, l *models.ARILine) string {
+// otaRate is the line of one rate message, and what is wrong with it ("" when
+// nothing).
+func otaRate(m wire.OTARateAmountMessage) (models.ARILine, string) {
+	l, problem := otaControl(m.StatusApplicationControl, true)
+	if problem != "" {
+		return l, problem
+	}
 	if len(m.Rates) != 1 || len(m.Rates[0].BaseByGuestAmts) != 1 {
-		return "Rates: one Rate with one BaseByGuestAmt required"
+		return l, "Rates: one Rate with one BaseByGuestAmt required"
 	}
 	a := m.Rates[0].BaseByGuestAmts[0]
 	if !currencyRE.MatchString(a.CurrencyCode) {
-		return "CurrencyCode: want a 3-letter ISO 4217 code"
+		return l, "CurrencyCode: want a 3-letter ISO 4217 code"
 	}
 	amt, err := decimal.NewFromString(a.AmountAfterTax)
 	if err != nil {
-		return "AmountAfterTax: not a decimal"
+		return l, "AmountAfterTax: not a decimal"
 	}
 	if err := validAmount(amt, a.CurrencyCode); err != nil {
-		return "AmountAfterTax: " + err.Error()
+		return l, "AmountAfterTax: " + err.Error()
 	}
 	l.Amount, l.Currency = &amt, a.CurrencyCode
-	return ""
+	return l, ""
 }
 
-func otaRestriction(m wire.OTAAvailStatusMessage, l *models.ARILine) string {
+// otaInventory is the line of one inventory message, and what is wrong with it.
+func otaInventory(inv wire.OTAInventory) (models.ARILine, string) {
+	l, problem := otaControl(inv.StatusApplicationControl, false)
+	if problem != "" {
+		return l, problem
+	}
+	if len(inv.InvCounts) != 1 || inv.InvCounts[0].CountType != wire.OTACountTypeAvailable {
+		return l, "InvCounts: one InvCount with CountType 2 required"
+	}
+	n := inv.InvCounts[0].Count
+	if n < 0 || n > maxInventory {
+		return l, fmt.Sprintf("Count: must be in 0..%d", maxInventory)
+	}
+	l.Inventory = &n
+	return l, ""
+}
+
+// otaRestriction is the line of one restriction message, and what is wrong with
+// it.
+func otaRestriction(m wire.OTAAvailStatusMessage) (models.ARILine, string) {
+	l, problem := otaControl(m.StatusApplicationControl, true)
+	if problem != "" {
+		return l, problem
+	}
 	if m.LengthsOfStay == nil && m.RestrictionStatus == nil {
-		return "nothing to change"
+		return l, "nothing to change"
 	}
 	if m.LengthsOfStay != nil {
 		for _, los := range m.LengthsOfStay.LengthOfStay {
 			if los.Time < 1 || los.Time > maxLOS || (los.TimeUnit != "" && los.TimeUnit != wire.OTATimeUnitDay) {
-				return fmt.Sprintf("LengthOfStay: Time must be 1..%d days", maxLOS)
+				return l, fmt.Sprintf("LengthOfStay: Time must be 1..%d days", maxLOS)
 			}
 			t := los.Time
 			switch los.MinMaxMessageType {
@@ -394,11 +395,11 @@ func otaRestriction(m wire.OTAAvailStatusMessage, l *models.ARILine) string {
 			case wire.OTASetMaxLOS:
 				l.MaxLOS = &t
 			default:
-				return "LengthOfStay: MinMaxMessageType must be SetMinLOS or SetMaxLOS"
+				return l, "LengthOfStay: MinMaxMessageType must be SetMinLOS or SetMaxLOS"
 			}
 		}
 		if l.MinLOS != nil && l.MaxLOS != nil && *l.MinLOS > *l.MaxLOS {
-			return "LengthOfStay: SetMaxLOS below SetMinLOS"
+			return l, "LengthOfStay: SetMaxLOS below SetMinLOS"
 		}
 	}
 	if rs := m.RestrictionStatus; rs != nil {
@@ -408,13 +409,13 @@ func otaRestriction(m wire.OTAAvailStatusMessage, l *models.ARILine) string {
 			closed = true
 		case wire.OTAStatusOpen:
 		default:
-			return "RestrictionStatus: Status must be Open or Close"
+			return l, "RestrictionStatus: Status must be Open or Close"
 		}
 		value := wire.OTARestrictionValue(rs.Restriction, &l.Values)
 		if value == nil {
-			return "RestrictionStatus: Restriction must be Arrival or Departure, or absent"
+			return l, "RestrictionStatus: Restriction must be Arrival or Departure, or absent"
 		}
 		*value = &closed
 	}
-	return ""
+	return l, ""
 }

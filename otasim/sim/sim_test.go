@@ -19,32 +19,12 @@ import (
 
 var t0 = time.Date(2030, 3, 10, 12, 0, 0, 0, time.UTC)
 
-// fakeClock is a settable clock for exact window and expiry tests.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
-func (c *fakeClock) Add(d time.Duration) { c.Set(c.Now().Add(d)) }
-
 const token = "test-token"
 
 // newSim serves one channel "ota" with the given limits on a fake clock.
-func newSim(t *testing.T, mod func(*Config)) (*Simulator, *fakeClock) {
+func newSim(t *testing.T, mod func(*Config)) (*Simulator, *ManualClock) {
 	t.Helper()
-	clk := &fakeClock{t: t0}
+	clk := NewManualClock(t0)
 	cfg := Config{
 		Channels: []models.ChannelConfig{{
 			Slug: "ota", RatePerMinute: 100, DailyQuota: 1000, MaxLinesPerRequest: 10, HorizonDays: 400,
