@@ -183,7 +183,7 @@ func (m *Mappings) ChannelsFor(ctx context.Context, ms []models.Mutation) (map[s
 		return chs, err
 	}
 	for _, mu := range ms {
-		if unmapped(chs, mu.Channel, mu.PropertyID) {
+		if unmapped(chs, mu.Channel, mu.PropertyID, models.ProtocolChannex) {
 			return m.get(ctx, true)
 		}
 	}
@@ -196,31 +196,25 @@ func (m *Mappings) ChannelsFor(ctx context.Context, ms []models.Mutation) (map[s
 // a moment ago is never sent under paritysync's codes).
 func (m *Mappings) ChannelFor(ctx context.Context, slug, property string) (models.ChannelConfig, error) {
 	chs, err := m.get(ctx, false)
-	if err == nil && (unmapped(chs, slug, property) || otaUnmapped(chs, slug, property)) {
+	if err == nil && unmapped(chs, slug, property, models.ProtocolChannex, models.ProtocolOpenTravel) {
 		chs, err = m.get(ctx, true)
 	}
 	return chs[slug], err
 }
 
-// unmapped reports whether channel slug of chs is a Channex channel that does not
-// map property.
-func unmapped(chs map[string]models.ChannelConfig, slug, property string) bool {
+// unmapped reports whether channel slug of chs speaks one of protocols, each of
+// which maps codes per property, and has no codes of property.
+func unmapped(chs map[string]models.ChannelConfig, slug, property string, protocols ...models.Protocol) bool {
 	cfg, ok := chs[slug]
-	if !ok || cfg.Protocol != models.ProtocolChannex {
+	if !ok || !slices.Contains(protocols, cfg.Protocol) {
 		return false
 	}
-	_, ok = cfg.Channex.Properties[property]
-	return !ok
-}
-
-// otaUnmapped reports whether channel slug of chs is an OpenTravel channel that
-// has no codes of property.
-func otaUnmapped(chs map[string]models.ChannelConfig, slug, property string) bool {
-	cfg, ok := chs[slug]
-	if !ok || cfg.Protocol != models.ProtocolOpenTravel {
-		return false
+	switch cfg.Protocol {
+	case models.ProtocolChannex:
+		_, ok = cfg.Channex.Properties[property]
+	case models.ProtocolOpenTravel:
+		_, ok = cfg.OpenTravel.Properties[property]
 	}
-	_, ok = cfg.OpenTravel.Properties[property]
 	return !ok
 }
 
