@@ -270,16 +270,10 @@ WHERE p.codes IS NOT NULL`)
 			return fmt.Errorf("codes of %s on %s: %w", prop, slug, err)
 		}
 		if c.Channex != nil {
-			if channex[slug] == nil {
-				channex[slug] = map[string]models.ChannexProperty{}
-			}
-			channex[slug][prop] = *c.Channex
+			addCodes(channex, slug, prop, *c.Channex)
 		}
 		if c.OpenTravel != nil {
-			if ota[slug] == nil {
-				ota[slug] = map[string]models.OpenTravelProperty{}
-			}
-			ota[slug][prop] = *c.OpenTravel
+			addCodes(ota, slug, prop, *c.OpenTravel)
 		}
 		return nil
 	}); err != nil {
@@ -288,24 +282,33 @@ WHERE p.codes IS NOT NULL`)
 	out := make(map[string]models.ChannelConfig, len(m.base))
 	for slug, cfg := range m.base {
 		if props := channex[slug]; len(props) > 0 && cfg.Protocol == models.ProtocolChannex {
-			all := maps.Clone(cfg.Channex.Properties)
-			if all == nil {
-				all = map[string]models.ChannexProperty{}
-			}
-			maps.Copy(all, props)
-			cfg.Channex = models.ChannexMapping{Properties: all}
+			cfg.Channex = models.ChannexMapping{Properties: overlay(cfg.Channex.Properties, props)}
 		}
 		if props := ota[slug]; len(props) > 0 && cfg.Protocol == models.ProtocolOpenTravel {
-			all := maps.Clone(cfg.OpenTravel.Properties)
-			if all == nil {
-				all = map[string]models.OpenTravelProperty{}
-			}
-			maps.Copy(all, props)
-			cfg.OpenTravel = models.OpenTravelMapping{Properties: all}
+			cfg.OpenTravel = models.OpenTravelMapping{Properties: overlay(cfg.OpenTravel.Properties, props)}
 		}
 		out[slug] = cfg
 	}
 	return out, nil
+}
+
+// addCodes files property prop's codes p under channel slug.
+func addCodes[P any](codes map[string]map[string]P, slug, prop string, p P) {
+	if codes[slug] == nil {
+		codes[slug] = map[string]P{}
+	}
+	codes[slug][prop] = p
+}
+
+// overlay is a copy of base with stored laid over it: a stored property wins over
+// the YAML's of the same id. base is untouched.
+func overlay[P any](base, stored map[string]P) map[string]P {
+	all := maps.Clone(base)
+	if all == nil {
+		all = make(map[string]P, len(stored))
+	}
+	maps.Copy(all, stored)
+	return all
 }
 
 // ValidatorFor is v checking ms against the effective configuration
