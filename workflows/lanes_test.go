@@ -1,14 +1,10 @@
 package workflows
 
 import (
-	"context"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/stretchr/testify/mock"
 
 	"github.com/paritysync/paritysync/models"
 )
@@ -18,20 +14,16 @@ func (s *unitSuite) runPaced(c models.Chunk, window int) models.ChannelCounts {
 }
 
 func (s *unitSuite) TestPacedLanesEndWhileTheirSlotsNeedATimer() {
-	var mu sync.Mutex // the test environment runs the mocked pushes side by side
-	var last []int    // requests pushed without holding a next slot
-	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			res := models.PushResult{Committed: 1}
-			if in.NextReservation != "" {
-				res.Next = &models.Slot{Index: in.Next, Wait: 8 * time.Second}
-			} else {
-				last = append(last, in.Index)
-			}
-			return res, nil
-		}).Times(12)
+	var last []int // requests pushed without holding a next slot
+	s.onPush(func(in models.PushInput) (models.PushResult, error) {
+		res := models.PushResult{Committed: 1}
+		if in.NextReservation != "" {
+			res.Next = &models.Slot{Index: in.Next, Wait: 8 * time.Second}
+		} else {
+			last = append(last, in.Index)
+		}
+		return res, nil
+	}).Times(12)
 
 	counts := s.runPaced(chunk("expedia", 5, 0, 12, 12), 4)
 
@@ -47,26 +39,22 @@ func (s *unitSuite) TestPacedLanesEndWhileTheirSlotsNeedATimer() {
 }
 
 func (s *unitSuite) TestPacedLaneHandsItsPushTheRequestsWhoseSlotsAreNear() {
-	var mu sync.Mutex
 	var inputs []models.PushInput
-	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			inputs = append(inputs, in)
-			res := models.PushResult{Committed: 1}
-			if in.NextReservation == "" {
-				return res, nil
-			}
-			if len(in.Then) == 0 {
-				res.Next = &models.Slot{Index: in.Next, Wait: time.Second}
-				return res, nil
-			}
-			// The attempt delivers Next too and holds the slot of Then[0], a second away.
-			res.Chained = []models.PushResult{{Committed: 1}}
-			res.Next = &models.Slot{Index: in.Then[0], Wait: time.Second}
+	s.onPush(func(in models.PushInput) (models.PushResult, error) {
+		inputs = append(inputs, in)
+		res := models.PushResult{Committed: 1}
+		if in.NextReservation == "" {
 			return res, nil
-		}).Times(4)
+		}
+		if len(in.Then) == 0 {
+			res.Next = &models.Slot{Index: in.Next, Wait: time.Second}
+			return res, nil
+		}
+		// The attempt delivers Next too and holds the slot of Then[0], a second away.
+		res.Chained = []models.PushResult{{Committed: 1}}
+		res.Next = &models.Slot{Index: in.Then[0], Wait: time.Second}
+		return res, nil
+	}).Times(4)
 
 	counts := s.runPaced(chunk("expedia", 5, 0, 6, 6), 1)
 

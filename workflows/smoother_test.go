@@ -50,6 +50,14 @@ func (s *unitSuite) batchesEndAfterAnHour(started func(at time.Duration, in mode
 		}).After(time.Hour)
 }
 
+// batchStarts mocks BatchSync as batchesEndAfterAnHour does and returns when each
+// batch started.
+func (s *unitSuite) batchStarts() *[]time.Duration {
+	var at []time.Duration
+	s.batchesEndAfterAnHour(func(t time.Duration, _ models.BatchSyncInput) { at = append(at, t) })
+	return &at
+}
+
 // smootherStatus is the running smoother's answer to the status query.
 func (s *unitSuite) smootherStatus() models.SmootherStatus {
 	v, err := s.env.QueryWorkflow(models.QueryStatus)
@@ -281,8 +289,7 @@ func (s *unitSuite) TestSmootherStartsAnUrgentChangeBesideARunningBulkBatch() {
 
 func (s *unitSuite) TestSmootherStartsDefaultWorkBesideBulkAfterTheUsualDebounce() {
 	c := s.withClaimCheck()
-	var at []time.Duration
-	s.batchesEndAfterAnHour(func(t time.Duration, _ models.BatchSyncInput) { at = append(at, t) })
+	at := s.batchStarts()
 	var rejected error
 	s.submitAt(c, time.Second, bulk("bulk", 10), &rejected)
 	s.submitAt(c, 10*time.Second, mutations("rate", 2), &rejected) // priority 3
@@ -291,13 +298,12 @@ func (s *unitSuite) TestSmootherStartsDefaultWorkBesideBulkAfterTheUsualDebounce
 	s.env.ExecuteWorkflow(BurstSmoother, models.SmootherInput{Channel: "expedia"})
 
 	s.NoError(rejected)
-	s.Equal([]time.Duration{time.Second + models.DefaultDebounce, 10*time.Second + models.DefaultDebounce}, at)
+	s.Equal([]time.Duration{time.Second + models.DefaultDebounce, 10*time.Second + models.DefaultDebounce}, *at)
 }
 
 func (s *unitSuite) TestSmootherAboutToContinueAsNewStillStartsUrgentWork() {
 	c := s.withClaimCheck()
-	var at []time.Duration
-	s.batchesEndAfterAnHour(func(t time.Duration, _ models.BatchSyncInput) { at = append(at, t) })
+	at := s.batchStarts()
 	var rejected error
 	s.submitAt(c, time.Second, bulk("bulk", 10), &rejected)
 	s.env.RegisterDelayedCallback(func() { s.env.SetContinueAsNewSuggested(true) }, 5*time.Second)
@@ -308,7 +314,7 @@ func (s *unitSuite) TestSmootherAboutToContinueAsNewStillStartsUrgentWork() {
 	var next models.SmootherInput
 	s.continuedInput(&next)
 	s.NoError(rejected)
-	s.Equal([]time.Duration{time.Second + models.DefaultDebounce, 10*time.Second + models.UrgentDebounce}, at,
+	s.Equal([]time.Duration{time.Second + models.DefaultDebounce, 10*time.Second + models.UrgentDebounce}, *at,
 		"the stop-sell did not wait for the continuation")
 	s.Zero(next.Waiting.Total())
 	s.Equal(2, next.Flushed)

@@ -68,6 +68,18 @@ func chunk(channel string, priority, n, requests, updates int) models.Chunk {
 		Key: models.ChannelSyncWorkflowID("b1", channel, priority, n)}
 }
 
+// onPush mocks PushRequest with fn, called one push at a time: the test
+// environment runs mocked activities side by side, on goroutines of their own.
+func (s *unitSuite) onPush(fn func(models.PushInput) (models.PushResult, error)) *testsuite.MockCallWrapper {
+	var mu sync.Mutex
+	return s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return fn(in)
+		})
+}
+
 func throttled(wait time.Duration) error {
 	return activities.FailureError(models.ErrThrottled, models.Failure{Wait: wait, ServerWait: true, Status: 429})
 }
@@ -177,18 +189,14 @@ func (s *unitSuite) TestPartialSuccessDeadLettersOnlyFailedLines() {
 }
 
 func (s *unitSuite) TestPauseSignalHoldsNewRequestsUntilResume() {
-	var mu sync.Mutex
 	var calls []time.Time
-	s.env.OnActivity(models.ActivityPushRequest, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in models.PushInput) (models.PushResult, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			calls = append(calls, s.env.Now())
-			if len(calls) == 1 {
-				return models.PushResult{}, throttled(10 * time.Second)
-			}
-			return models.PushResult{Committed: 1}, nil
-		})
+	s.onPush(func(models.PushInput) (models.PushResult, error) {
+		calls = append(calls, s.env.Now())
+		if len(calls) == 1 {
+			return models.PushResult{}, throttled(10 * time.Second)
+		}
+		return models.PushResult{Committed: 1}, nil
+	})
 	start := s.env.Now()
 	s.env.RegisterDelayedCallback(func() {
 		s.env.SignalWorkflow(models.SignalPauseChannel, models.PauseSignal{Channel: "booking_com", Reason: "maintenance"})

@@ -101,11 +101,7 @@ func (s *Store) SaveChunk(ctx context.Context, batchID string, c models.Chunk, r
 		}
 		bodies[i], idx[i] = b, int32(i)
 	}
-	batch, err := s.batchRef(ctx, batchID)
-	if err != nil {
-		return "", err
-	}
-	ch, err := s.channelID(ctx, c.Channel)
+	batch, ch, err := s.batchChannel(ctx, batchID, c.Channel)
 	if err != nil {
 		return "", err
 	}

@@ -143,8 +143,7 @@ func TestPruneDeletesWhatOutlivedItsRetention(t *testing.T) {
 	if _, err := s.DeadLetter(ctx, open); err != nil {
 		t.Errorf("an open dead letter was pruned: %v", err)
 	}
-	var n int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM cells`).Scan(&n); err != nil || n != 1 {
-		t.Errorf("%d cells left (%v), want 1", n, err)
+	if n := rowCount(t, s, "cells"); n != 1 {
+		t.Errorf("%d cells left, want 1", n)
 	}
 }

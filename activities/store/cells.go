@@ -446,11 +446,7 @@ func (s *Store) RecordAcknowledged(ctx context.Context, ack Ack) (committed, sup
 	if err := s.resolve(ctx, rows); err != nil {
 		return fail(err)
 	}
-	batch, err := s.batchRef(ctx, ack.BatchID)
-	if err != nil {
-		return fail(err)
-	}
-	ch, err := s.channelID(ctx, r.Channel)
+	batch, ch, err := s.batchChannel(ctx, ack.BatchID, r.Channel)
 	if err != nil {
 		return fail(err)
 	}

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paritysync/paritysync/models"
 )
@@ -126,9 +129,8 @@ func TestRecordAcknowledgedCommitsOnceAndSupersedesOlderAcks(t *testing.T) {
 			t.Errorf("%s: desired v%d confirmed at %s", c.Cell.StayDate, c.Desired.Version, c.ConfirmedAt)
 		}
 	}
-	var rows int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM outcomes`).Scan(&rows); err != nil || rows != 3 {
-		t.Fatalf("%d outcome rows (%v), want 3: one per mutation however often recorded", rows, err)
+	if rows := rowCount(t, s, "outcomes"); rows != 3 {
+		t.Fatalf("%d outcome rows, want 3: one per mutation however often recorded", rows)
 	}
 }
 
@@ -174,6 +176,43 @@ func TestRecordSentKeepsTheNewestVersionPerNight(t *testing.T) {
 	want := []string{"prop_0000abcd/rates/DBL/2026-12-24 v3", "prop_0000abcd/rates/DBL/2026-12-25 v4"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("sent versions %v, want %v", got, want)
+	}
+}
+
+// TestRecordSendingHoldsOneConnection: a worker's first push reads its request in a
+// transaction and meets room rates it has not numbered yet. Numbering them takes a
+// connection of its own; inside the transaction that would wait on the pool, and
+// with every connection held by such a transaction the pool stalls until the
+// deadline. On a pool of one connection, it completes.
+func TestRecordSendingHoldsOneConnection(t *testing.T) {
+	ctx := context.Background()
+	setup := testStore(t)
+	today := models.DateOf(time.Now())
+	key, req := chunkAhead(t, setup, "pool")
+
+	cfg := setup.pool.Config() // the same schema, on a pool of one connection
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	fresh := New(pool) // no room rate cached
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	got, ahead, err := fresh.RecordSending(ctx, key, 0, nil, 1)
+	if err != nil {
+		t.Fatalf("RecordSending on a one-connection pool: %v", err)
+	}
+	if len(got.Lines) == 0 || len(ahead) != 1 {
+		t.Fatalf("RecordSending read %d lines and %d requests ahead, want the request and 1 ahead", len(got.Lines), len(ahead))
+	}
+	sent := 0
+	if err := fresh.SentVersions(ctx, req.Channel, today, func(SentVersion) error { sent++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if sent == 0 {
+		t.Fatal("no sent version recorded")
 	}
 }
 

@@ -90,11 +90,7 @@ func (s *Store) ParkDeadLetter(ctx context.Context, d DeadLetter) (id int64, par
 	fail := func(err error) (int64, bool, error) {
 		return 0, false, fmt.Errorf("park dead letter on %s: %w", d.Channel, err)
 	}
-	batch, err := s.batchRef(ctx, d.BatchID)
-	if err != nil {
-		return fail(err)
-	}
-	ch, err := s.channelID(ctx, d.Channel)
+	batch, ch, err := s.batchChannel(ctx, d.BatchID, d.Channel)
 	if err != nil {
 		return fail(err)
 	}

@@ -50,7 +50,7 @@ func (l *statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 // over 36 days.
 func loadProductionShape(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
-	for _, sql := range []string{
+	load(t, pool,
 		`INSERT INTO channels (slug) VALUES ('load_a'), ('load_b')`,
 		`INSERT INTO room_rates (channel, property_id, room_type, rate_plan)
 			SELECT c.id, 'prop_' || lpad(to_hex(p), 8, '0'), 'RT' || k, 'BAR'
@@ -78,11 +78,67 @@ func loadProductionShape(t *testing.T, pool *pgxpool.Pool) {
 				'{}', '{}', now(), CASE WHEN i % 10 <> 0 THEN now() - (i % 36) * interval '1 day' - interval '1 hour' END
 			FROM generate_series(1, 12000) i`,
 		`ANALYZE`,
-	} {
+	)
+}
+
+// load runs each statement of sqls in turn.
+func load(t *testing.T, pool *pgxpool.Pool, sqls ...string) {
+	t.Helper()
+	for _, sql := range sqls {
 		if _, err := pool.Exec(context.Background(), sql); err != nil {
 			t.Fatalf("load: %v\n%s", err, sql)
 		}
 	}
+}
+
+// tracedStore is a migrated store in a schema of its own, loaded in a production
+// shape (loadProductionShape), whose statements the log keeps while on.
+func tracedStore(t *testing.T) (*Store, *statementLog) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &statementLog{}
+	cfg.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := New(pool)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	loadProductionShape(t, pool)
+	return s, log
+}
+
+// explainPlan is the planner's plan for sql with args, with sequential scans off
+// if noSeqScan (to ask for the statement's index path).
+func explainPlan(t *testing.T, pool *pgxpool.Pool, sql string, args []any, noSeqScan bool) planNode {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if noSeqScan {
+		if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var plan []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+sql, args...).Scan(&plan); err != nil {
+		t.Fatalf("explain: %v\n%s", err, sql)
+	}
+	var doc []struct{ Plan planNode }
+	if err := json.Unmarshal(plan, &doc); err != nil || len(doc) != 1 {
+		t.Fatalf("plan %s: %v", plan, err)
+	}
+	return doc[0].Plan
 }
 
 // largeTable is the size from which a table must never be read whole by a statement
@@ -101,38 +157,10 @@ func TestStatementsUseIndexes(t *testing.T) {
 		t.Skip("loads about 250k rows")
 	}
 	ctx := context.Background()
-	url := testSchema(t)
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &statementLog{}
-	cfg.ConnConfig.Tracer = log
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	s := New(pool)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	loadProductionShape(t, pool)
+	s, log := tracedStore(t)
 
 	today := models.DateOf(time.Now())
-	ms := make([]models.Mutation, 3)
-	for i := range ms {
-		ms[i] = price(fmt.Sprintf("e-%d", i), 2, "90", 0)
-		ms[i].StayDate = today.AddDays(10 + i)
-	}
-	if _, err := s.RecordDesired(ctx, ms); err != nil {
-		t.Fatal(err)
-	}
-	req := requestOf(t, ms...)
-	key, err := s.SaveChunk(ctx, "explain", models.Chunk{Channel: req.Channel, Priority: req.Priority}, []models.ChannelRequest{req, req})
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, req := chunkAhead(t, s, "explain")
 
 	log.on = true
 	if _, _, err := s.RecordSending(ctx, key, 0, nil, 1); err != nil {
@@ -199,7 +227,7 @@ func TestStatementsUseIndexes(t *testing.T) {
 	log.on = false
 
 	large := map[string]bool{}
-	rows, _ := pool.Query(ctx, `SELECT relname FROM pg_class
+	rows, _ := s.pool.Query(ctx, `SELECT relname FROM pg_class
 WHERE relnamespace = current_schema()::regnamespace AND relkind = 'r' AND reltuples >= $1`, largeTable)
 	var name string
 	if _, err := pgx.ForEachRow(rows, []any{&name}, func() error { large[name] = true; return nil }); err != nil {
@@ -211,7 +239,7 @@ WHERE relnamespace = current_schema()::regnamespace AND relkind = 'r' AND reltup
 		}
 	}
 	columns := map[string][]string{} // index → its key columns
-	rows, _ = pool.Query(ctx, `SELECT i.indexrelid::regclass::text, array_agg(a.attname::text ORDER BY k.n)
+	rows, _ = s.pool.Query(ctx, `SELECT i.indexrelid::regclass::text, array_agg(a.attname::text ORDER BY k.n)
 FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
 CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)
 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
@@ -220,28 +248,6 @@ WHERE c.relnamespace = current_schema()::regnamespace GROUP BY 1`)
 	if _, err := pgx.ForEachRow(rows, []any{&name, &cols}, func() error { columns[name] = cols; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	explain := func(sql string, args []any, noSeqScan bool) planNode {
-		t.Helper()
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tx.Rollback(ctx) }()
-		if noSeqScan {
-			if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var plan []byte
-		if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+sql, args...).Scan(&plan); err != nil {
-			t.Fatalf("explain: %v\n%s", err, sql)
-		}
-		var doc []struct{ Plan planNode }
-		if err := json.Unmarshal(plan, &doc); err != nil || len(doc) != 1 {
-			t.Fatalf("plan %s: %v", plan, err)
-		}
-		return doc[0].Plan
-	}
 	seen := map[string]bool{}
 	natural, ranged := 0, 0
 	for _, st := range log.stmts {
@@ -249,7 +255,7 @@ WHERE c.relnamespace = current_schema()::regnamespace GROUP BY 1`)
 			continue
 		}
 		seen[st.sql] = true
-		if len(explain(st.sql, st.args, false).seqScans(large)) == 0 {
+		if len(explainPlan(t, s.pool, st.sql, st.args, false).seqScans(large)) == 0 {
 			natural++
 			continue
 		}
@@ -259,7 +265,7 @@ WHERE c.relnamespace = current_schema()::regnamespace GROUP BY 1`)
 		// the statement is asked for its index path, which must range on every key
 		// column of each index it reads a large table by: bounded by the rows the
 		// statement touches, not by every night of a room rate.
-		plan := explain(st.sql, st.args, true)
+		plan := explainPlan(t, s.pool, st.sql, st.args, true)
 		problems := plan.seqScans(large)
 		problems = append(problems, plan.looseIndexScans(large, columns)...)
 		if len(problems) > 0 {

@@ -93,9 +93,8 @@ func TestParityLagOldestOwedAndAckQuantiles(t *testing.T) {
 	}
 	advance(time.Hour)
 	lag("")
-	var rows int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM ack_lag`).Scan(&rows); err != nil || rows != 0 {
-		t.Fatalf("%d ack_lag rows (%v) left after two hours", rows, err)
+	if rows := rowCount(t, s, "ack_lag"); rows != 0 {
+		t.Fatalf("%d ack_lag rows left after two hours", rows)
 	}
 }
 

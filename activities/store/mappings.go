@@ -183,7 +183,7 @@ func (m *Mappings) ChannelsFor(ctx context.Context, ms []models.Mutation) (map[s
 		return chs, err
 	}
 	for _, mu := range ms {
-		if unmapped(chs, mu.Channel, mu.PropertyID) {
+		if unmapped(chs, mu.Channel, mu.PropertyID, models.ProtocolChannex) {
 			return m.get(ctx, true)
 		}
 	}
@@ -196,31 +196,25 @@ func (m *Mappings) ChannelsFor(ctx context.Context, ms []models.Mutation) (map[s
 // a moment ago is never sent under paritysync's codes).
 func (m *Mappings) ChannelFor(ctx context.Context, slug, property string) (models.ChannelConfig, error) {
 	chs, err := m.get(ctx, false)
-	if err == nil && (unmapped(chs, slug, property) || otaUnmapped(chs, slug, property)) {
+	if err == nil && unmapped(chs, slug, property, models.ProtocolChannex, models.ProtocolOpenTravel) {
 		chs, err = m.get(ctx, true)
 	}
 	return chs[slug], err
 }
 
-// unmapped reports whether channel slug of chs is a Channex channel that does not
-// map property.
-func unmapped(chs map[string]models.ChannelConfig, slug, property string) bool {
+// unmapped reports whether channel slug of chs speaks one of protocols, each of
+// which maps codes per property, and has no codes of property.
+func unmapped(chs map[string]models.ChannelConfig, slug, property string, protocols ...models.Protocol) bool {
 	cfg, ok := chs[slug]
-	if !ok || cfg.Protocol != models.ProtocolChannex {
+	if !ok || !slices.Contains(protocols, cfg.Protocol) {
 		return false
 	}
-	_, ok = cfg.Channex.Properties[property]
-	return !ok
-}
-
-// otaUnmapped reports whether channel slug of chs is an OpenTravel channel that
-// has no codes of property.
-func otaUnmapped(chs map[string]models.ChannelConfig, slug, property string) bool {
-	cfg, ok := chs[slug]
-	if !ok || cfg.Protocol != models.ProtocolOpenTravel {
-		return false
+	switch cfg.Protocol {
+	case models.ProtocolChannex:
+		_, ok = cfg.Channex.Properties[property]
+	case models.ProtocolOpenTravel:
+		_, ok = cfg.OpenTravel.Properties[property]
 	}
-	_, ok = cfg.OpenTravel.Properties[property]
 	return !ok
 }
 
@@ -276,16 +270,10 @@ WHERE p.codes IS NOT NULL`)
 			return fmt.Errorf("codes of %s on %s: %w", prop, slug, err)
 		}
 		if c.Channex != nil {
-			if channex[slug] == nil {
-				channex[slug] = map[string]models.ChannexProperty{}
-			}
-			channex[slug][prop] = *c.Channex
+			addCodes(channex, slug, prop, *c.Channex)
 		}
 		if c.OpenTravel != nil {
-			if ota[slug] == nil {
-				ota[slug] = map[string]models.OpenTravelProperty{}
-			}
-			ota[slug][prop] = *c.OpenTravel
+			addCodes(ota, slug, prop, *c.OpenTravel)
 		}
 		return nil
 	}); err != nil {
@@ -294,24 +282,33 @@ WHERE p.codes IS NOT NULL`)
 	out := make(map[string]models.ChannelConfig, len(m.base))
 	for slug, cfg := range m.base {
 		if props := channex[slug]; len(props) > 0 && cfg.Protocol == models.ProtocolChannex {
-			all := maps.Clone(cfg.Channex.Properties)
-			if all == nil {
-				all = map[string]models.ChannexProperty{}
-			}
-			maps.Copy(all, props)
-			cfg.Channex = models.ChannexMapping{Properties: all}
+			cfg.Channex = models.ChannexMapping{Properties: overlay(cfg.Channex.Properties, props)}
 		}
 		if props := ota[slug]; len(props) > 0 && cfg.Protocol == models.ProtocolOpenTravel {
-			all := maps.Clone(cfg.OpenTravel.Properties)
-			if all == nil {
-				all = map[string]models.OpenTravelProperty{}
-			}
-			maps.Copy(all, props)
-			cfg.OpenTravel = models.OpenTravelMapping{Properties: all}
+			cfg.OpenTravel = models.OpenTravelMapping{Properties: overlay(cfg.OpenTravel.Properties, props)}
 		}
 		out[slug] = cfg
 	}
 	return out, nil
+}
+
+// addCodes files property prop's codes p under channel slug.
+func addCodes[P any](codes map[string]map[string]P, slug, prop string, p P) {
+	if codes[slug] == nil {
+		codes[slug] = map[string]P{}
+	}
+	codes[slug][prop] = p
+}
+
+// overlay is a copy of base with stored laid over it: a stored property wins over
+// the YAML's of the same id. base is untouched.
+func overlay[P any](base, stored map[string]P) map[string]P {
+	all := maps.Clone(base)
+	if all == nil {
+		all = make(map[string]P, len(stored))
+	}
+	maps.Copy(all, stored)
+	return all
 }
 
 // ValidatorFor is v checking ms against the effective configuration

@@ -33,9 +33,8 @@ func TestTheSameOutcomeWrittenTwiceConcurrentlyIsRecordedOnce(t *testing.T) {
 			t.Errorf("writer %d counted %v, want 1 superseded and 1 rejected", i, counts[i])
 		}
 	}
-	var rows int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM outcomes`).Scan(&rows); err != nil || rows != 2 {
-		t.Fatalf("%d outcome rows (%v), want 2", rows, err)
+	if rows := rowCount(t, s, "outcomes"); rows != 2 {
+		t.Fatalf("%d outcome rows, want 2", rows)
 	}
 	got, err := s.Outcomes(ctx, "batch-1", "m2")
 	if err != nil || len(got) != 1 || got[0].Family != "" || got[0].Reason != "amount: required" {

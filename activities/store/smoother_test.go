@@ -2,13 +2,11 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
 	"github.com/paritysync/paritysync/models"
@@ -167,34 +165,14 @@ func TestSmootherStatementsUseIndexes(t *testing.T) {
 		t.Skip("loads about 270k rows")
 	}
 	ctx := context.Background()
-	url := testSchema(t)
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &statementLog{}
-	cfg.ConnConfig.Tracer = log
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	s := New(pool)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	loadProductionShape(t, pool)
-	for _, sql := range []string{
+	s, log := tracedStore(t)
+	load(t, s.pool,
 		`INSERT INTO channels (slug) VALUES ('expedia'), ('load_c'), ('load_d')`,
 		`INSERT INTO smoother_changes (channel, submission, idx, priority, admitted, staged_at, body)
 			SELECT c.id, 'sub-' || (i / 20), i % 20, 1 + i % 5, CASE WHEN i % 10 <> 0 THEN i END, now(), '{}'::bytea
 			FROM channels c, generate_series(1, 5000) i WHERE c.slug <> 'load_a'`,
 		`ANALYZE smoother_changes`,
-	} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("load: %v\n%s", err, sql)
-		}
-	}
+	)
 
 	log.on = true
 	if err := s.StageChanges(ctx, "expedia", "explain", []models.Mutation{smootherChange("a", 3), smootherChange("b", 1)}); err != nil {
@@ -214,7 +192,7 @@ func TestSmootherStatementsUseIndexes(t *testing.T) {
 	}
 	log.on = false
 	// The take reads real changes: the loaded bodies are not JSON.
-	if _, err := pool.Exec(ctx, `DELETE FROM smoother_changes c USING channels ch
+	if _, err := s.pool.Exec(ctx, `DELETE FROM smoother_changes c USING channels ch
 		WHERE ch.id = c.channel AND ch.slug = 'expedia' AND c.submission <> 'explain'`); err != nil {
 		t.Fatal(err)
 	}
@@ -237,21 +215,7 @@ func TestSmootherStatementsUseIndexes(t *testing.T) {
 			continue
 		}
 		seen[st.sql] = true
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []byte
-		err = tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.sql, st.args...).Scan(&plan)
-		_ = tx.Rollback(ctx)
-		if err != nil {
-			t.Fatalf("explain: %v\n%s", err, st.sql)
-		}
-		var doc []struct{ Plan planNode }
-		if err := json.Unmarshal(plan, &doc); err != nil || len(doc) != 1 {
-			t.Fatalf("plan %s: %v", plan, err)
-		}
-		if scans := doc[0].Plan.seqScans(large); len(scans) > 0 {
+		if scans := explainPlan(t, s.pool, st.sql, st.args, false).seqScans(large); len(scans) > 0 {
 			t.Errorf("reads %v whole:\n%s", scans, st.sql)
 		}
 	}

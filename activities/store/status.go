@@ -3,8 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // OpenDeadLetters counts the dead letters not acknowledged yet, per channel (only
@@ -15,12 +13,7 @@ func (s *Store) OpenDeadLetters(ctx context.Context) (map[string]int, error) {
 SELECT ch.slug, count(*)::integer FROM dead_letters d JOIN channels ch ON ch.id = d.channel
 WHERE d.acked_at IS NULL GROUP BY 1`)
 	out := map[string]int{}
-	var slug string
-	var n int
-	if _, err := pgx.ForEachRow(rows, []any{&slug, &n}, func() error {
-		out[slug] = n
-		return nil
-	}); err != nil {
+	if err := collectPairs(rows, out); err != nil {
 		return nil, fmt.Errorf("count open dead letters: %w", err)
 	}
 	return out, nil

@@ -114,12 +114,7 @@ ON CONFLICT DO NOTHING`, missing); err != nil {
 		return nil, fmt.Errorf("number channels: %w", err)
 	}
 	rows, _ := s.pool.Query(ctx, `SELECT slug, id FROM channels WHERE slug = ANY($1)`, missing)
-	var slug string
-	var id int16
-	if _, err := pgx.ForEachRow(rows, []any{&slug, &id}, func() error {
-		out[slug] = id
-		return nil
-	}); err != nil {
+	if err := collectPairs(rows, out); err != nil {
 		return nil, fmt.Errorf("number channels: %w", err)
 	}
 	s.mu.Lock()
@@ -171,6 +166,17 @@ ON CONFLICT DO NOTHING RETURNING id`, batchID, s.now()).Scan(&id)
 	s.batches[batchID] = id
 	s.mu.Unlock()
 	return id, nil
+}
+
+// batchChannel returns the row ids of batch batchID and of channel slug, creating
+// either row on first use.
+func (s *Store) batchChannel(ctx context.Context, batchID, slug string) (int64, int16, error) {
+	batch, err := s.batchRef(ctx, batchID)
+	if err != nil {
+		return 0, 0, err
+	}
+	ch, err := s.channelID(ctx, slug)
+	return batch, ch, err
 }
 
 // roomRate is a cell without its night: the key of table room_rates.
@@ -300,6 +306,17 @@ ON CONFLICT DO NOTHING`, columns(missing)...); err != nil {
 		return fmt.Errorf("number room rates: %d not found after insert", len(missing))
 	}
 	return nil
+}
+
+// collectPairs adds each row of rows, a key and its value, to out.
+func collectPairs[K comparable, V any](rows pgx.Rows, out map[K]V) error {
+	var k K
+	var v V
+	_, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error {
+		out[k] = v
+		return nil
+	})
+	return err
 }
 
 // inTx runs fn in a transaction, committing when it returns nil.

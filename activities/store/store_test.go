@@ -50,6 +50,40 @@ func price(id string, version int64, amount string, day int) models.Mutation {
 		Channel: "booking", StayDate: night.AddDays(day), Values: models.Values{Amount: &a, Currency: "EUR"}, Version: version}
 }
 
+// chunkAhead records three rates mutations of the test cell on the 10th to 12th
+// night from today and saves, as batchID's chunk, their request twice; it returns
+// the chunk's key and the request.
+func chunkAhead(tb testing.TB, s *Store, batchID string) (string, models.ChannelRequest) {
+	tb.Helper()
+	ctx := context.Background()
+	today := models.DateOf(time.Now())
+	ms := make([]models.Mutation, 3)
+	for i := range ms {
+		ms[i] = price(fmt.Sprintf("%s-%d", batchID, i), 2, "90", 0)
+		ms[i].StayDate = today.AddDays(10 + i)
+	}
+	if _, err := s.RecordDesired(ctx, ms); err != nil {
+		tb.Fatal(err)
+	}
+	req := requestOf(tb, ms...)
+	key, err := s.SaveChunk(ctx, batchID, models.Chunk{Channel: req.Channel, Priority: req.Priority},
+		[]models.ChannelRequest{req, req})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return key, req
+}
+
+// rowCount is the number of rows in table.
+func rowCount(tb testing.TB, s *Store, table string) int {
+	tb.Helper()
+	var n int
+	if err := s.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+		tb.Fatalf("count %s: %v", table, err)
+	}
+	return n
+}
+
 // requestOf is the coalesced request carrying ms, which must make exactly one.
 func requestOf(tb testing.TB, ms ...models.Mutation) models.ChannelRequest {
 	tb.Helper()
@@ -83,11 +117,7 @@ func TestMigrateTwiceAndConcurrently(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var applied int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&applied); err != nil {
-		t.Fatal(err)
-	}
-	if applied != len(ms) {
+	if applied := rowCount(t, s, "schema_migrations"); applied != len(ms) {
 		t.Errorf("schema_migrations holds %d rows, want one per migration (%d)", applied, len(ms))
 	}
 	v, err := s.SchemaVersion(ctx)
@@ -116,11 +146,7 @@ func TestSchemaVersionOfAnEmptySchemaIsZero(t *testing.T) {
 
 func TestLookingUpKnownKeysDrawsNoNewIDs(t *testing.T) {
 	ctx := context.Background()
-	url := testSchema(t)
-	s := openStore(t, url)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := testStore(t)
 	r := requestOf(t, price("a", 1, "80", 0))
 	for i := range 5 {
 		// A fresh store each time: no cache, as after a worker restart.
