@@ -71,20 +71,8 @@ func startStackWith(t *testing.T, extra, simExtra []models.ChannelConfig, edit .
 	// one partition, as the README says every test runs Temporal); skips under -short.
 	srv := devtest.Start(t)
 
-	redisURL := redistest.Reachable(t)
-	opt, err := redis.ParseURL(redisURL)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opt)
-	require.NoError(t, rdb.Ping(ctx).Err())
-	id := uuid.NewString()[:8]
-	prefix, queue := "paritysync-intake-"+id+":", "paritysync-intake-"+id
-	t.Cleanup(func() {
-		iter := rdb.Scan(context.Background(), 0, prefix+"*", 1000).Iterator()
-		for iter.Next(context.Background()) {
-			rdb.Del(context.Background(), iter.Val())
-		}
-		_ = rdb.Close()
-	})
+	rdb, prefix := redistest.Client(t, "paritysync-intake")
+	redisURL, queue := redistest.URL(), strings.TrimSuffix(prefix, ":")
 	s := config.DefaultSettings()
 	s.TemporalAddress, s.TemporalNamespace, s.TaskQueue, s.KeyPrefix, s.RedisURL = srv.FrontendHostPort(), srv.Namespace(), queue, prefix, redisURL
 	s.DatabaseURL = storetest.Schema(t, "intake")
