@@ -135,10 +135,7 @@ func TestOpenTravelCodesOverTheAPIAreSentWithoutARestart(t *testing.T) {
 	ans := decodeJSON[changesAnswer](t, resp)
 	require.Len(t, ans.Changes[0].Channels, 1)
 	require.Equal(t, "o1@ota_eu", ans.Changes[0].Channels[0].ID)
-	require.Eventually(t, func() bool {
-		out := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, "/v1/changes/o1@ota_eu", ""), true))
-		return len(out.Outcomes) == 1 && out.Outcomes[0].Outcome == models.OutcomeCommitted
-	}, time.Minute, 250*time.Millisecond, "committed on the OpenTravel channel")
+	awaitCommitted(t, c, h, "/v1/changes/o1@ota_eu", time.Minute, "committed on the OpenTravel channel")
 	applied := slices.DeleteFunc(s.sim.Applied("ota_eu"), func(a sim.ApplyRecord) bool { return a.At.Before(since) })
 	require.NotEmpty(t, applied)
 	for _, a := range applied {

@@ -21,9 +21,7 @@ import (
 // openapi.yaml.
 func TestRangeMutationOneOutcomePerChannelOverHTTP(t *testing.T) {
 	t.Parallel()
-	c := loadContract(t)
-	s := startStack(t)
-	h := s.api
+	c, s, h := startAPI(t)
 	started := time.Now()
 
 	require.Equal(t, http.StatusOK, c.do(t, h, request(http.MethodPut, "/v1/properties/prop_0000abcd/channels",
