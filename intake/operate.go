@@ -368,26 +368,13 @@ func (s *Server) putPropertyChannels(w http.ResponseWriter, r *http.Request) {
 	for _, ch := range slices.Sorted(maps.Keys(in.Codes)) {
 		field, rule := "codes."+ch, ""
 		i := slices.Index(in.Channels, ch)
-		strict := func(v any) bool { return decodeStrict(in.Codes[ch], v) == nil }
 		switch proto := s.channels[ch].Protocol; {
 		case i < 0:
 			rule = ruleCodesListed
 		case proto == models.ProtocolChannex:
-			var c models.ChannexProperty
-			if !strict(&c) {
-				rule = ruleCodesObject
-			} else if f, r := c.Problem(); f != "" {
-				field, rule = field+"."+f, r
-			}
-			list[i].Channex = &c
+			list[i].Channex, field, rule = decodeCodes[models.ChannexProperty](in.Codes[ch], field)
 		case proto == models.ProtocolOpenTravel:
-			var c models.OpenTravelProperty
-			if !strict(&c) {
-				rule = ruleCodesObject
-			} else if f, r := c.Problem(); f != "" {
-				field, rule = field+"."+f, r
-			}
-			list[i].OpenTravel = &c
+			list[i].OpenTravel, field, rule = decodeCodes[models.OpenTravelProperty](in.Codes[ch], field)
 		default:
 			rule = ruleCodesProtocol
 		}
@@ -405,4 +392,18 @@ func (s *Server) putPropertyChannels(w http.ResponseWriter, r *http.Request) {
 		s.mappings.Invalidate() // a remapped property's new codes count from the next request here
 	}
 	s.getPropertyChannels(w, r)
+}
+
+// decodeCodes decodes raw, the codes a PUT gives a channel at field, strictly into
+// a T (a protocol's property codes); what is wrong with them is the field it is at
+// and its rule, rule "" when nothing is.
+func decodeCodes[T interface{ Problem() (field, rule string) }](raw json.RawMessage, field string) (codes *T, at, rule string) {
+	codes = new(T)
+	if decodeStrict(raw, codes) != nil {
+		return codes, field, ruleCodesObject
+	}
+	if f, r := (*codes).Problem(); f != "" {
+		return codes, field + "." + f, r
+	}
+	return codes, field, ""
 }
