@@ -155,12 +155,7 @@ func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	entries, err := ops.SelectDeadLetters(r.Context(), s.st, sel)
-	if errors.Is(err, store.ErrDeadLetterNotFound) {
-		writeProblem(w, r, http.StatusNotFound, probNotFound, err.Error())
-		return
-	}
-	if err != nil {
-		s.internal(w, r, err)
+	if s.dlqFailed(w, r, err) {
 		return
 	}
 	rep, err := ops.ReplayDeadLetters(r.Context(), s.tc, s.cfg.Settings.TaskQueue, s.st, tenantOf(r.Context())+".", entries)
@@ -256,15 +251,24 @@ func (s *Server) ackDLQ(w http.ResponseWriter, r *http.Request) {
 		note = "acknowledged over the API"
 	}
 	a, err := ops.AckDeadLetters(r.Context(), s.st, sel, "tenant "+tenantOf(r.Context())+": "+note)
-	if errors.Is(err, store.ErrDeadLetterNotFound) {
-		writeProblem(w, r, http.StatusNotFound, probNotFound, err.Error())
-		return
-	}
-	if err != nil {
-		s.internal(w, r, err)
+	if s.dlqFailed(w, r, err) {
 		return
 	}
 	writeJSON(w, http.StatusOK, a)
+}
+
+// dlqFailed answers err of an operation on selected dead letters, if any: 404
+// for a dead letter id no entry has, else 500. It reports whether it answered.
+func (s *Server) dlqFailed(w http.ResponseWriter, r *http.Request, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, store.ErrDeadLetterNotFound):
+		writeProblem(w, r, http.StatusNotFound, probNotFound, err.Error())
+	default:
+		s.internal(w, r, err)
+	}
+	return true
 }
 
 // propertyChannels is GET and PUT /v1/properties/{id}/channels.
