@@ -22,12 +22,10 @@ import (
 // is checked against openapi.yaml.
 func TestAdmissionBadInputCancelAndReplayOverHTTP(t *testing.T) {
 	t.Parallel() // a namespace, task queue, key prefix and schema of its own
-	c := loadContract(t)
-	s := startStack(t, func(cfg *Config) {
+	c, s, h := startAPI(t, func(cfg *Config) {
 		cfg.SmootherMaxPending = 2
 		cfg.CancelWait = time.Millisecond
 	})
-	h := s.api
 
 	t.Run("a full smoother refuses its channel's changes with 429, Retry-After and the per-change list", func(t *testing.T) {
 		body := "[" + strings.Join([]string{
@@ -58,10 +56,7 @@ func TestAdmissionBadInputCancelAndReplayOverHTTP(t *testing.T) {
 			require.Equal(t, ruleSmootherFull, ch.Problems[0].Rule)
 			require.Contains(t, ch.Problems[0].Detail, "at most 2 changes")
 		}
-		require.Eventually(t, func() bool {
-			out := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, "/v1/changes/s2", ""), true))
-			return len(out.Outcomes) == 1 && out.Outcomes[0].Outcome == models.OutcomeCommitted
-		}, 2*time.Minute, 250*time.Millisecond, "the accepted change of a 429 answer gets its outcome")
+		awaitCommitted(t, c, h, "/v1/changes/s2", 2*time.Minute, "the accepted change of a 429 answer gets its outcome")
 	})
 
 	t.Run("a partly invalid batch starts its valid rows and lists every bad one by field and rule", func(t *testing.T) {

@@ -108,12 +108,10 @@ func withCallbacks(t *testing.T, receiver, secretFile string) func(*Config) {
 // secret; a URL off the allow-list is a 400 naming callback_url.
 func TestCompletionCallbackIsSignedDeliveredOnceAndRetriedWithTheSameEventID(t *testing.T) {
 	t.Parallel()
-	c := loadContract(t)
 	rc := &callbackReceiver{failFirst: map[string]bool{"/hooks/flaky": true}}
 	recv := receiveCallbacks(t, rc)
 	secret := testCallbackSecret
-	s := startStack(t, withCallbacks(t, recv.URL, secret+"\n"))
-	h := s.api
+	c, s, h := startAPI(t, withCallbacks(t, recv.URL, secret+"\n"))
 
 	post := func(path, id string) batchAccepted {
 		t.Helper()

@@ -25,12 +25,10 @@ import (
 // callback body is checked against openapi.yaml.
 func TestChangesFanOutPerChannelAndCallBackOncePerPost(t *testing.T) {
 	t.Parallel()
-	c := loadContract(t)
 	rc := &callbackReceiver{}
 	recv := receiveCallbacks(t, rc)
 	secret := testCallbackSecret
-	s := startStack(t, withCallbacks(t, recv.URL, secret))
-	h := s.api
+	c, _, h := startAPI(t, withCallbacks(t, recv.URL, secret))
 	resp := c.do(t, h, request(http.MethodPut, "/v1/properties/prop_0000abcd/channels", `{"channels":["expedia","agoda"]}`), true)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
@@ -79,10 +77,7 @@ func TestChangesFanOutPerChannelAndCallBackOncePerPost(t *testing.T) {
 
 	ids := []string{"w1@agoda", "w1@expedia", "w2@agoda", "w2@expedia", "w3"}
 	for _, id := range ids {
-		require.Eventually(t, func() bool {
-			out := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, "/v1/changes/"+id, ""), true))
-			return len(out.Outcomes) == 1 && out.Outcomes[0].Outcome == models.OutcomeCommitted
-		}, 2*time.Minute, 250*time.Millisecond, "%s committed on its channel", id)
+		awaitCommitted(t, c, h, "/v1/changes/"+id, 2*time.Minute, "%s committed on its channel", id)
 	}
 	require.Eventually(t, func() bool { return len(rc.on("/hooks/post")) >= 1 && len(rc.on("/hooks/second")) >= 1 },
 		time.Minute, 50*time.Millisecond, "each post's callback delivered")
@@ -122,11 +117,9 @@ func TestChangesFanOutPerChannelAndCallBackOncePerPost(t *testing.T) {
 // callback still comes once, when agoda's change has its outcome.
 func TestAFannedOutChangeIsAdmittedPerChannel(t *testing.T) {
 	t.Parallel()
-	c := loadContract(t)
 	rc := &callbackReceiver{}
 	recv := receiveCallbacks(t, rc)
-	s := startStack(t, withCallbacks(t, recv.URL, testCallbackSecret), func(cfg *Config) { cfg.SmootherMaxPending = 2 })
-	h := s.api
+	c, _, h := startAPI(t, withCallbacks(t, recv.URL, testCallbackSecret), func(cfg *Config) { cfg.SmootherMaxPending = 2 })
 	resp := c.do(t, h, request(http.MethodPut, "/v1/properties/prop_0000abcd/channels", `{"channels":["agoda","expedia"]}`), true)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
@@ -154,10 +147,7 @@ func TestAFannedOutChangeIsAdmittedPerChannel(t *testing.T) {
 	for _, ch := range p.Changes[1:] {
 		require.Equal(t, changeRefused, ch.Status, "%+v", ch)
 	}
-	require.Eventually(t, func() bool {
-		out := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, "/v1/changes/p1@agoda", ""), true))
-		return len(out.Outcomes) == 1 && out.Outcomes[0].Outcome == models.OutcomeCommitted
-	}, 2*time.Minute, 250*time.Millisecond, "the channel that took it commits it")
+	awaitCommitted(t, c, h, "/v1/changes/p1@agoda", 2*time.Minute, "the channel that took it commits it")
 	require.Eventually(t, func() bool { return len(rc.on("/hooks/p")) >= 1 }, time.Minute, 50*time.Millisecond)
 	time.Sleep(time.Second)
 	got := rc.on("/hooks/p")

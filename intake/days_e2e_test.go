@@ -22,9 +22,7 @@ import (
 func TestWeekendRangeGoesAsOneLineWithDays(t *testing.T) {
 	t.Parallel()
 	c := loadContract(t)
-	cx := models.ChannexMapping{Properties: map[string]models.ChannexProperty{"prop_0000abcd": {
-		PropertyID: cxProperty, Currency: "EUR",
-		RoomTypes: map[string]string{"DBL": cxRoom}, RatePlans: map[string]string{"DBL/BAR_FLEX": cxPlan}}}}
+	cx := cxKnown("BAR_FLEX")
 	ota := models.NewChannelConfig("ota_days", 600)
 	ota.Protocol, ota.ReadBack = models.ProtocolOpenTravel, false
 	s := startStackWith(t,
@@ -35,24 +33,13 @@ func TestWeekendRangeGoesAsOneLineWithDays(t *testing.T) {
 	require.Equal(t, http.StatusOK, c.do(t, h, request(http.MethodPut, "/v1/properties/prop_0000abcd/channels",
 		`{"channels":["channex_days","ota_days"]}`), true).StatusCode)
 
-	ahead := time.Now().UTC().AddDate(0, 2, 0)
-	from := models.DateOf(time.Date(ahead.Year(), ahead.Month()+1, 1, 0, 0, 0, 0, time.UTC))
-	to := from.AddDays(244)
-	var weekend []models.Date
-	for d := from; !d.After(to); d = d.AddDays(1) {
-		if wd := d.Time().Weekday(); wd == time.Saturday || wd == time.Sunday {
-			weekend = append(weekend, d)
-		}
-	}
+	from, to, weekend := season()
 	row := fmt.Sprintf(`{"id":"season","property_id":"prop_0000abcd","room_type_code":"DBL","rate_plan_code":"BAR_FLEX",`+
 		`"from":%q,"to":%q,"days":["sat","sun"],"amount":"129.00","currency":"EUR","version":5}`, from, to)
 	acc := decodeJSON[batchAccepted](t, c.do(t, h, request(http.MethodPost, "/v1/batches", "["+row+"]"), true))
 	require.Equal(t, 2, acc.Accepted, "%+v", acc.Rejected)
 	for _, id := range []string{"season@channex_days", "season@ota_days"} {
-		require.Eventually(t, func() bool {
-			out := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, acc.StatusURL+"/outcomes?mutation="+id, ""), true))
-			return len(out.Outcomes) == 1 && out.Outcomes[0].Outcome == models.OutcomeCommitted
-		}, 2*time.Minute, 250*time.Millisecond, "%s committed", id)
+		awaitCommitted(t, c, h, acc.StatusURL+"/outcomes?mutation="+id, 2*time.Minute, "%s committed", id)
 	}
 
 	weekendDays := models.Weekdays(1<<time.Saturday | 1<<time.Sunday)

@@ -55,9 +55,7 @@ func exportLines(t *testing.T, c *contract, h http.Handler, path string) []store
 // PostgreSQL; every answer is checked against openapi.yaml.
 func TestDeadLettersExportAndAckOverHTTP(t *testing.T) {
 	t.Parallel()
-	c := loadContract(t)
-	s := startStack(t)
-	h := s.api
+	c, s, h := startAPI(t)
 	first := park(t, s.st, "acme.b-1", "expedia", 30)
 	second := park(t, s.st, "acme.b-1", "expedia", 31)
 	third := park(t, s.st, "acme.b-2", "agoda", 30)

@@ -62,6 +62,15 @@ func startStack(t *testing.T, edit ...func(*Config)) *stack {
 	return startStackWith(t, nil, nil, edit...)
 }
 
+// startAPI is startStack with what most tests then take from it: the contract
+// every request and answer is checked against, and the API's handler.
+func startAPI(t *testing.T, edit ...func(*Config)) (*contract, *stack, http.Handler) {
+	t.Helper()
+	c := loadContract(t)
+	s := startStack(t, edit...)
+	return c, s, s.api
+}
+
 // startStackWith is startStack with more channels: extra are paritysync's (worker
 // and intake), simExtra the simulator's (a Channex channel knows its ids there).
 func startStackWith(t *testing.T, extra, simExtra []models.ChannelConfig, edit ...func(*Config)) *stack {
@@ -71,20 +80,8 @@ func startStackWith(t *testing.T, extra, simExtra []models.ChannelConfig, edit .
 	// one partition, as the README says every test runs Temporal); skips under -short.
 	srv := devtest.Start(t)
 
-	redisURL := redistest.Reachable(t)
-	opt, err := redis.ParseURL(redisURL)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opt)
-	require.NoError(t, rdb.Ping(ctx).Err())
-	id := uuid.NewString()[:8]
-	prefix, queue := "paritysync-intake-"+id+":", "paritysync-intake-"+id
-	t.Cleanup(func() {
-		iter := rdb.Scan(context.Background(), 0, prefix+"*", 1000).Iterator()
-		for iter.Next(context.Background()) {
-			rdb.Del(context.Background(), iter.Val())
-		}
-		_ = rdb.Close()
-	})
+	rdb, prefix := redistest.Client(t, "paritysync-intake")
+	redisURL, queue := redistest.URL(), strings.TrimSuffix(prefix, ":")
 	s := config.DefaultSettings()
 	s.TemporalAddress, s.TemporalNamespace, s.TaskQueue, s.KeyPrefix, s.RedisURL = srv.FrontendHostPort(), srv.Namespace(), queue, prefix, redisURL
 	s.DatabaseURL = storetest.Schema(t, "intake")
@@ -145,6 +142,17 @@ func startStackWith(t *testing.T, extra, simExtra []models.ChannelConfig, edit .
 		ns: srv.Namespace(), dbURL: s.DatabaseURL, sim: simulator}
 }
 
+// awaitCommitted waits up to wait for the outcome read at path (/v1/changes/{id},
+// or a batch's outcomes?mutation={id}) to be one committed outcome, each read
+// checked against openapi.yaml.
+func awaitCommitted(t *testing.T, c *contract, h http.Handler, path string, wait time.Duration, msgAndArgs ...any) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		out := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, path, ""), true))
+		return len(out.Outcomes) == 1 && out.Outcomes[0].Outcome == models.OutcomeCommitted
+	}, wait, 250*time.Millisecond, msgAndArgs...)
+}
+
 func decodeJSON[T any](t *testing.T, resp *http.Response) T {
 	t.Helper()
 	var v T
@@ -168,9 +176,7 @@ func mutationRow(id, ch string, version int, edit ...string) string {
 // answer checked against openapi.yaml; every operation of the document is used.
 func TestBatchesAndChangesOverHTTPEveryOutcomeReadBack(t *testing.T) {
 	t.Parallel() // a namespace, task queue, key prefix and schema of its own
-	c := loadContract(t)
-	s := startStack(t)
-	h := s.api
+	c, _, h := startAPI(t)
 
 	var rows []string
 	for i := range 6 {
@@ -249,10 +255,7 @@ func TestBatchesAndChangesOverHTTPEveryOutcomeReadBack(t *testing.T) {
 	require.Equal(t, 1, ans.Rejected)
 	require.Equal(t, "inventory", ans.Changes[3].Problems[0].Field)
 	for _, id := range []string{"c1", "c2", "c3"} {
-		require.Eventually(t, func() bool {
-			out := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, "/v1/changes/"+id, ""), true))
-			return len(out.Outcomes) == 1 && out.Outcomes[0].Outcome == models.OutcomeCommitted
-		}, 2*time.Minute, 250*time.Millisecond, "change %s has its outcome", id)
+		awaitCommitted(t, c, h, "/v1/changes/"+id, 2*time.Minute, "change %s has its outcome", id)
 	}
 
 	// Operations.

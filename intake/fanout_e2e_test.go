@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/ops"
 )
 
@@ -20,9 +19,7 @@ import (
 // checked against openapi.yaml.
 func TestChannelStarFansOutToTheChannelsMappedOverHTTP(t *testing.T) {
 	t.Parallel()
-	c := loadContract(t)
-	s := startStack(t)
-	h := s.api
+	c, _, h := startAPI(t)
 
 	resp := c.do(t, h, request(http.MethodGet, "/v1/properties/prop_0000abcd/channels", ""), true)
 	require.Equal(t, propertyChannels{PropertyID: "prop_0000abcd", Channels: []string{}}, decodeJSON[propertyChannels](t, resp))
@@ -65,10 +62,7 @@ func TestChannelStarFansOutToTheChannelsMappedOverHTTP(t *testing.T) {
 	acc := decodeJSON[batchAccepted](t, resp)
 	require.Equal(t, 2, acc.Accepted)
 	for _, id := range []string{"f1@agoda", "f1@expedia"} {
-		require.Eventually(t, func() bool {
-			out := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, acc.StatusURL+"/outcomes?mutation="+id, ""), true))
-			return len(out.Outcomes) == 1 && out.Outcomes[0].Outcome == models.OutcomeCommitted
-		}, 2*time.Minute, 250*time.Millisecond, "%s is committed on its own channel", id)
+		awaitCommitted(t, c, h, acc.StatusURL+"/outcomes?mutation="+id, 2*time.Minute, "%s is committed on its own channel", id)
 	}
 	rej := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, acc.StatusURL+"/rejections", ""), true))
 	require.Len(t, rej.Outcomes, 1)

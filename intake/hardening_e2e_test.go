@@ -18,9 +18,7 @@ import (
 // committed outcome. A tenant's change for its own property is committed too,
 // and one for another tenant's property is rejected before it is recorded.
 func TestHugeIDsDoNotBlockTheChannel(t *testing.T) {
-	c := loadContract(t)
-	s := startStack(t)
-	h := s.api
+	c, _, h := startAPI(t)
 	var wg sync.WaitGroup
 	answers := make([]changesAnswer, 4)
 	for i := range answers {

@@ -31,9 +31,7 @@ func lagOf(t *testing.T, c *contract, h http.Handler, key, path, channel string)
 // channel's lag (every tenant's work).
 func TestParityLagPerPropertyOverHTTP(t *testing.T) {
 	t.Parallel()
-	c := loadContract(t)
-	s := startStack(t)
-	h := s.api
+	c, _, h := startAPI(t)
 
 	resp := c.do(t, h, request(http.MethodPost, "/v1/channels/expedia/pause", `{"reason":"lag test"}`), true)
 	require.Equal(t, http.StatusOK, resp.StatusCode)

@@ -35,9 +35,7 @@ func (l batchList) ids() []string {
 // over the API is listed at once and done once BatchSync recorded its end.
 func TestBatchListingIsTenantScopedPagedAndFiltered(t *testing.T) {
 	t.Parallel()
-	c := loadContract(t)
-	s := startStack(t)
-	h := s.api
+	c, s, h := startAPI(t)
 	ctx := context.Background()
 	var beta []string
 	for i := range 7 {

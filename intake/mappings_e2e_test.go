@@ -21,6 +21,13 @@ const (
 	cxPlan     = "1c3e5a7b-9d2f-4b4c-8e6a-8f0b2d4c6e8a"
 )
 
+// cxKnown maps prop_0000abcd to its Channex ids, room DBL and rate plan DBL/plan.
+func cxKnown(plan string) models.ChannexMapping {
+	return models.ChannexMapping{Properties: map[string]models.ChannexProperty{"prop_0000abcd": {
+		PropertyID: cxProperty, Currency: "EUR",
+		RoomTypes: map[string]string{"DBL": cxRoom}, RatePlans: map[string]string{"DBL/" + plan: cxPlan}}}}
+}
+
 // TestPropertyMappedOverTheAPIIsPushedWithoutAWorkerRestart runs a worker whose
 // YAML maps no property on its Channex channel. A batch for prop_0000abcd there
 // is refused as unmapped; the property is then mapped over the API with its
@@ -31,9 +38,7 @@ const (
 func TestPropertyMappedOverTheAPIIsPushedWithoutAWorkerRestart(t *testing.T) {
 	t.Parallel()
 	c := loadContract(t)
-	known := models.ChannexMapping{Properties: map[string]models.ChannexProperty{"prop_0000abcd": {
-		PropertyID: cxProperty, Currency: "EUR",
-		RoomTypes: map[string]string{"DBL": cxRoom}, RatePlans: map[string]string{"DBL/BAR": cxPlan}}}}
+	known := cxKnown("BAR")
 	s := startStackWith(t,
 		[]models.ChannelConfig{models.NewChannexChannel("channex_eu", models.ChannexMapping{})}, // the worker's YAML: none
 		[]models.ChannelConfig{models.NewChannexChannel("channex_eu", known)})                   // the channel knows its ids
@@ -135,10 +140,7 @@ func TestOpenTravelCodesOverTheAPIAreSentWithoutARestart(t *testing.T) {
 	ans := decodeJSON[changesAnswer](t, resp)
 	require.Len(t, ans.Changes[0].Channels, 1)
 	require.Equal(t, "o1@ota_eu", ans.Changes[0].Channels[0].ID)
-	require.Eventually(t, func() bool {
-		out := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, "/v1/changes/o1@ota_eu", ""), true))
-		return len(out.Outcomes) == 1 && out.Outcomes[0].Outcome == models.OutcomeCommitted
-	}, time.Minute, 250*time.Millisecond, "committed on the OpenTravel channel")
+	awaitCommitted(t, c, h, "/v1/changes/o1@ota_eu", time.Minute, "committed on the OpenTravel channel")
 	applied := slices.DeleteFunc(s.sim.Applied("ota_eu"), func(a sim.ApplyRecord) bool { return a.At.Before(since) })
 	require.NotEmpty(t, applied)
 	for _, a := range applied {
@@ -167,10 +169,7 @@ func TestOpenTravelCodesSeededFromTheYAMLAreSent(t *testing.T) {
 		acc := decodeJSON[batchAccepted](t, c.do(t, h, request(http.MethodPost, "/v1/batches",
 			"["+mutationRow(id, "ota_seed", version)+"]"), true))
 		require.Equal(t, 1, acc.Accepted)
-		require.Eventually(t, func() bool {
-			out := decodeJSON[outcomeList](t, c.do(t, h, request(http.MethodGet, acc.StatusURL+"/outcomes?mutation="+id, ""), true))
-			return len(out.Outcomes) == 1 && out.Outcomes[0].Outcome == models.OutcomeCommitted
-		}, time.Minute, 250*time.Millisecond, "committed on the OpenTravel channel")
+		awaitCommitted(t, c, h, acc.StatusURL+"/outcomes?mutation="+id, time.Minute, "committed on the OpenTravel channel")
 		applied := slices.DeleteFunc(s.sim.Applied("ota_seed"), func(a sim.ApplyRecord) bool { return a.At.Before(since) })
 		require.NotEmpty(t, applied)
 		return applied

@@ -155,12 +155,7 @@ func (s *Server) replayDLQ(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	entries, err := ops.SelectDeadLetters(r.Context(), s.st, sel)
-	if errors.Is(err, store.ErrDeadLetterNotFound) {
-		writeProblem(w, r, http.StatusNotFound, probNotFound, err.Error())
-		return
-	}
-	if err != nil {
-		s.internal(w, r, err)
+	if s.dlqFailed(w, r, err) {
 		return
 	}
 	rep, err := ops.ReplayDeadLetters(r.Context(), s.tc, s.cfg.Settings.TaskQueue, s.st, tenantOf(r.Context())+".", entries)
@@ -256,15 +251,24 @@ func (s *Server) ackDLQ(w http.ResponseWriter, r *http.Request) {
 		note = "acknowledged over the API"
 	}
 	a, err := ops.AckDeadLetters(r.Context(), s.st, sel, "tenant "+tenantOf(r.Context())+": "+note)
-	if errors.Is(err, store.ErrDeadLetterNotFound) {
-		writeProblem(w, r, http.StatusNotFound, probNotFound, err.Error())
-		return
-	}
-	if err != nil {
-		s.internal(w, r, err)
+	if s.dlqFailed(w, r, err) {
 		return
 	}
 	writeJSON(w, http.StatusOK, a)
+}
+
+// dlqFailed answers err of an operation on selected dead letters, if any: 404
+// for a dead letter id no entry has, else 500. It reports whether it answered.
+func (s *Server) dlqFailed(w http.ResponseWriter, r *http.Request, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, store.ErrDeadLetterNotFound):
+		writeProblem(w, r, http.StatusNotFound, probNotFound, err.Error())
+	default:
+		s.internal(w, r, err)
+	}
+	return true
 }
 
 // propertyChannels is GET and PUT /v1/properties/{id}/channels.
@@ -368,26 +372,13 @@ func (s *Server) putPropertyChannels(w http.ResponseWriter, r *http.Request) {
 	for _, ch := range slices.Sorted(maps.Keys(in.Codes)) {
 		field, rule := "codes."+ch, ""
 		i := slices.Index(in.Channels, ch)
-		strict := func(v any) bool { return decodeStrict(in.Codes[ch], v) == nil }
 		switch proto := s.channels[ch].Protocol; {
 		case i < 0:
 			rule = ruleCodesListed
 		case proto == models.ProtocolChannex:
-			var c models.ChannexProperty
-			if !strict(&c) {
-				rule = ruleCodesObject
-			} else if f, r := c.Problem(); f != "" {
-				field, rule = field+"."+f, r
-			}
-			list[i].Channex = &c
+			list[i].Channex, field, rule = decodeCodes[models.ChannexProperty](in.Codes[ch], field)
 		case proto == models.ProtocolOpenTravel:
-			var c models.OpenTravelProperty
-			if !strict(&c) {
-				rule = ruleCodesObject
-			} else if f, r := c.Problem(); f != "" {
-				field, rule = field+"."+f, r
-			}
-			list[i].OpenTravel = &c
+			list[i].OpenTravel, field, rule = decodeCodes[models.OpenTravelProperty](in.Codes[ch], field)
 		default:
 			rule = ruleCodesProtocol
 		}
@@ -405,4 +396,18 @@ func (s *Server) putPropertyChannels(w http.ResponseWriter, r *http.Request) {
 		s.mappings.Invalidate() // a remapped property's new codes count from the next request here
 	}
 	s.getPropertyChannels(w, r)
+}
+
+// decodeCodes decodes raw, the codes a PUT gives a channel at field, strictly into
+// a T (a protocol's property codes); what is wrong with them is the field it is at
+// and its rule, rule "" when nothing is.
+func decodeCodes[T interface{ Problem() (field, rule string) }](raw json.RawMessage, field string) (codes *T, at, rule string) {
+	codes = new(T)
+	if decodeStrict(raw, codes) != nil {
+		return codes, field, ruleCodesObject
+	}
+	if f, r := (*codes).Problem(); f != "" {
+		return codes, field + "." + f, r
+	}
+	return codes, field, ""
 }

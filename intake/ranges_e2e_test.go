@@ -12,6 +12,20 @@ import (
 	"github.com/paritysync/paritysync/models"
 )
 
+// season is 245 nights, from the first of a month at least 60 days ahead
+// (2027-03-01..2027-10-31 when run in December 2026), and its weekend nights.
+func season() (from, to models.Date, weekend []models.Date) {
+	ahead := time.Now().UTC().AddDate(0, 2, 0)
+	from = models.DateOf(time.Date(ahead.Year(), ahead.Month()+1, 1, 0, 0, 0, 0, time.UTC))
+	to = from.AddDays(244)
+	for d := from; !d.After(to); d = d.AddDays(1) {
+		if wd := d.Time().Weekday(); wd == time.Saturday || wd == time.Sunday {
+			weekend = append(weekend, d)
+		}
+	}
+	return from, to, weekend
+}
+
 // TestRangeMutationOneOutcomePerChannelOverHTTP posts one mutation for 245 nights,
 // weekends only, to the two channels its property is mapped to (channel "*"): each
 // channel gets one committed outcome and counts one update, not one per night, and
@@ -21,25 +35,14 @@ import (
 // openapi.yaml.
 func TestRangeMutationOneOutcomePerChannelOverHTTP(t *testing.T) {
 	t.Parallel()
-	c := loadContract(t)
-	s := startStack(t)
-	h := s.api
+	c, s, h := startAPI(t)
 	started := time.Now()
 
 	require.Equal(t, http.StatusOK, c.do(t, h, request(http.MethodPut, "/v1/properties/prop_0000abcd/channels",
 		`{"channels":["booking_com","expedia"]}`), true).StatusCode)
 
-	// 245 nights, from the first of a month at least 60 days ahead (2027-03-01..
-	// 2027-10-31 when run in December 2026).
-	ahead := time.Now().UTC().AddDate(0, 2, 0)
-	from := models.DateOf(time.Date(ahead.Year(), ahead.Month()+1, 1, 0, 0, 0, 0, time.UTC))
-	to := from.AddDays(244)
-	weekends := 0
-	for d := from; !d.After(to); d = d.AddDays(1) {
-		if wd := d.Time().Weekday(); wd == time.Saturday || wd == time.Sunday {
-			weekends++
-		}
-	}
+	from, to, weekend := season()
+	weekends := len(weekend)
 	today := models.DateOf(time.Now().UTC())
 	rangeRow := func(id, ch string, from, to models.Date, extra string) string {
 		return fmt.Sprintf(`{"id":%q,"property_id":"prop_0000abcd","room_type_code":"DBL","rate_plan_code":"BAR_FLEX",`+

@@ -32,9 +32,7 @@ func listedState(t *testing.T, c *contract, h http.Handler, batchID string) (sto
 // unknown once it is past sweepGone, and one it runs stays running.
 func TestListingTellsABatchTerminatedInTemporal(t *testing.T) {
 	t.Parallel()
-	c := loadContract(t)
-	s := startStack(t, func(cfg *Config) { cfg.BatchSweep = time.Second })
-	h := s.api
+	c, s, h := startAPI(t, func(cfg *Config) { cfg.BatchSweep = time.Second })
 	ctx := context.Background()
 
 	// A paused channel holds the batch running until it is terminated.

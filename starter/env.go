@@ -109,10 +109,7 @@ func (d *deps) temporal(ctx context.Context) (client.Client, error) {
 	}
 	c, err := dial.Temporal(ctx, d.settings, client.Options{Logger: quietLogger{}, Interceptors: d.interceptors})
 	if err != nil {
-		if dial.IsUnreachable(err) {
-			return nil, err
-		}
-		return nil, configError{err}
+		return nil, dialError(err)
 	}
 	d.tc = c
 	return c, nil
@@ -124,13 +121,19 @@ func (d *deps) redis(ctx context.Context) (redis.UniversalClient, error) {
 	}
 	rdb, err := dial.Redis(ctx, d.settings.RedisURL)
 	if err != nil {
-		if dial.IsUnreachable(err) {
-			return nil, err
-		}
-		return nil, configError{err}
+		return nil, dialError(err)
 	}
 	d.rdb = rdb
 	return rdb, nil
+}
+
+// dialError is err from dialling a service: one that did not answer stays as it
+// is (exit 69); any other is the configuration's (exit 78).
+func dialError(err error) error {
+	if dial.IsUnreachable(err) {
+		return err
+	}
+	return configError{err}
 }
 
 // store opens the system of record (PARITYSYNC_DATABASE_URL). The worker applies

@@ -16,9 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -83,22 +81,10 @@ func runCounted(t *testing.T, counter *callCounter, env map[string]string, args 
 // key prefix and schema, and returns the environment the starter reads them from.
 func workerEnv(t *testing.T, ratePerMinute int) map[string]string {
 	t.Helper()
-	ctx := context.Background()
 	srv := devtest.Start(t)
 	env, st := storeEnv(t)
-	redisURL := redistest.Reachable(t)
-	opt, err := redis.ParseURL(redisURL)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opt)
-	id := uuid.NewString()[:8]
-	prefix, queue := "paritysync-starter-"+id+":", "paritysync-starter-"+id
-	t.Cleanup(func() {
-		iter := rdb.Scan(context.Background(), 0, prefix+"*", 1000).Iterator()
-		for iter.Next(context.Background()) {
-			rdb.Del(context.Background(), iter.Val())
-		}
-		_ = rdb.Close()
-	})
+	rdb, prefix := redistest.Client(t, "paritysync-starter")
+	redisURL, queue := redistest.URL(), strings.TrimSuffix(prefix, ":")
 	chs, err := config.LoadChannels("", func(k string) string {
 		if strings.HasSuffix(k, "_RATE_PER_MINUTE") {
 			return strconv.Itoa(ratePerMinute)
@@ -124,7 +110,6 @@ func workerEnv(t *testing.T, ratePerMinute int) map[string]string {
 	w.RegisterActivity(acts)
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
-	_ = ctx
 	env["TEMPORAL_ADDRESS"], env["TEMPORAL_NAMESPACE"], env["PARITYSYNC_TASK_QUEUE"] = srv.FrontendHostPort(), srv.Namespace(), queue
 	env["REDIS_URL"], env["PARITYSYNC_KEY_PREFIX"] = redisURL, prefix
 	return env
