@@ -39,6 +39,7 @@ func (e *activityEnv) deadLetters() []store.DeadLetter {
 }
 
 func TestRecordDeadLetterParksRequest(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{})
 	req := e.deadLetterRequest(testProperty)
 	key := e.saveChunk("b-dlq", req)
@@ -63,6 +64,7 @@ func TestRecordDeadLetterParksRequest(t *testing.T) {
 }
 
 func TestRecordDeadLetterOnlyListedLines(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{})
 	req := e.deadLetterRequest(testProperty)
 	key := e.saveChunk("b-lines", req)
@@ -93,6 +95,7 @@ func TestRecordDeadLetterOnlyListedLines(t *testing.T) {
 }
 
 func TestRecordDeadLetterRetryParksOnce(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{})
 	key := e.saveChunk("b-retry", e.deadLetterRequest(testProperty))
 	in := models.DeadLetterInput{BatchID: "b-retry", ChunkKey: key, Index: 0, Lines: []int{0},
@@ -111,6 +114,7 @@ func TestRecordDeadLetterRetryParksOnce(t *testing.T) {
 }
 
 func TestRecordDeadLetterWholeChunk(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{})
 	props := []string{"prop_00000001", "prop_00000002", "prop_00000003"}
 	var reqs []models.ChannelRequest

@@ -28,6 +28,7 @@ func (e *activityEnv) loseRedis() {
 }
 
 func TestGateRebuiltFromTheStoreAfterRedisLoss(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{})
 	// Both prepared before either is sent, so the older one is not dropped as stale
 	// when prepared: only the gate can keep it out.
@@ -55,6 +56,7 @@ func TestGateRebuiltFromTheStoreAfterRedisLoss(t *testing.T) {
 }
 
 func TestPrepareBatchRetryRecordsOutcomesOnce(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{})
 	ms := []models.Mutation{
 		e.mutation("r-1", 3, 2, withRate("90.00")),
@@ -136,6 +138,7 @@ func TestDiffChannelReadsPayTheLimiter(t *testing.T) {
 }
 
 func TestPushRequestFamilyWithoutBudgetIsRejectedNotRetried(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{})
 	chunk := e.preparedChunk("b-nobudget", e.mutation("nb-1", 3, 1, withRate("80.00")))
 	cfg := e.acts.Channels[testChannel]
@@ -155,6 +158,7 @@ func TestPushRequestFamilyWithoutBudgetIsRejectedNotRetried(t *testing.T) {
 // requests of that family wait in the limiter (the channel sees no more of them),
 // while the channel's other families still go.
 func TestQuotaExhaustedStopsTheFamilyUntilTheReset(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{simChannel: func(c *models.ChannelConfig) { c.DailyQuota = 1 }})
 	first := e.preparedChunk("b-q1", e.mutation("q-1", 3, 1, withRate("80.00")))
 	second := e.preparedChunk("b-q2", e.mutation("q-2", 4, 1, withRate("80.00")))

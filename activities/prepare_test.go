@@ -13,6 +13,7 @@ import (
 )
 
 func TestPrepareBatchRejectsWithFieldProblems(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{})
 	bad := e.mutation("mut-bad", 3, 1, func(m *models.Mutation) {
 		m.PropertyID = "hotel-1"
@@ -54,6 +55,7 @@ func TestPrepareBatchRejectsWithFieldProblems(t *testing.T) {
 }
 
 func TestPrepareBatchCoalescesIntoOrderedChunks(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{chunkSize: 2})
 	var ms []models.Mutation
 	// Four consecutive nights at one price and version: one line.
@@ -113,6 +115,7 @@ func TestPrepareBatchCoalescesIntoOrderedChunks(t *testing.T) {
 }
 
 func TestPrepareBatchSupersededByLedgerIsInNoChunk(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{})
 	night := e.today.AddDays(7)
 	committed := models.ChannelRequest{Channel: testChannel, PropertyID: testProperty, Family: models.FamilyRates, Priority: 3,
@@ -150,6 +153,7 @@ func TestPrepareBatchSupersededByLedgerIsInNoChunk(t *testing.T) {
 }
 
 func TestPrepareBatchByReference(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{})
 	ms := []models.Mutation{
 		e.mutation("ref-1", 1, 1, withRate("100.00")),
@@ -183,6 +187,7 @@ func TestPrepareBatchByReference(t *testing.T) {
 }
 
 func TestPrepareBatchAccountsForEveryUpdateOnce(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{chunkSize: 3})
 	night := e.today.AddDays(30)
 	committed := models.ChannelRequest{Channel: "expedia", PropertyID: testProperty, Family: models.FamilyAvailability, Priority: 3,

@@ -363,6 +363,7 @@ func TestPushLeavesAFarSlotToTheLane(t *testing.T) {
 }
 
 func TestPushRequestCommittedRecordsAcknowledgedStateAndChannel(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{})
 	ctx := context.Background()
 	var ms []models.Mutation
@@ -419,6 +420,7 @@ func TestPushRequestCommittedRecordsAcknowledgedStateAndChannel(t *testing.T) {
 }
 
 func TestPushRequestHeldSlotMakesNoCall(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{slow: true})
 	ctx := context.Background()
 	chunk := e.preparedChunk("b-deny", e.mutation("d-1", 3, 1, withRate("80.00")))
@@ -444,6 +446,7 @@ func TestPushRequestHeldSlotMakesNoCall(t *testing.T) {
 }
 
 func TestPushRequestOlderVersionAfterNewerSentIsNeverSent(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{})
 	older := e.preparedChunk("b-old", e.mutation("o-1", 3, 5, withRate("80.00")))
 	newer := e.preparedChunk("b-new", e.mutation("n-1", 3, 6, withRate("95.00")))
@@ -490,6 +493,7 @@ func TestPushRequestReservesTheLanesNextSlot(t *testing.T) {
 }
 
 func TestPushRequestPausedChannelMakesNoCall(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{})
 	chunk := e.preparedChunk("b-pause", e.mutation("p-1", 3, 1, withRate("80.00")))
 	if err := e.lim.Pause(context.Background(), testChannel, "maintenance window"); err != nil {
@@ -506,6 +510,7 @@ func TestPushRequestPausedChannelMakesNoCall(t *testing.T) {
 }
 
 func TestPushRequestThrottledWritesChannelBackoff(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{sim: func(c *sim.Config) { c.Faults = sim.Faults{StormSeconds: 30} }})
 	_, err := e.pushNew("b-429", e.mutation("t-1", 3, 1, withRate("80.00")))
 	f := failureOf(t, err, models.ErrThrottled)
@@ -522,6 +527,7 @@ func TestPushRequestThrottledWritesChannelBackoff(t *testing.T) {
 }
 
 func TestPushRequestServerErrorIsTransient(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{sim: func(c *sim.Config) { c.Faults = sim.Faults{ErrorRatio: 1} }})
 	_, err := e.pushNew("b-5xx", e.mutation("s-1", 3, 1, withRate("80.00")))
 	f := failureOf(t, err, models.ErrTransient)
@@ -534,6 +540,7 @@ func TestPushRequestServerErrorIsTransient(t *testing.T) {
 }
 
 func TestPushRequestWrongTokenIsAuthExpired(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{tokens: channels.StaticCredential("not-the-token")})
 	_, err := e.pushNew("b-401", e.mutation("a-1", 3, 1, withRate("80.00")))
 	f := failureOf(t, err, models.ErrAuthExpired)
@@ -567,6 +574,7 @@ func (r *rotatingToken) Refresh(context.Context) error {
 }
 
 func TestPushRequestRefreshesCredentialWhenAsked(t *testing.T) {
+	t.Parallel()
 	tokens := &rotatingToken{token: "expired-token"}
 	e := newActivityEnv(t, envOptions{tokens: tokens})
 	chunk := e.preparedChunk("b-refresh", e.mutation("r-1", 3, 1, withRate("80.00")))
@@ -587,6 +595,7 @@ func TestPushRequestRefreshesCredentialWhenAsked(t *testing.T) {
 }
 
 func TestPushRequestChannelRejectionCarriesMessage(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{})
 	from := e.today.AddDays(9)
 	bad := models.ChannelRequest{Channel: testChannel, PropertyID: testProperty, Family: models.FamilyAvailability, Priority: 3,
@@ -602,6 +611,7 @@ func TestPushRequestChannelRejectionCarriesMessage(t *testing.T) {
 }
 
 func TestPushRequestChannelQuotaExhausted(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{simChannel: func(c *models.ChannelConfig) { c.DailyQuota = 1 }})
 	chunk := e.preparedChunk("b-quota", e.mutation("q-1", 3, 1, func(m *models.Mutation) {
 		withRate("80.00")(m)
@@ -618,6 +628,7 @@ func TestPushRequestChannelQuotaExhausted(t *testing.T) {
 }
 
 func TestPushRequestPartialCommitsAcceptedLines(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{sim: func(c *sim.Config) { c.Faults = sim.Faults{PartialRatio: 1} }})
 	var ms []models.Mutation
 	// Pairs of nights at one price: three lines of two refs each.
@@ -665,6 +676,7 @@ func TestPushRequestPartialCommitsAcceptedLines(t *testing.T) {
 }
 
 func TestPushRequestOlderThanAcknowledgedIsSupersededAtCommit(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{})
 	ctx := context.Background()
 	chunk := e.preparedChunk("b-race", e.mutation("old", 3, 5, withRate("80.00")), e.mutation("fresh", 4, 5, withRate("80.00")))

@@ -15,6 +15,7 @@ import (
 // once its nights are acknowledged the range has one committed outcome whose
 // reason names the superseded night.
 func TestPrepareBatchExpandsARangeWithOneUpdatePerFamily(t *testing.T) {
+	t.Parallel()
 	e := newActivityEnv(t, envOptions{chunkSize: 10})
 	from, to := e.today.AddDays(10), e.today.AddDays(19)
 	season := e.mutation("season", 0, 5, withRate("129.00"))
