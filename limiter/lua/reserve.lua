@@ -30,10 +30,10 @@ local window = tonumber(ARGV[16])
 -- cutoff is the property's today (days since 1970): earlier nights leave the gate.
 local cutoff = tonumber(ARGV[17])
 local sched, res = KEYS[5], KEYS[7]
--- The held index (see "The held index" in the prelude): future held slots by time,
--- the movable ones by priority and by priority and group, and their first asks, in
--- one lex set; each group's count of future held slots; and each group's turn
--- score per priority.
+-- The held index (see "The held index" in the prelude): the movable held slots by
+-- priority and by priority and group, in one lex set; each group's count of future
+-- held slots; and each group's turn score per priority, with the held slots' times
+-- (when each comes due, and when each movable one ages out) in the same scored set.
 local idx, pend, turn = KEYS[11], KEYS[12], KEYS[13]
 local w = window + margin
 local now_k = pad(now)
@@ -49,11 +49,12 @@ if redis.call('PTTL', KEYS[15]) < BUDGET_TTL - 30000 then redis.call('PEXPIRE', 
 -- while pending's p|g is above zero), and at priority also, just entered. One
 -- ZMSCORE and one ZADD, each O(log n): pending is a hash of a few hundred fields,
 -- which Redis keeps as a list and reads end to end for each field asked.
-local function turn_update(g, gw, n, also)
+-- add, when given, are more score and member pairs for turn, written in the same ZADD.
+local function turn_update(g, gw, n, also, add)
   local f = {}
   for p = 1, 5 do f[p] = PRIO[p] .. SEP .. g end
   local v = redis.call('ZMSCORE', turn, unpack(f))
-  local add = {}
+  add = add or {}
   for p = 1, 5 do
     if v[p] or PRIO[p] == also then
       add[#add + 1] = score17(p * TURN + n / tonumber(gw))
@@ -62,16 +63,16 @@ local function turn_update(g, gw, n, also)
   end
   if #add > 0 then redis.call('ZADD', turn, unpack(add)) end
 end
--- The index's members of a held slot: by time (h), by first ask (a), by priority (m)
--- and by priority and group (g).
-local function held_of(hid, h) return 'h' .. SEP .. h.k .. SEP .. hid end
-local function ask_of(hid, h) return 'a' .. SEP .. (h.fk or pad(h.f)) .. SEP .. hid end
+-- A held slot's members of the index, by priority (m) and by priority and group (g),
+-- and of turn, its due time (h, scored by the slot) and, while movable, its age
+-- limit (a, scored by the first ask and max age).
 local function by_prio(hid, h) return 'm' .. h.p .. SEP .. h.k .. SEP .. hid end
 local function by_group(hid, h) return 'g' .. h.p .. SEP .. h.g .. SEP .. h.k .. SEP .. hid end
--- movable_rem takes a held slot out of the movable index (aged out), its first ask
--- written as ask; it reports whether the slot was movable.
-local function movable_rem(hid, h, ask)
-  if redis.call('ZREM', idx, by_prio(hid, h), by_group(hid, h), ask or ask_of(hid, h)) == 0 then return false end
+-- movable_rem takes a held slot out of the movable index (aged out); it reports
+-- whether the slot was movable.
+local function movable_rem(hid, h)
+  if redis.call('ZREM', turn, 'a' .. SEP .. hid) == 0 then return false end
+  redis.call('ZREM', idx, by_prio(hid, h), by_group(hid, h))
   if redis.call('HINCRBY', pend, h.p .. SEP .. h.g, '-1') <= 0 then
     redis.call('HDEL', pend, h.p .. SEP .. h.g)
     redis.call('ZREM', turn, h.p .. SEP .. h.g)
@@ -84,35 +85,40 @@ end
 local function index_add(hid, h, n)
   n = n or redis.call('HINCRBY', pend, h.g, '1')
   local also = nil
+  local add = {h.ss or score17(h.s), 'h' .. SEP .. hid}
   if now - h.f < max_age then
-    redis.call('ZADD', idx, '0', held_of(hid, h), '0', by_prio(hid, h), '0', by_group(hid, h), '0', ask_of(hid, h))
+    redis.call('ZADD', idx, '0', by_prio(hid, h), '0', by_group(hid, h))
     redis.call('HINCRBY', pend, h.p .. SEP .. h.g, '1')
+    add[3], add[4] = score17(h.f + max_age), 'a' .. SEP .. hid
     also = tostring(h.p)
-  else
-    redis.call('ZADD', idx, '0', held_of(hid, h))
   end
-  turn_update(h.g, h.w, n, also)
+  turn_update(h.g, h.w, n, also, add)
 end
 local function index_rem(hid, h)
-  local n = redis.call('ZREM', idx, held_of(hid, h), by_prio(hid, h), by_group(hid, h), ask_of(hid, h))
+  -- A held slot has its due time in turn, and a movable one its age limit too.
+  local n = redis.call('ZREM', turn, 'h' .. SEP .. hid, 'a' .. SEP .. hid)
   if n == 0 then return end
   local held = redis.call('HINCRBY', pend, h.g, '-1')
   if held <= 0 then
     redis.call('HDEL', pend, h.g)
     held = 0
   end
-  if n > 1 and redis.call('HINCRBY', pend, h.p .. SEP .. h.g, '-1') <= 0 then
-    redis.call('HDEL', pend, h.p .. SEP .. h.g)
-    redis.call('ZREM', turn, h.p .. SEP .. h.g)
+  if n > 1 then
+    redis.call('ZREM', idx, by_prio(hid, h), by_group(hid, h))
+    if redis.call('HINCRBY', pend, h.p .. SEP .. h.g, '-1') <= 0 then
+      redis.call('HDEL', pend, h.p .. SEP .. h.g)
+      redis.call('ZREM', turn, h.p .. SEP .. h.g)
+    end
   end
   turn_update(h.g, h.w, held, nil)
 end
 -- index_move moves a movable held slot to slot t, written as ts (exact) and tk
 -- (padded): its group's counts stay.
 local function index_move(hid, h, t, ts, tk)
-  redis.call('ZREM', idx, held_of(hid, h), by_prio(hid, h), by_group(hid, h))
+  redis.call('ZREM', idx, by_prio(hid, h), by_group(hid, h))
   h.s, h.ss, h.k = t, ts, tk
-  redis.call('ZADD', idx, '0', held_of(hid, h), '0', by_prio(hid, h), '0', by_group(hid, h))
+  redis.call('ZADD', idx, '0', by_prio(hid, h), '0', by_group(hid, h))
+  redis.call('ZADD', turn, ts, 'h' .. SEP .. hid)
 end
 -- keep_alive renews the schedule's keys, and with held the index's, so that they
 -- outlive slot upto by a window and a second: after that the script forgets every
@@ -162,18 +168,19 @@ end
 
 -- Held slots that came due leave the index (their holders may still send within
 -- the margin), and work that has waited max_age is never moved again: each slot
--- passes each step once, so both cost O(log n) amortized per slot.
--- A member's id follows its kind, a SEP, the 17 bytes of its time and a SEP.
-for _, m in ipairs(redis.call('ZRANGEBYLEX', idx, '(h' .. SEP, '(h' .. SEP .. now_k .. HI)) do
-  local hid = string.sub(m, 21)
+-- passes each step once, so both cost O(log n) amortized per slot. Both times are
+-- in turn, scored in Unix ms, far above every turn score: one range finds both.
+-- A member's id follows its kind and a SEP.
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', turn, TIMES, now_k)) do
+  local hid = string.sub(m, 3)
   local h = entry(hid)
-  if h then index_rem(hid, h) end
-  if not h or h.k ~= string.sub(m, 3, 19) then redis.call('ZREM', idx, m) end
-end
-for _, m in ipairs(redis.call('ZRANGEBYLEX', idx, '(a' .. SEP, '(a' .. SEP .. pad(now - max_age) .. HI)) do
-  local hid = string.sub(m, 21)
-  local h = entry(hid)
-  if not h or not movable_rem(hid, h, m) then redis.call('ZREM', idx, m) end
+  if not h then
+    redis.call('ZREM', turn, m)
+  elseif string.sub(m, 1, 1) == 'h' then
+    index_rem(hid, h)
+  else
+    movable_rem(hid, h)
+  end
 end
 
 -- The channel's plain values, in one read: none is written before it is used.
