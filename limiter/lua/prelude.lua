@@ -95,6 +95,15 @@ local HI = '\255'
 local BUDGET_TTL = 600000
 -- TURN separates the priorities in the turn score: priority * TURN + held / weight.
 local TURN = 1e9
+-- turn_score writes priority p's turn score for a turn of x (held / weight) in
+-- integer formatting, to the nanosecond of a turn: turns of different groups differ
+-- by far more.
+local function turn_score(p, x)
+  local i = math.floor(x)
+  local f = math.floor((x - i) * 1e9 + 0.5)
+  if f >= 1e9 then i, f = i + 1, 0 end
+  return string.format('%d.%09d', p * TURN + i, f)
+end
 -- TIMES bounds the turn scores from above and the times in turn (Unix ms) from below.
 local TIMES = '(1e10'
 

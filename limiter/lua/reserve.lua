@@ -57,7 +57,7 @@ local function turn_update(g, gw, n, also, add)
   add = add or {}
   for p = 1, 5 do
     if v[p] or PRIO[p] == also then
-      add[#add + 1] = score17(p * TURN + n / tonumber(gw))
+      add[#add + 1] = turn_score(p, n / tonumber(gw))
       add[#add + 1] = f[p]
     end
   end
@@ -89,7 +89,7 @@ local function index_add(hid, h, n)
   if now - h.f < max_age then
     redis.call('ZADD', idx, '0', by_prio(hid, h), '0', by_group(hid, h))
     redis.call('HINCRBY', pend, h.p .. SEP .. h.g, '1')
-    add[3], add[4] = score17(h.f + max_age), 'a' .. SEP .. hid
+    add[3], add[4] = pad(h.f + max_age), 'a' .. SEP .. hid
     also = tostring(h.p)
   end
   turn_update(h.g, h.w, n, also, add)
@@ -189,9 +189,11 @@ local used = tonumber(vals[5] or '0')
 local r = limit_now(rate, tonumber(vals[6] or '0') or 0, used, quota)
 local cur = tier(used, quota)
 
--- Slots that left the window are forgotten, and with them the reservations they
--- belonged to (a holder that comes back later asks afresh). Each slot leaves once.
-local since = '(' .. pad(now - w)
+-- Slots that left the window (now - w, now] are forgotten, and with them the
+-- reservations they belonged to (a holder that comes back later asks afresh). Each
+-- slot leaves once. What is left up to now is the window's: a count from the start,
+-- which Redis finds without a search.
+local since = pad(now - w)
 local old = redis.call('ZRANGEBYSCORE', sched, '-inf', since)
 if #old > 0 then
   for _, m in ipairs(old) do
@@ -199,7 +201,7 @@ if #old > 0 then
   end
   redis.call('ZREMRANGEBYSCORE', sched, '-inf', since)
 end
-local left = math.max(0, r - redis.call('ZCOUNT', sched, since, now_k))
+local left = math.max(0, r - redis.call('ZCOUNT', sched, '-inf', now_k))
 
 local reason = vals[1]
 if reason then
@@ -318,7 +320,7 @@ else
     held = redis.call('HINCRBY', pend, group, '1')
     local mine = held / weight
     local over = redis.call('ZREVRANGEBYSCORE', turn, string.format('(%d', (prio + 1) * TURN),
-      '(' .. score17(prio * TURN + mine), 'LIMIT', '0', '1')
+      '(' .. turn_score(prio, mine), 'LIMIT', '0', '1')
     if over[1] then
       local g = '(g' .. over[1] .. SEP
       take(redis.call('ZRANGEBYLEX', idx, g .. lo, g .. hi, 'LIMIT', '0', '1'), #over[1] + 3)
