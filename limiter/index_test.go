@@ -117,7 +117,10 @@ func TestHeldIndexFollowsTheReservations(t *testing.T) {
 			t.Errorf("held reservation %s %+v missing from the index", id, e)
 		}
 	}
-	pend := rdb.HGetAll(ctx, base+"pending2:all").Val()
+	pend := map[string]string{}
+	for _, z := range rdb.ZRangeWithScores(ctx, base+"pending2:all", 0, -1).Val() {
+		pend[z.Member.(string)] = strconv.FormatFloat(z.Score, 'f', -1, 64)
+	}
 	movable := map[string]int{}
 	for _, m := range members['g'] {
 		f := strings.Split(m[1:], "\x01")

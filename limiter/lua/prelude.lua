@@ -20,8 +20,8 @@
 --                  max age), two members each: 'mP|slot|id' by priority P then time,
 --                  and 'gP|group|slot|id' by priority, group and time; a slot is
 --                  written in 17 bytes (pad), each field ends in SEP
---   pending2       hash group -> its future held slots (the turn's numerator), and
---                  'p|group' -> its movable slots at priority p
+--   pending2       zset of counts: group by its future held slots (the turn's
+--                  numerator), and 'p|group' by its movable slots at priority p
 --   turn2          zset 'p|group' by p * TURN + pending / weight, for every group
 --                  with movable work at priority p: the one furthest over its turn
 --                  at p is the highest score below (p + 1) * TURN; and, scored in

@@ -42,13 +42,16 @@ local PRIO = {'1', '2', '3', '4', '5'}
 -- once its TTL fell half a minute short.
 if redis.call('PTTL', KEYS[15]) < BUDGET_TTL - 30000 then redis.call('PEXPIRE', KEYS[15], int(BUDGET_TTL)) end
 
--- pending holds, per group g, its future held slots (field g) and, per priority p,
--- its movable ones (field p|g): what the turn scores are made of.
+-- pending counts, per group g, its future held slots (member g) and, per priority
+-- p, its movable ones (member p|g): what the turn scores are made of. It is a sorted
+-- set, not a hash: a hash of up to 512 fields is a list Redis reads end to end for
+-- each field asked, where a sorted set of more than 128 has a table. count adds d
+-- to member m and returns the count.
+local function count(m, d) return tonumber(redis.call('ZINCRBY', pend, d, m)) end
 -- turn_update re-scores group g (weight gw), which now holds n future slots, at
 -- every priority where it has movable work: where turn holds p|g (it does exactly
 -- while pending's p|g is above zero), and at priority also, just entered. One
--- ZMSCORE and one ZADD, each O(log n): pending is a hash of a few hundred fields,
--- which Redis keeps as a list and reads end to end for each field asked.
+-- ZMSCORE and one ZADD, each O(log n).
 -- add, when given, are more score and member pairs for turn, written in the same ZADD.
 local function turn_update(g, gw, n, also, add)
   local f = {}
@@ -73,8 +76,8 @@ local function by_group(hid, h) return 'g' .. h.p .. SEP .. h.g .. SEP .. h.k ..
 local function movable_rem(hid, h)
   if redis.call('ZREM', turn, 'a' .. SEP .. hid) == 0 then return false end
   redis.call('ZREM', idx, by_prio(hid, h), by_group(hid, h))
-  if redis.call('HINCRBY', pend, h.p .. SEP .. h.g, '-1') <= 0 then
-    redis.call('HDEL', pend, h.p .. SEP .. h.g)
+  if count(h.p .. SEP .. h.g, '-1') <= 0 then
+    redis.call('ZREM', pend, h.p .. SEP .. h.g)
     redis.call('ZREM', turn, h.p .. SEP .. h.g)
   end
   return true
@@ -83,12 +86,12 @@ end
 -- given); index_rem takes one out (sent, given back, due, or re-reserved), at most
 -- once whatever calls it. Both O(log n), one write of the index each.
 local function index_add(hid, h, n)
-  n = n or redis.call('HINCRBY', pend, h.g, '1')
+  n = n or count(h.g, '1')
   local also = nil
   local add = {h.ss or score17(h.s), 'h' .. SEP .. hid}
   if now - h.f < max_age then
     redis.call('ZADD', idx, '0', by_prio(hid, h), '0', by_group(hid, h))
-    redis.call('HINCRBY', pend, h.p .. SEP .. h.g, '1')
+    count(h.p .. SEP .. h.g, '1')
     add[3], add[4] = pad(h.f + max_age), 'a' .. SEP .. hid
     also = tostring(h.p)
   end
@@ -98,15 +101,15 @@ local function index_rem(hid, h)
   -- A held slot has its due time in turn, and a movable one its age limit too.
   local n = redis.call('ZREM', turn, 'h' .. SEP .. hid, 'a' .. SEP .. hid)
   if n == 0 then return end
-  local held = redis.call('HINCRBY', pend, h.g, '-1')
+  local held = count(h.g, '-1')
   if held <= 0 then
-    redis.call('HDEL', pend, h.g)
+    redis.call('ZREM', pend, h.g)
     held = 0
   end
   if n > 1 then
     redis.call('ZREM', idx, by_prio(hid, h), by_group(hid, h))
-    if redis.call('HINCRBY', pend, h.p .. SEP .. h.g, '-1') <= 0 then
-      redis.call('HDEL', pend, h.p .. SEP .. h.g)
+    if count(h.p .. SEP .. h.g, '-1') <= 0 then
+      redis.call('ZREM', pend, h.p .. SEP .. h.g)
       redis.call('ZREM', turn, h.p .. SEP .. h.g)
     end
   end
@@ -317,7 +320,7 @@ else
     -- The slot this request takes is in the future whichever it takes: its group's
     -- count goes up now (index_add takes it), and this request's turn is that count
     -- over the group's weight.
-    held = redis.call('HINCRBY', pend, group, '1')
+    held = count(group, '1')
     local mine = held / weight
     local over = redis.call('ZREVRANGEBYSCORE', turn, string.format('(%d', (prio + 1) * TURN),
       '(' .. turn_score(prio, mine), 'LIMIT', '0', '1')
