@@ -19,7 +19,7 @@
 --   index2         lex set of the held slots that may still be moved (younger than
 --                  max age), two members each: 'mP|slot|id' by priority P then time,
 --                  and 'gP|group|slot|id' by priority, group and time; a slot is
---                  written in 17 bytes (pad), each field ends in SEP
+--                  written in 17 bytes (pad), fields are joined by SEP
 --   pending2       zset of counts: group by its future held slots (the turn's
 --                  numerator), and 'p|group' by its movable slots at priority p
 --   turn2          zset 'p|group' by p * TURN + pending / weight, for every group
@@ -96,8 +96,8 @@ local BUDGET_TTL = 600000
 -- TURN separates the priorities in the turn score: priority * TURN + held / weight.
 local TURN = 1e9
 -- turn_score writes priority p's turn score for a turn of x (held / weight) in
--- integer formatting, to the nanosecond of a turn: turns of different groups differ
--- by far more.
+-- integer formatting, to nine decimals: two groups' turns that differ at all differ
+-- by at least one over the product of their weights.
 local function turn_score(p, x)
   local i = math.floor(x)
   local f = math.floor((x - i) * 1e9 + 0.5)
