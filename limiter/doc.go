@@ -75,13 +75,15 @@
 //	                                          group, weight, first ask); pruned with their
 //	                                          slots, TTL one to two windows (and a second)
 //	                                          after the channel's last slot
-//	<prefix>{<channel>}:index:<scope>         the held index (lua/prelude.lua says how): future
-//	<prefix>{<channel>}:pending:<scope>       held slots by time; the movable ones by priority,
-//	<prefix>{<channel>}:turn:<scope>          and by priority and group, and their first asks;
-//	                                          per group its held and movable counts; per
-//	                                          priority the groups' turn scores. Emptied as
-//	                                          slots come due; TTL one to two windows (and a
-//	                                          second) after the last slot
+//	<prefix>{<channel>}:index2:<scope>        the held index (lua/prelude.lua says how): the
+//	<prefix>{<channel>}:pending2:<scope>      movable held slots by priority and by priority
+//	<prefix>{<channel>}:turn2:<scope>         and group; per group its held and movable
+//	                                          counts; per priority the groups' turn scores,
+//	                                          and every held slot's due time and age limit.
+//	                                          Emptied as slots come due; TTL one to two
+//	                                          windows (and a second) after the last slot.
+//	                                          (index, pending and turn, an earlier layout,
+//	                                          are no longer read: they expire with their slots)
 //	<prefix>{<channel>}:budget                rate, burst, scope and window in force (CheckConfig);
 //	                                          TTL 10 min, renewed by every decision
 //	<prefix>{<channel>}:gate:<property>:<family>   newest version sent, per room|plan the

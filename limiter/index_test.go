@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -84,19 +86,30 @@ func TestHeldIndexFollowsTheReservations(t *testing.T) {
 	}
 	held := map[string]float64{}
 	perGroup := map[string]int{}
-	// The index's members: a kind, \x01, 17 bytes of time, \x01, then the rest.
+	// The index's members: a kind (and priority), \x01, then the rest; turn holds
+	// the groups' turn scores and, above 1e10, the held slots' times: a kind, \x01
+	// and the id.
 	members := map[byte][]string{}
-	for _, m := range rdb.ZRange(ctx, base+"index:all", 0, -1).Val() {
+	for _, m := range rdb.ZRange(ctx, base+"index2:all", 0, -1).Val() {
 		members[m[0]] = append(members[m[0]], m)
 	}
-	for _, m := range members['h'] {
-		id := m[20:]
-		at, err := strconv.ParseFloat(m[2:19], 64)
-		e, ok := res[id]
-		if err != nil || !ok || e.St != "held" || math.Abs(e.S-at) > 1 {
-			t.Errorf("held index has %s at %.3f (%v), its reservation %+v", id, at, err, e)
+	var turn []redis.Z
+	for _, z := range rdb.ZRangeWithScores(ctx, base+"turn2:all", 0, -1).Val() {
+		m := z.Member.(string)
+		if z.Score < 1e10 {
+			turn = append(turn, z)
+			continue
 		}
-		held[id] = at
+		members[m[0]] = append(members[m[0]], m)
+		if m[0] != 'h' {
+			continue
+		}
+		id := m[2:]
+		e, ok := res[id]
+		if !ok || e.St != "held" || math.Abs(e.S-z.Score) > 1 {
+			t.Errorf("held index has %s at %.3f, its reservation %+v", id, z.Score, e)
+		}
+		held[id] = z.Score
 		perGroup[e.G]++
 	}
 	for id, e := range res {
@@ -104,7 +117,10 @@ func TestHeldIndexFollowsTheReservations(t *testing.T) {
 			t.Errorf("held reservation %s %+v missing from the index", id, e)
 		}
 	}
-	pend := rdb.HGetAll(ctx, base+"pending:all").Val()
+	pend := map[string]string{}
+	for _, z := range rdb.ZRangeWithScores(ctx, base+"pending2:all", 0, -1).Val() {
+		pend[z.Member.(string)] = strconv.FormatFloat(z.Score, 'f', -1, 64)
+	}
 	movable := map[string]int{}
 	for _, m := range members['g'] {
 		f := strings.Split(m[1:], "\x01")
@@ -132,7 +148,6 @@ func TestHeldIndexFollowsTheReservations(t *testing.T) {
 			t.Errorf("group %s holds %d, pending says %q", g, n, pend[g])
 		}
 	}
-	turn := rdb.ZRangeWithScores(ctx, base+"turn:all", 0, -1).Val()
 	for _, z := range turn {
 		m := z.Member.(string)
 		p, g, _ := strings.Cut(m, "\x01")
@@ -156,7 +171,7 @@ func TestHeldIndexFollowsTheReservations(t *testing.T) {
 	}
 	time.Sleep(time.Duration((last-nowMS)*float64(time.Millisecond)) + ch.Window + 200*time.Millisecond)
 	mustReserve(t, l, req("idx", 3))
-	for _, k := range []string{"index", "pending", "turn"} {
+	for _, k := range []string{"index2", "pending2", "turn2"} {
 		if n := rdb.Exists(ctx, base+k+":all").Val(); n != 0 {
 			t.Errorf("index key %s left once every slot is due", k)
 		}

@@ -428,7 +428,7 @@ func (l *Limiter) reserveCall(r Request) (keys []string, args []any, err error) 
 	keys = []string{ck.pause, ck.pausedUntil, ck.daily, ck.base + "adaptive:" + scope,
 		ck.base + "sched:" + scope, ck.base + "tat:" + scope, ck.res,
 		ck.base + "gate:" + gateScope, ck.base + "lease:" + gateScope, ck.breaker,
-		ck.base + "index:" + scope, ck.base + "pending:" + scope, ck.base + "turn:" + scope,
+		ck.base + "index2:" + scope, ck.base + "pending2:" + scope, ck.base + "turn2:" + scope,
 		ck.base + "paused_until:" + scope, ck.base + "budget", ck.quotaStop(r.Family)}
 	hold := 0
 	if r.Hold {

@@ -16,21 +16,24 @@
 -- The held index answers "the earliest future slot held by lower-priority work, or by
 -- the equal-priority group furthest over its turn" without reading the schedule: it
 -- holds only future held slots, and each of its steps is O(log n) in them.
---   index          lex set of four kinds of member, each a kind, SEP, a time of 17
---                  bytes (pad) and SEP before the id: 'h|slot|id' for every future
---                  held slot (swept once it is due); for the held slots that may
---                  still be moved (younger than max age) 'mP|slot|id' by priority P
---                  then time, 'gP|group|slot|id' by priority, group and time, and
---                  'a|first ask|id' to age them out. A slot's members go in and out
---                  together, one ZADD or ZREM.
---   pending        hash group -> its future held slots (the turn's numerator), and
---                  'p|group' -> its movable slots at priority p
---   turn           zset 'p|group' by p * TURN + pending / weight, for every group
+--   index2         lex set of the held slots that may still be moved (younger than
+--                  max age), two members each: 'mP|slot|id' by priority P then time,
+--                  and 'gP|group|slot|id' by priority, group and time; a slot is
+--                  written in 17 bytes (pad), fields are joined by SEP
+--   pending2       zset of counts: group by its future held slots (the turn's
+--                  numerator), and 'p|group' by its movable slots at priority p
+--   turn2          zset 'p|group' by p * TURN + pending / weight, for every group
 --                  with movable work at priority p: the one furthest over its turn
---                  at p is the highest score below (p + 1) * TURN
+--                  at p is the highest score below (p + 1) * TURN; and, scored in
+--                  Unix ms (above TIMES), 'h|id' at every future held slot (swept
+--                  once it is due) and 'a|id' at a movable slot's first ask plus
+--                  max age (swept when it ages out)
 -- A slot given back, sent, come due or moved leaves the index (and re-enters it at
 -- its new place when moved); entries a reservation writes are its res record's
--- fields (k is the slot as written in the index).
+-- fields (k is the slot as written in the index). The keys' names are the layout's:
+-- the index (one lex set of four kinds, before) kept its slots under index, pending
+-- and turn, which these scripts do not read, so those slots are not moved while they
+-- drain and the keys expire with them.
 
 if redis.replicate_commands then
   pcall(redis.replicate_commands)
@@ -92,6 +95,17 @@ local HI = '\255'
 local BUDGET_TTL = 600000
 -- TURN separates the priorities in the turn score: priority * TURN + held / weight.
 local TURN = 1e9
+-- turn_score writes priority p's turn score for a turn of x (held / weight) in
+-- integer formatting, to nine decimals: two groups' turns that differ at all differ
+-- by at least one over the product of their weights.
+local function turn_score(p, x)
+  local i = math.floor(x)
+  local f = math.floor((x - i) * 1e9 + 0.5)
+  if f >= 1e9 then i, f = i + 1, 0 end
+  return string.format('%d.%09d', p * TURN + i, f)
+end
+-- TIMES bounds the turn scores from above and the times in turn (Unix ms) from below.
+local TIMES = '(1e10'
 
 -- EPOCH_TAG starts the gate's epoch since the gate holds packed ranges (lua/gate.lua):
 -- an epoch without it was marked over a gate of an earlier layout (a field per night,

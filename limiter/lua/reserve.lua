@@ -30,10 +30,10 @@ local window = tonumber(ARGV[16])
 -- cutoff is the property's today (days since 1970): earlier nights leave the gate.
 local cutoff = tonumber(ARGV[17])
 local sched, res = KEYS[5], KEYS[7]
--- The held index (see "The held index" in the prelude): future held slots by time,
--- the movable ones by priority and by priority and group, and their first asks, in
--- one lex set; each group's count of future held slots; and each group's turn
--- score per priority.
+-- The held index (see "The held index" in the prelude): the movable held slots by
+-- priority and by priority and group, in one lex set; each group's count of future
+-- held slots; and each group's turn score per priority, with the held slots' times
+-- (when each comes due, and when each movable one ages out) in the same scored set.
 local idx, pend, turn = KEYS[11], KEYS[12], KEYS[13]
 local w = window + margin
 local now_k = pad(now)
@@ -42,38 +42,42 @@ local PRIO = {'1', '2', '3', '4', '5'}
 -- once its TTL fell half a minute short.
 if redis.call('PTTL', KEYS[15]) < BUDGET_TTL - 30000 then redis.call('PEXPIRE', KEYS[15], int(BUDGET_TTL)) end
 
--- pending holds, per group g, its future held slots (field g) and, per priority p,
--- its movable ones (field p|g): what the turn scores are made of.
+-- pending counts, per group g, its future held slots (member g) and, per priority
+-- p, its movable ones (member p|g): what the turn scores are made of. It is a sorted
+-- set, not a hash: a hash of up to 512 fields is a list Redis reads end to end for
+-- each field asked, where a sorted set of more than 128 has a table. count adds d
+-- to member m and returns the count.
+local function count(m, d) return tonumber(redis.call('ZINCRBY', pend, d, m)) end
 -- turn_update re-scores group g (weight gw), which now holds n future slots, at
 -- every priority where it has movable work: where turn holds p|g (it does exactly
 -- while pending's p|g is above zero), and at priority also, just entered. One
--- ZMSCORE and one ZADD, each O(log n): pending is a hash of a few hundred fields,
--- which Redis keeps as a list and reads end to end for each field asked.
-local function turn_update(g, gw, n, also)
+-- ZMSCORE and one ZADD, each O(log n).
+-- add, when given, are more score and member pairs for turn, written in the same ZADD.
+local function turn_update(g, gw, n, also, add)
   local f = {}
   for p = 1, 5 do f[p] = PRIO[p] .. SEP .. g end
   local v = redis.call('ZMSCORE', turn, unpack(f))
-  local add = {}
+  add = add or {}
   for p = 1, 5 do
     if v[p] or PRIO[p] == also then
-      add[#add + 1] = score17(p * TURN + n / tonumber(gw))
+      add[#add + 1] = turn_score(p, n / tonumber(gw))
       add[#add + 1] = f[p]
     end
   end
   if #add > 0 then redis.call('ZADD', turn, unpack(add)) end
 end
--- The index's members of a held slot: by time (h), by first ask (a), by priority (m)
--- and by priority and group (g).
-local function held_of(hid, h) return 'h' .. SEP .. h.k .. SEP .. hid end
-local function ask_of(hid, h) return 'a' .. SEP .. (h.fk or pad(h.f)) .. SEP .. hid end
+-- A held slot's members of the index, by priority (m) and by priority and group (g),
+-- and of turn, its due time (h, scored by the slot) and, while movable, its age
+-- limit (a, scored by the first ask and max age).
 local function by_prio(hid, h) return 'm' .. h.p .. SEP .. h.k .. SEP .. hid end
 local function by_group(hid, h) return 'g' .. h.p .. SEP .. h.g .. SEP .. h.k .. SEP .. hid end
--- movable_rem takes a held slot out of the movable index (aged out), its first ask
--- written as ask; it reports whether the slot was movable.
-local function movable_rem(hid, h, ask)
-  if redis.call('ZREM', idx, by_prio(hid, h), by_group(hid, h), ask or ask_of(hid, h)) == 0 then return false end
-  if redis.call('HINCRBY', pend, h.p .. SEP .. h.g, '-1') <= 0 then
-    redis.call('HDEL', pend, h.p .. SEP .. h.g)
+-- movable_rem takes a held slot out of the movable index (aged out); it reports
+-- whether the slot was movable.
+local function movable_rem(hid, h)
+  if redis.call('ZREM', turn, 'a' .. SEP .. hid) == 0 then return false end
+  redis.call('ZREM', idx, by_prio(hid, h), by_group(hid, h))
+  if count(h.p .. SEP .. h.g, '-1') <= 0 then
+    redis.call('ZREM', pend, h.p .. SEP .. h.g)
     redis.call('ZREM', turn, h.p .. SEP .. h.g)
   end
   return true
@@ -82,37 +86,42 @@ end
 -- given); index_rem takes one out (sent, given back, due, or re-reserved), at most
 -- once whatever calls it. Both O(log n), one write of the index each.
 local function index_add(hid, h, n)
-  n = n or redis.call('HINCRBY', pend, h.g, '1')
+  n = n or count(h.g, '1')
   local also = nil
+  local add = {h.ss or score17(h.s), 'h' .. SEP .. hid}
   if now - h.f < max_age then
-    redis.call('ZADD', idx, '0', held_of(hid, h), '0', by_prio(hid, h), '0', by_group(hid, h), '0', ask_of(hid, h))
-    redis.call('HINCRBY', pend, h.p .. SEP .. h.g, '1')
+    redis.call('ZADD', idx, '0', by_prio(hid, h), '0', by_group(hid, h))
+    count(h.p .. SEP .. h.g, '1')
+    add[3], add[4] = pad(h.f + max_age), 'a' .. SEP .. hid
     also = tostring(h.p)
-  else
-    redis.call('ZADD', idx, '0', held_of(hid, h))
   end
-  turn_update(h.g, h.w, n, also)
+  turn_update(h.g, h.w, n, also, add)
 end
 local function index_rem(hid, h)
-  local n = redis.call('ZREM', idx, held_of(hid, h), by_prio(hid, h), by_group(hid, h), ask_of(hid, h))
+  -- A held slot has its due time in turn, and a movable one its age limit too.
+  local n = redis.call('ZREM', turn, 'h' .. SEP .. hid, 'a' .. SEP .. hid)
   if n == 0 then return end
-  local held = redis.call('HINCRBY', pend, h.g, '-1')
+  local held = count(h.g, '-1')
   if held <= 0 then
-    redis.call('HDEL', pend, h.g)
+    redis.call('ZREM', pend, h.g)
     held = 0
   end
-  if n > 1 and redis.call('HINCRBY', pend, h.p .. SEP .. h.g, '-1') <= 0 then
-    redis.call('HDEL', pend, h.p .. SEP .. h.g)
-    redis.call('ZREM', turn, h.p .. SEP .. h.g)
+  if n > 1 then
+    redis.call('ZREM', idx, by_prio(hid, h), by_group(hid, h))
+    if count(h.p .. SEP .. h.g, '-1') <= 0 then
+      redis.call('ZREM', pend, h.p .. SEP .. h.g)
+      redis.call('ZREM', turn, h.p .. SEP .. h.g)
+    end
   end
   turn_update(h.g, h.w, held, nil)
 end
 -- index_move moves a movable held slot to slot t, written as ts (exact) and tk
 -- (padded): its group's counts stay.
 local function index_move(hid, h, t, ts, tk)
-  redis.call('ZREM', idx, held_of(hid, h), by_prio(hid, h), by_group(hid, h))
+  redis.call('ZREM', idx, by_prio(hid, h), by_group(hid, h))
   h.s, h.ss, h.k = t, ts, tk
-  redis.call('ZADD', idx, '0', held_of(hid, h), '0', by_prio(hid, h), '0', by_group(hid, h))
+  redis.call('ZADD', idx, '0', by_prio(hid, h), '0', by_group(hid, h))
+  redis.call('ZADD', turn, ts, 'h' .. SEP .. hid)
 end
 -- keep_alive renews the schedule's keys, and with held the index's, so that they
 -- outlive slot upto by a window and a second: after that the script forgets every
@@ -162,18 +171,19 @@ end
 
 -- Held slots that came due leave the index (their holders may still send within
 -- the margin), and work that has waited max_age is never moved again: each slot
--- passes each step once, so both cost O(log n) amortized per slot.
--- A member's id follows its kind, a SEP, the 17 bytes of its time and a SEP.
-for _, m in ipairs(redis.call('ZRANGEBYLEX', idx, '(h' .. SEP, '(h' .. SEP .. now_k .. HI)) do
-  local hid = string.sub(m, 21)
+-- passes each step once, so both cost O(log n) amortized per slot. Both times are
+-- in turn, scored in Unix ms, far above every turn score: one range finds both.
+-- A member's id follows its kind and a SEP.
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', turn, TIMES, now_k)) do
+  local hid = string.sub(m, 3)
   local h = entry(hid)
-  if h then index_rem(hid, h) end
-  if not h or h.k ~= string.sub(m, 3, 19) then redis.call('ZREM', idx, m) end
-end
-for _, m in ipairs(redis.call('ZRANGEBYLEX', idx, '(a' .. SEP, '(a' .. SEP .. pad(now - max_age) .. HI)) do
-  local hid = string.sub(m, 21)
-  local h = entry(hid)
-  if not h or not movable_rem(hid, h, m) then redis.call('ZREM', idx, m) end
+  if not h then
+    redis.call('ZREM', turn, m)
+  elseif string.sub(m, 1, 1) == 'h' then
+    index_rem(hid, h)
+  else
+    movable_rem(hid, h)
+  end
 end
 
 -- The channel's plain values, in one read: none is written before it is used.
@@ -182,9 +192,11 @@ local used = tonumber(vals[5] or '0')
 local r = limit_now(rate, tonumber(vals[6] or '0') or 0, used, quota)
 local cur = tier(used, quota)
 
--- Slots that left the window are forgotten, and with them the reservations they
--- belonged to (a holder that comes back later asks afresh). Each slot leaves once.
-local since = '(' .. pad(now - w)
+-- Slots that left the window (now - w, now] are forgotten, and with them the
+-- reservations they belonged to (a holder that comes back later asks afresh). Each
+-- slot leaves once. What is left up to now is the window's: a count from the start,
+-- which Redis finds without a search.
+local since = pad(now - w)
 local old = redis.call('ZRANGEBYSCORE', sched, '-inf', since)
 if #old > 0 then
   for _, m in ipairs(old) do
@@ -192,7 +204,7 @@ if #old > 0 then
   end
   redis.call('ZREMRANGEBYSCORE', sched, '-inf', since)
 end
-local left = math.max(0, r - redis.call('ZCOUNT', sched, since, now_k))
+local left = math.max(0, r - redis.call('ZCOUNT', sched, '-inf', now_k))
 
 local reason = vals[1]
 if reason then
@@ -308,10 +320,10 @@ else
     -- The slot this request takes is in the future whichever it takes: its group's
     -- count goes up now (index_add takes it), and this request's turn is that count
     -- over the group's weight.
-    held = redis.call('HINCRBY', pend, group, '1')
+    held = count(group, '1')
     local mine = held / weight
     local over = redis.call('ZREVRANGEBYSCORE', turn, string.format('(%d', (prio + 1) * TURN),
-      '(' .. score17(prio * TURN + mine), 'LIMIT', '0', '1')
+      '(' .. turn_score(prio, mine), 'LIMIT', '0', '1')
     if over[1] then
       local g = '(g' .. over[1] .. SEP
       take(redis.call('ZRANGEBYLEX', idx, g .. lo, g .. hi, 'LIMIT', '0', '1'), #over[1] + 3)
