@@ -552,6 +552,21 @@ func (b *bench) noopWorker(s *e2eStack) string {
 	return noopQueue
 }
 
+// byReference is the input of a batch of ms stored by reference, as the API and
+// the starter store a batch over MaxInlineMutations: 500 properties' batch inline
+// would pass Temporal's payload limit.
+func (b *bench) byReference(s *e2eStack, id string, ms []models.Mutation) models.BatchSyncInput {
+	in := models.BatchSyncInput{BatchID: id, Retry: models.DefaultRetryPolicy()}
+	if len(ms) <= models.MaxInlineMutations {
+		in.Mutations = ms
+		return in
+	}
+	key, err := s.acts.Store.SaveBatch(context.Background(), id, ms)
+	require.NoError(b.t, err)
+	in.PayloadKey = key
+	return in
+}
+
 // perProperty runs one batch of 20 one-line requests for each of 50, 200 and 500
 // properties (PARITYSYNC_BENCH_PROPERTIES, a comma-separated list, picks the sizes)
 // on a channel that limits per property at 10/min, burst 2, and reports accepted
@@ -592,7 +607,7 @@ func (b *bench) perPropertyWith(props int, measure time.Duration) {
 	noopID := "bench-pp-noop-" + uuid.NewString()[:8]
 	start := time.Now()
 	run, err := s.tc.ExecuteWorkflow(context.Background(), client2(models.BatchWorkflowID(noopID), noopQueue),
-		workflows.BatchSync, models.BatchSyncInput{BatchID: noopID, Mutations: ms, Retry: models.DefaultRetryPolicy()})
+		workflows.BatchSync, b.byReference(s, noopID, ms))
 	require.NoError(b.t, err)
 	st := waitBatch(b.t, run, 30*time.Minute)
 	require.Equal(b.t, n, st.Totals().Committed)
@@ -600,7 +615,7 @@ func (b *bench) perPropertyWith(props int, measure time.Duration) {
 
 	id := "bench-pp-" + uuid.NewString()[:8]
 	start = time.Now()
-	run = s.startMutations(b.t, id, ms)
+	run = s.startBatch(b.t, b.byReference(s, id, ms))
 	ctx, cancel := context.WithTimeout(context.Background(), measure)
 	err = run.Get(ctx, &st)
 	cancel()
