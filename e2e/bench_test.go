@@ -70,6 +70,7 @@ func TestBenchPushEngine(t *testing.T) {
 		{"throughput", b.throughput},
 		{"versus", b.versus},
 		{"perproperty", b.perProperty},
+		{"independent", b.independent},
 		{"trace", b.trace},
 	}
 	for _, sc := range scenarios {
@@ -292,30 +293,62 @@ func (b *bench) smootherUrgent() {
 	const rate, burst, nBulk, nUrgent = 30, 3, 40, 5
 	s := b.stack(stackOptions{Env: map[string]string{"PARITYSYNC_CHANNEL_EXPEDIA_SCOPE": string(models.ScopeChannel)},
 		Channels: map[string]stackChannel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
+	r := b.smoothedStopSells(s, "expedia", nBulk, nUrgent)
+	lat := r.latencies
+	interval := time.Minute / rate
+	b.row(fmt.Sprintf("%d stop-sells (priority 1) through the smoother, from 5 s after %d smoothed bulk changes, 10 s apart, expedia %d/min burst %d",
+		nUrgent, nBulk, rate, burst),
+		fmt.Sprintf("post → channel p50 %.2f s, p99 %.2f s, max %.2f s (token interval %.0f s; %d bulk requests after the last); %d 429s; max in 60 s %d",
+			percentile(lat, .5).Seconds(), percentile(lat, .99).Seconds(), percentile(lat, 1).Seconds(), interval.Seconds(),
+			r.behind, r.throttled, mostInWindow(r.arrivals)),
+		"p99 ≤ 2 token intervals + 1 s debounce (5 s); independent check: ≤ 10 s; 0; ≤ 30")
+}
+
+// stopSellRun is what smoothedStopSells measured.
+type stopSellRun struct {
+	// latencies are the stop-sells' post → channel times, in the order posted.
+	latencies []time.Duration
+	// behind is how many requests reached the channel after the last stop-sell
+	// (the bulk batch still saturating it then); throttled the channel's 429s.
+	behind, throttled int
+	// arrivals are every push the channel saw.
+	arrivals []time.Time
+}
+
+// smoothedStopSells hands nBulk bulk rate changes (priority 5, one night each of
+// as many properties) to channel's burst smoother as POST /v1/changes hands them
+// (ops.Submit, with intake's smoother input), then, from 5 s later, nUrgent
+// stop-sells (priority 1, each another property) the same way, 10 s apart, and
+// measures each stop-sell's post → channel latency: from its submit to the
+// simulator's arrival of its property's restrictions request. It waits for the
+// smoother to drain, then stops it.
+func (b *bench) smoothedStopSells(s *e2eStack, channel string, nBulk, nUrgent int) stopSellRun {
 	ctx := context.Background()
-	in := models.SmootherInput{Channel: "expedia", MaxPending: models.DefaultMaxPending}
+	in := models.SmootherInput{Channel: channel, MaxPending: models.DefaultMaxPending}
 	submit := func(ms []models.Mutation) {
 		res, err := ops.Submit(ctx, s.tc, s.queue, s.acts.Store, in, ms)
 		require.NoError(b.t, err)
 		require.Equal(b.t, len(ms), res.Accepted)
 	}
-	submit(rateChanges("expedia", nBulk, 1, time.Now().Unix(), 5, "99.00"))
+	submit(rateChanges(channel, nBulk, 1, time.Now().Unix(), 5, "99.00"))
 	posted := map[string]time.Time{}
+	var order []string
 	time.Sleep(5 * time.Second)
 	for i := range nUrgent {
 		if i > 0 {
 			time.Sleep(10 * time.Second)
 		}
 		stop := true
-		m := models.Mutation{ID: uuid.NewString(), Channel: "expedia",
+		m := models.Mutation{ID: uuid.NewString(), Channel: channel,
 			PropertyID: fmt.Sprintf("prop_%08x", 0xd000+i), RoomTypeCode: "DBL", RatePlanCode: "BAR",
 			StayDate: benchDay(), Values: models.Values{StopSell: &stop}, Version: time.Now().UnixNano(), Priority: models.PriorityUrgent}
 		posted[m.PropertyID] = time.Now()
+		order = append(order, m.PropertyID)
 		submit([]models.Mutation{m})
 	}
 	arrived := map[string]time.Time{}
 	require.Eventually(b.t, func() bool {
-		for _, r := range s.sim.Requests("expedia", time.Time{}) {
+		for _, r := range s.sim.Requests(channel, time.Time{}) {
 			if _, ok := posted[r.Property]; ok && r.Family == models.FamilyRestrictions {
 				if _, seen := arrived[r.Property]; !seen {
 					arrived[r.Property] = r.At
@@ -324,36 +357,30 @@ func (b *bench) smootherUrgent() {
 		}
 		return len(arrived) == nUrgent
 	}, 5*time.Minute, 100*time.Millisecond, "every stop-sell reached the channel")
-	var lat []time.Duration
+	var out stopSellRun
 	var last time.Time
-	for p, at := range arrived {
-		lat = append(lat, at.Sub(posted[p]))
+	for _, p := range order {
+		at := arrived[p]
+		out.latencies = append(out.latencies, at.Sub(posted[p]))
 		if at.After(last) {
 			last = at
 		}
 	}
-	b.t.Logf("stop-sell post → channel latencies: %v", lat)
+	b.t.Logf("stop-sell post → channel latencies: %v", out.latencies)
 	// The bulk batch drains; what reached the channel after the last stop-sell shows
 	// it was still saturated then.
-	awaitSmoother(b.t, s.tc, models.SmootherWorkflowID("expedia"),
+	awaitSmoother(b.t, s.tc, models.SmootherWorkflowID(channel),
 		func(st models.SmootherStatus) bool { return st.Running == 0 && st.Pending == 0 })
-	ts := arrivals(s, "expedia", nil)
-	require.GreaterOrEqual(b.t, len(ts), nBulk+nUrgent, "every change reached the channel")
-	behind := 0
-	for _, t := range ts {
+	out.arrivals = arrivals(s, channel, nil)
+	require.GreaterOrEqual(b.t, len(out.arrivals), nBulk+nUrgent, "every change reached the channel")
+	for _, t := range out.arrivals {
 		if t.After(last) {
-			behind++
+			out.behind++
 		}
 	}
-	stats := s.sim.Stats()["expedia"]
-	_ = s.tc.TerminateWorkflow(ctx, models.SmootherWorkflowID("expedia"), "", "end of benchmark")
-	interval := time.Minute / rate
-	b.row(fmt.Sprintf("%d stop-sells (priority 1) through the smoother, from 5 s after %d smoothed bulk changes, 10 s apart, expedia %d/min burst %d",
-		nUrgent, nBulk, rate, burst),
-		fmt.Sprintf("post → channel p50 %.2f s, p99 %.2f s, max %.2f s (token interval %.0f s; %d bulk requests after the last); %d 429s; max in 60 s %d",
-			percentile(lat, .5).Seconds(), percentile(lat, .99).Seconds(), percentile(lat, 1).Seconds(), interval.Seconds(),
-			behind, stats.Throttled, mostInWindow(ts)),
-		"p99 ≤ 2 token intervals + 1 s debounce (5 s); independent check: ≤ 10 s; 0; ≤ 30")
+	out.throttled = s.sim.Stats()[channel].Throttled
+	_ = s.tc.TerminateWorkflow(ctx, models.SmootherWorkflowID(channel), "", "end of benchmark")
+	return out
 }
 
 func (b *bench) turns() {
