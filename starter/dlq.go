@@ -23,12 +23,11 @@ type dlqSelection struct {
 
 // flags registers the selection's flags on cmd.
 func (sel *dlqSelection) flags(c *cli, cmd *cobra.Command) {
-	cmd.Flags().StringVarP(&sel.channel, "channel", "c", "", "only this channel")
+	c.channelFlag(cmd, &sel.channel, "only this channel")
 	cmd.Flags().StringVar(&sel.reason, "reason", "", "only this reason (rejected, auth, quota_exhausted, …)")
 	cmd.Flags().StringVar(&sel.batch, "batch", "", "only this batch")
 	cmd.Flags().StringVar(&sel.ids, "id", "", "only these entries (comma-separated ids)")
 	cmd.Flags().BoolVar(&sel.acked, "acked", false, "include entries already acknowledged")
-	c.completeChannels(cmd, "channel")
 }
 
 // empty reports whether no entry was selected by channel, reason, batch or id.

@@ -92,9 +92,8 @@ func (c *cli) dlqCmd() *cobra.Command {
 			return c.dlqList(cmd.Context(), channel, count)
 		},
 	}
-	list.Flags().StringVarP(&channel, "channel", "c", "", "one channel (default: every configured channel)")
+	c.channelFlag(list, &channel, everyChannel)
 	list.Flags().Int64VarP(&count, "count", "n", 50, "most entries per channel")
-	c.completeChannels(list, "channel")
 	return group("dlq", "Read, export, acknowledge and replay the dead-letter queue", append([]*cobra.Command{list}, c.dlqCmds()...)...)
 }
 
@@ -186,8 +185,7 @@ A failure to read the state exits 64 or more (see starter --help), never 0–3.`
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return c.quota(cmd.Context(), channel) },
 	}
-	cmd.Flags().StringVarP(&channel, "channel", "c", "", "one channel (default: every configured channel, exit status of the worst)")
-	c.completeChannels(cmd, "channel")
+	c.channelFlag(cmd, &channel, "one channel (default: every configured channel, exit status of the worst)")
 	return cmd
 }
 

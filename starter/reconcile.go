@@ -24,10 +24,9 @@ func (c *cli) reconcileCmd() *cobra.Command {
 			return c.reconcile(cmd.Context(), false, channel, horizon, "", wait)
 		},
 	}
-	runCmd.Flags().StringVarP(&channel, "channel", "c", "", "one channel (default: every configured channel)")
+	c.channelFlag(runCmd, &channel, everyChannel)
 	runCmd.Flags().IntVar(&horizon, "horizon-days", models.DefaultReconcileHorizon, "nights ahead to compare")
 	runCmd.Flags().BoolVarP(&wait, "wait", "w", false, "wait for the run and print what it found")
-	c.completeChannels(runCmd, "channel")
 	schedCmd := &cobra.Command{
 		Use:   "schedule [--cron EXPR] [--channel CHANNEL] [--horizon-days N]",
 		Short: "Run reconciliation on a schedule (a Temporal Schedule), nightly by default",
@@ -39,10 +38,9 @@ func (c *cli) reconcileCmd() *cobra.Command {
 			return c.reconcile(cmd.Context(), true, channel, horizon, cron, false)
 		},
 	}
-	schedCmd.Flags().StringVarP(&channel, "channel", "c", "", "one channel (default: every configured channel)")
+	c.channelFlag(schedCmd, &channel, everyChannel)
 	schedCmd.Flags().IntVar(&horizon, "horizon-days", models.DefaultReconcileHorizon, "nights ahead to compare")
 	schedCmd.Flags().StringVar(&cron, "cron", "0 3 * * *", "when to run: a 5-field cron expression in UTC, or @daily, @hourly, @every 6h …")
-	c.completeChannels(schedCmd, "channel")
 	return group("reconcile", "Compare the channels with the ledger and repair drift", runCmd, schedCmd)
 }
 
