@@ -190,16 +190,12 @@ func (c *cli) batchStatus(ctx context.Context, arg string) error {
 	if err != nil {
 		return batchError("batch status", batchID, err)
 	}
+	p := r.ProgressAt(ops.ResultCounts(r.Counts, r.Final), time.Now())
 	rep := statusReport{BatchID: batchID, WorkflowID: wfID, State: r.State, Done: r.State != ops.StateRunning,
-		Planned: r.Planned, Channels: ops.ResultCounts(r.Counts, r.Final), UI: d.uiLink(wfID)}
-	if rep.Channels == nil {
-		rep.Channels = []models.ChannelCounts{}
-	}
+		Planned: r.Planned, Channels: p.Channels, Totals: p.Totals, Progress: p.Progress, UI: d.uiLink(wfID)}
 	if r.Final != nil {
 		rep.Mutations = r.Final.Mutations
 	}
-	rep.Totals = models.BatchStatus{Channels: rep.Channels}.Totals()
-	rep.Progress = ops.Rates(rep.Channels, nil, time.Since(r.Started))
 	if c.json() {
 		if err := c.writeJSON(rep); err != nil {
 			return err
