@@ -44,7 +44,7 @@ func (sel *dlqSelection) selection() (ops.DeadLetterSelection, error) {
 	for _, s := range strings.Split(sel.ids, ",") {
 		id, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 		if err != nil {
-			return out, usageError{fmt.Sprintf("--id: %q is not an entry id", s)}
+			return out, usageError(fmt.Sprintf("--id: %q is not an entry id", s))
 		}
 		out.IDs = append(out.IDs, id)
 	}
@@ -77,7 +77,7 @@ func (c *cli) dlqCmds() []*cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ackSel.empty() {
-				return usageError{"dlq ack: select entries (--id, --channel, --reason or --batch)"}
+				return usageError("dlq ack: select entries (--id, --channel, --reason or --batch)")
 			}
 			return c.dlqAck(cmd.Context(), &ackSel, note)
 		},
@@ -99,11 +99,11 @@ what would be replayed and sends nothing.
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
 			case replaySel.empty() && !all:
-				return usageError{"dlq replay: select entries (--id, --channel, --reason or --batch), or --all for every open dead letter"}
+				return usageError("dlq replay: select entries (--id, --channel, --reason or --batch), or --all for every open dead letter")
 			case !replaySel.empty() && all:
-				return usageError{"dlq replay: --all replays every open dead letter; drop it or the selection"}
+				return usageError("dlq replay: --all replays every open dead letter; drop it or the selection")
 			case dryRun && wait:
-				return usageError{"dlq replay: --dry-run sends nothing, so there is nothing to --wait for"}
+				return usageError("dlq replay: --dry-run sends nothing, so there is nothing to --wait for")
 			}
 			return c.dlqReplay(cmd.Context(), &replaySel, dryRun, wait)
 		},

@@ -35,7 +35,7 @@ func batchWorkflowID(arg string) (string, string) {
 // made a notFoundError (exit 66).
 func batchError(cmd, batchID string, err error) error {
 	if errors.Is(err, ops.ErrNoBatch) {
-		return notFoundError{fmt.Sprintf("%s: no batch %s", cmd, batchID)}
+		return notFoundError(fmt.Sprintf("%s: no batch %s", cmd, batchID))
 	}
 	return err
 }
@@ -72,7 +72,7 @@ no recorded outcome (not in the batch, or still on its way) exits 66.`,
 		Args: exactArgs(1, "exactly one batch id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(mutation) == "" {
-				return usageError{"batch outcome: --mutation must name a mutation id"}
+				return usageError("batch outcome: --mutation must name a mutation id")
 			}
 			return c.batchOutcomes(cmd.Context(), args[0], mutation)
 		},
@@ -262,8 +262,8 @@ func (c *cli) batchOutcomes(ctx context.Context, arg, mutation string) error {
 		return err
 	}
 	if mutation != "" && len(list) == 0 {
-		return notFoundError{fmt.Sprintf("batch outcome: no outcome for mutation %s in batch %s (not in the batch, or still on its way)",
-			mutation, batchID)}
+		return notFoundError(fmt.Sprintf("batch outcome: no outcome for mutation %s in batch %s (not in the batch, or still on its way)",
+			mutation, batchID))
 	}
 	if c.json() {
 		return c.writeJSON(list)

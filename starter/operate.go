@@ -26,7 +26,7 @@ and signal every running BatchSync, which forwards the pause to its children.`,
 		ValidArgsFunction: c.channelArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(reason) == "" {
-				return usageError{"channel pause: --reason must say why"}
+				return usageError("channel pause: --reason must say why")
 			}
 			return c.channelPause(cmd.Context(), true, args[0], reason)
 		},
@@ -55,7 +55,7 @@ func (c *cli) channelPause(ctx context.Context, pause bool, name, reason string)
 	}
 	defer d.close()
 	if _, ok := d.channel(name); !ok {
-		return usageError{fmt.Sprintf("channel %s: %q is not a configured channel", verb, name)}
+		return usageError(fmt.Sprintf("channel %s: %q is not a configured channel", verb, name))
 	}
 	if err := d.dial(ctx, useLimiter|useTemporal); err != nil {
 		return err
@@ -87,7 +87,7 @@ func (c *cli) dlqCmd() *cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if count < 1 {
-				return usageError{"dlq list: --count must be at least 1"}
+				return usageError("dlq list: --count must be at least 1")
 			}
 			return c.dlqList(cmd.Context(), channel, count)
 		},

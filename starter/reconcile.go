@@ -48,7 +48,7 @@ func (c *cli) reconcileCmd() *cobra.Command {
 // (the schedule would otherwise fail on the server, or never run).
 func checkCron(expr string) error {
 	if _, err := cron.ParseStandard(expr); err != nil {
-		return usageError{fmt.Sprintf("--cron %q: %v (want 5 fields: minute hour day-of-month month day-of-week, or @daily, @hourly, @every 6h …)", expr, err)}
+		return usageError(fmt.Sprintf("--cron %q: %v (want 5 fields: minute hour day-of-month month day-of-week, or @daily, @hourly, @every 6h …)", expr, err))
 	}
 	return nil
 }
@@ -56,7 +56,7 @@ func checkCron(expr string) error {
 // reconcile runs reconciliation now or schedules it.
 func (c *cli) reconcile(ctx context.Context, schedule bool, channel string, horizon int, cron string, wait bool) error {
 	if horizon < 1 {
-		return usageError{"--horizon-days must be at least 1"}
+		return usageError("--horizon-days must be at least 1")
 	}
 	d, slugs, err := c.openChannels(ctx, channel, useTemporal)
 	if err != nil {
@@ -83,7 +83,7 @@ func (c *cli) reconcile(ctx context.Context, schedule bool, channel string, hori
 	var res models.ReconcileResult
 	if err := run.Get(ctx, &res); err != nil {
 		if ctx.Err() != nil {
-			return interruptedError{fmt.Sprintf("interrupted: %s keeps running; follow it at %s", id, d.uiLink(id))}
+			return interruptedError(fmt.Sprintf("interrupted: %s keeps running; follow it at %s", id, d.uiLink(id)))
 		}
 		return fmt.Errorf("%s: %w", id, err)
 	}
