@@ -159,9 +159,7 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 	if idemKey != "" {
 		ch.remember(idemKey, body, rep, now)
 	}
-	if s.roll(f.CommitThen500Ratio) {
-		ch.stats.FaultsInjected++
-		ch.stats.ServerErrors++
+	if s.errorAfterCommit(ch, f) {
 		return channexError(http.StatusInternalServerError, "internal_server_error", "Internal Server Error", nil)
 	}
 	return rep

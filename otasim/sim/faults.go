@@ -117,6 +117,17 @@ func (s *Simulator) serverError(ch *channel, f Faults) bool {
 	return true
 }
 
+// errorAfterCommit rolls the commit-then-500 fault of a push that was applied and
+// remembered: true, counted, when it strikes and the answer is to be a 500.
+func (s *Simulator) errorAfterCommit(ch *channel, f Faults) bool {
+	if !s.roll(f.CommitThen500Ratio) {
+		return false
+	}
+	ch.stats.FaultsInjected++
+	ch.stats.ServerErrors++
+	return true
+}
+
 // serverStatus is a 5xx status, picked at random.
 func (s *Simulator) serverStatus() int {
 	statuses := []int{500, 502, 503, 504}

@@ -160,9 +160,7 @@ func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr erro
 	rep.header.Set(models.HeaderConfirmationID, conf)
 	ch.rememberHash(idemKey, hash, rep, now)
 
-	if s.roll(f.CommitThen500Ratio) {
-		ch.stats.FaultsInjected++
-		ch.stats.ServerErrors++
+	if s.errorAfterCommit(ch, f) {
 		return errorReply(http.StatusInternalServerError, models.ErrorServer, "injected error after commit"), key
 	}
 	return rep, key

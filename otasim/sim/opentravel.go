@@ -206,9 +206,7 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 	}
 	rep := otaAnswer(http.StatusOK, msg, hdr.EchoToken, conf, now, true, warnings, nil)
 	ch.remember(hdr.EchoToken, content, rep, now)
-	if s.roll(f.CommitThen500Ratio) {
-		ch.stats.FaultsInjected++
-		ch.stats.ServerErrors++
+	if s.errorAfterCommit(ch, f) {
 		return otaError(http.StatusInternalServerError, msg, hdr.EchoToken, now, wire.OTAErrorApplication, otaCodeUnableToProc, "injected error after commit")
 	}
 	return rep
