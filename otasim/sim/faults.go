@@ -107,20 +107,11 @@ func (s *Simulator) stormStatus(ch *channel, f Faults, now time.Time) int {
 	return status
 }
 
-// serverError rolls the error fault of a push: true, counted, when it strikes.
-func (s *Simulator) serverError(ch *channel, f Faults) bool {
-	if !s.roll(f.ErrorRatio) {
-		return false
-	}
-	ch.stats.FaultsInjected++
-	ch.stats.ServerErrors++
-	return true
-}
-
-// errorAfterCommit rolls the commit-then-500 fault of a push that was applied and
-// remembered: true, counted, when it strikes and the answer is to be a 500.
-func (s *Simulator) errorAfterCommit(ch *channel, f Faults) bool {
-	if !s.roll(f.CommitThen500Ratio) {
+// serverFault rolls a fault that answers a 5xx, at ratio: ErrorRatio before a push
+// is applied, CommitThen500Ratio after it was applied and remembered. True,
+// counted, when it strikes.
+func (s *Simulator) serverFault(ch *channel, ratio float64) bool {
+	if !s.roll(ratio) {
 		return false
 	}
 	ch.stats.FaultsInjected++
