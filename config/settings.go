@@ -294,21 +294,20 @@ func (e *envReader) str(name string, dst *string) {
 }
 
 func (e *envReader) dur(name string, dst *time.Duration) {
-	if v := strings.TrimSpace(e.getenv(name)); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			e.errs = append(e.errs, name+": must be a positive duration like 10s")
-			return
-		}
-		*dst = d
-	}
+	readPositive(e, name, dst, time.ParseDuration, "a positive duration like 10s")
 }
 
 func (e *envReader) num(name string, dst *int) {
+	readPositive(e, name, dst, strconv.Atoi, "a positive integer")
+}
+
+// readPositive reads name with parse into dst; a value that does not parse or is
+// not above zero is a problem saying it must be what.
+func readPositive[T int | time.Duration](e *envReader, name string, dst *T, parse func(string) (T, error), what string) {
 	if v := strings.TrimSpace(e.getenv(name)); v != "" {
-		n, err := strconv.Atoi(v)
+		n, err := parse(v)
 		if err != nil || n <= 0 {
-			e.errs = append(e.errs, name+": must be a positive integer")
+			e.errs = append(e.errs, name+": must be "+what)
 			return
 		}
 		*dst = n

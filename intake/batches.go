@@ -305,14 +305,9 @@ func (s *Server) getBatch(w http.ResponseWriter, r *http.Request) {
 	if s.batchFailed(w, r, id, err) {
 		return
 	}
-	v := batchView{BatchID: id, WorkflowID: rep.WorkflowID, State: rep.State, Planned: rep.Planned, Counts: rep.Counts,
-		Result: rep.Final, UI: s.uiLink(rep.WorkflowID)}
-	if v.Counts == nil {
-		v.Counts = []models.ChannelCounts{}
-	}
-	v.Totals = models.BatchStatus{Channels: rep.Counts}.Totals()
-	v.Progress = ops.Rates(v.Counts, nil, s.now().Sub(rep.Started))
-	writeJSON(w, http.StatusOK, v)
+	p := rep.ProgressAt(rep.Counts, s.now())
+	writeJSON(w, http.StatusOK, batchView{BatchID: id, WorkflowID: rep.WorkflowID, State: rep.State, Planned: rep.Planned,
+		Counts: p.Channels, Totals: p.Totals, Progress: p.Progress, Result: rep.Final, UI: s.uiLink(rep.WorkflowID)})
 }
 
 func (s *Server) deleteBatch(w http.ResponseWriter, r *http.Request) {

@@ -262,6 +262,25 @@ func BatchState(ctx context.Context, tc client.Client, st *store.Store, batchID 
 	return r, nil
 }
 
+// BatchProgress is a batch's status in counts: per channel (never nil, so JSON
+// lists none as []), their totals, and each channel's progress at the average rate
+// since the batch started.
+type BatchProgress struct {
+	Channels []models.ChannelCounts
+	Totals   models.ChannelCounts
+	Progress []ChannelProgress
+}
+
+// ProgressAt is counts (the report's Counts, or ResultCounts of them) summed up,
+// with their rates from the batch's start to now.
+func (r BatchReport) ProgressAt(counts []models.ChannelCounts, now time.Time) BatchProgress {
+	if counts == nil {
+		counts = []models.ChannelCounts{}
+	}
+	return BatchProgress{Channels: counts, Totals: models.BatchStatus{Channels: counts}.Totals(),
+		Progress: Rates(counts, nil, now.Sub(r.Started))}
+}
+
 // DescribeBatch is a batch's state and start time as Temporal describes it: one
 // describe, no query; ErrNoBatch when Temporal does not know the batch.
 func DescribeBatch(ctx context.Context, tc client.Client, batchID string) (string, time.Time, error) {

@@ -117,3 +117,26 @@ func TestWatchBatchDescribesAtLeastEveryDescribeEvery(t *testing.T) {
 			tc.describes, st.reads, elapsed, most)
 	}
 }
+
+// TestProgressAtSumsCountsWithRatesSinceTheStart: a batch's counts come back as
+// given (no counts: an empty list, not nil), with their totals and each channel's
+// rate from the batch's start to now.
+func TestProgressAtSumsCountsWithRatesSinceTheStart(t *testing.T) {
+	start := time.Date(2027, 3, 1, 12, 0, 0, 0, time.UTC)
+	r := BatchReport{Started: start}
+	counts := []models.ChannelCounts{{Channel: "agoda", Total: 40, Committed: 10, Rejected: 10},
+		{Channel: "expedia", Total: 10, Committed: 10}}
+	p := r.ProgressAt(counts, start.Add(10*time.Second))
+	if len(p.Channels) != 2 || p.Channels[0] != counts[0] || p.Channels[1] != counts[1] {
+		t.Errorf("channels %+v, want %+v", p.Channels, counts)
+	}
+	if p.Totals.Channel != "all" || p.Totals.Total != 50 || p.Totals.Done() != 30 {
+		t.Errorf("totals %+v, want all: 30 done of 50", p.Totals)
+	}
+	if len(p.Progress) != 2 || p.Progress[0].Rate != 2 || p.Progress[0].ETASeconds == nil || *p.Progress[0].ETASeconds != 10 {
+		t.Errorf("agoda progress %+v, want 2/s with 10 s left", p.Progress)
+	}
+	if e := r.ProgressAt(nil, start); e.Channels == nil || len(e.Channels) != 0 || e.Progress == nil || e.Totals.Total != 0 {
+		t.Errorf("no counts: %+v, want empty lists, zero totals", e)
+	}
+}

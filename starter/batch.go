@@ -27,7 +27,7 @@ import (
 func readMutations(path string) ([]models.Mutation, error) {
 	ms, err := parseMutations(path)
 	if err != nil {
-		return nil, dataError{err}
+		return nil, dataError(err)
 	}
 	return ms, nil
 }
@@ -138,7 +138,7 @@ rate_per_minute windows); the exit status is 3 when some rows would be rejected.
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dryRun {
 				if wait || rerun {
-					return usageError{"batch start: --dry-run starts nothing, so --wait and --rerun do not apply"}
+					return usageError("batch start: --dry-run starts nothing, so --wait and --rerun do not apply")
 				}
 				return c.batchDryRun(file, id)
 			}
@@ -176,7 +176,7 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 	}
 	if tenant := strings.TrimSpace(c.getenv("PARITYSYNC_TENANT")); tenant != "" {
 		if !ops.TenantPattern.MatchString(tenant) {
-			return usageError{fmt.Sprintf("PARITYSYNC_TENANT %q: must match %s", tenant, ops.TenantPattern)}
+			return usageError(fmt.Sprintf("PARITYSYNC_TENANT %q: must match %s", tenant, ops.TenantPattern))
 		}
 		// The tenant's batch: intake lets that tenant's key read it.
 		if !strings.HasPrefix(batchID, tenant+".") {
@@ -254,11 +254,11 @@ func (c *cli) batchStart(ctx context.Context, file, id string, wait, rerun bool)
 func (c *cli) batchDryRun(file, id string) error {
 	body, err := os.ReadFile(file)
 	if err != nil {
-		return dataError{fmt.Errorf("read %s: %w", file, err)}
+		return dataError(fmt.Errorf("read %s: %w", file, err))
 	}
 	decoded, err := models.DecodeMutations(body, models.DecodeLimits{})
 	if err != nil {
-		return dataError{fmt.Errorf("%s: %w", file, err)}
+		return dataError(fmt.Errorf("%s: %w", file, err))
 	}
 	d, err := c.deps()
 	if err != nil {
@@ -267,7 +267,7 @@ func (c *cli) batchDryRun(file, id string) error {
 	defer d.close()
 	v, err := ops.NewValidator(d.settings, d.channels)
 	if err != nil {
-		return configError{err}
+		return configError(err)
 	}
 	if id == "" {
 		id = "dry-run"
@@ -326,7 +326,7 @@ func (c *cli) fanOut(ctx context.Context, d *deps, file string, ms []models.Muta
 	}
 	if len(problems) > 0 {
 		p := problems[0]
-		return nil, dataError{fmt.Errorf("%s: row %d (id %s): %s: %s; nothing started", file, p.Index+1, p.ID, p.Field, p.Rule)}
+		return nil, dataError(fmt.Errorf("%s: row %d (id %s): %s: %s; nothing started", file, p.Index+1, p.ID, p.Field, p.Rule))
 	}
 	return out, nil
 }
@@ -345,8 +345,8 @@ func (c *cli) followBatch(ctx context.Context, follow func(context.Context) (mod
 	batchID, ui string) (models.BatchStatus, error) {
 	st, err := follow(ctx)
 	if err != nil && ctx.Err() != nil {
-		return st, interruptedError{fmt.Sprintf("interrupted: batch %s keeps running on the workers; "+
-			"follow it with 'starter batch status %s' or at %s", batchID, batchID, ui)}
+		return st, interruptedError(fmt.Sprintf("interrupted: batch %s keeps running on the workers; "+
+			"follow it with 'starter batch status %s' or at %s", batchID, batchID, ui))
 	}
 	return st, err
 }

@@ -41,13 +41,19 @@ func (c *cli) channelNames() []string {
 	return names
 }
 
-// completeChannels completes cmd's flag name with the configured channels.
-func (c *cli) completeChannels(cmd *cobra.Command, name string) {
-	err := cmd.RegisterFlagCompletionFunc(name, func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+// everyChannel is the --channel usage of a command that, without it, acts on every
+// configured channel.
+const everyChannel = "one channel (default: every configured channel)"
+
+// channelFlag declares cmd's --channel (-c) into dst, completed with the configured
+// channels.
+func (c *cli) channelFlag(cmd *cobra.Command, dst *string, usage string) {
+	cmd.Flags().StringVarP(dst, "channel", "c", "", usage)
+	err := cmd.RegisterFlagCompletionFunc("channel", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return c.channelNames(), cobra.ShellCompDirectiveNoFileComp
 	})
 	if err != nil {
-		panic(err) // a flag name typo in this package
+		panic(err) // the flag was declared just above
 	}
 }
 

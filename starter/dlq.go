@@ -23,12 +23,11 @@ type dlqSelection struct {
 
 // flags registers the selection's flags on cmd.
 func (sel *dlqSelection) flags(c *cli, cmd *cobra.Command) {
-	cmd.Flags().StringVarP(&sel.channel, "channel", "c", "", "only this channel")
+	c.channelFlag(cmd, &sel.channel, "only this channel")
 	cmd.Flags().StringVar(&sel.reason, "reason", "", "only this reason (rejected, auth, quota_exhausted, …)")
 	cmd.Flags().StringVar(&sel.batch, "batch", "", "only this batch")
 	cmd.Flags().StringVar(&sel.ids, "id", "", "only these entries (comma-separated ids)")
 	cmd.Flags().BoolVar(&sel.acked, "acked", false, "include entries already acknowledged")
-	c.completeChannels(cmd, "channel")
 }
 
 // empty reports whether no entry was selected by channel, reason, batch or id.
@@ -45,7 +44,7 @@ func (sel *dlqSelection) selection() (ops.DeadLetterSelection, error) {
 	for _, s := range strings.Split(sel.ids, ",") {
 		id, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 		if err != nil {
-			return out, usageError{fmt.Sprintf("--id: %q is not an entry id", s)}
+			return out, usageError(fmt.Sprintf("--id: %q is not an entry id", s))
 		}
 		out.IDs = append(out.IDs, id)
 	}
@@ -78,7 +77,7 @@ func (c *cli) dlqCmds() []*cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ackSel.empty() {
-				return usageError{"dlq ack: select entries (--id, --channel, --reason or --batch)"}
+				return usageError("dlq ack: select entries (--id, --channel, --reason or --batch)")
 			}
 			return c.dlqAck(cmd.Context(), &ackSel, note)
 		},
@@ -100,11 +99,11 @@ what would be replayed and sends nothing.
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
 			case replaySel.empty() && !all:
-				return usageError{"dlq replay: select entries (--id, --channel, --reason or --batch), or --all for every open dead letter"}
+				return usageError("dlq replay: select entries (--id, --channel, --reason or --batch), or --all for every open dead letter")
 			case !replaySel.empty() && all:
-				return usageError{"dlq replay: --all replays every open dead letter; drop it or the selection"}
+				return usageError("dlq replay: --all replays every open dead letter; drop it or the selection")
 			case dryRun && wait:
-				return usageError{"dlq replay: --dry-run sends nothing, so there is nothing to --wait for"}
+				return usageError("dlq replay: --dry-run sends nothing, so there is nothing to --wait for")
 			}
 			return c.dlqReplay(cmd.Context(), &replaySel, dryRun, wait)
 		},

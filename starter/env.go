@@ -31,11 +31,11 @@ type deps struct {
 func (c *cli) deps() (*deps, error) {
 	s, err := config.LoadSettings(c.getenv)
 	if err != nil {
-		return nil, configError{err}
+		return nil, configError(err)
 	}
 	chs, err := config.LoadChannels(s.ChannelsFile, c.getenv)
 	if err != nil {
-		return nil, configError{err}
+		return nil, configError(err)
 	}
 	return &deps{settings: s, channels: chs, interceptors: c.interceptors}, nil
 }
@@ -133,7 +133,7 @@ func dialError(err error) error {
 	if dial.IsUnreachable(err) {
 		return err
 	}
-	return configError{err}
+	return configError(err)
 }
 
 // store opens the system of record (PARITYSYNC_DATABASE_URL). The worker applies
@@ -189,7 +189,7 @@ func (d *deps) selectChannels(name string) ([]string, error) {
 		}
 	}
 	if len(slugs) == 0 {
-		return nil, usageError{fmt.Sprintf("--channel %q: not a configured channel", name)}
+		return nil, usageError(fmt.Sprintf("--channel %q: not a configured channel", name))
 	}
 	return slugs, nil
 }

@@ -45,39 +45,33 @@ const exitHelp = `Exit status:
   78  configuration error
   130 interrupted (a batch already started keeps running)`
 
-// usageError is a command line that makes no sense.
-type usageError struct{ msg string }
+// statusError is a failure that names the exit status it ends the command with.
+type statusError struct {
+	code int
+	err  error
+}
 
-func (e usageError) Error() string { return e.msg }
+func (e statusError) Error() string { return e.err.Error() }
+func (e statusError) Unwrap() error { return e.err }
+
+// usageError is a command line that makes no sense.
+func usageError(msg string) error { return statusError{exitUsage, errors.New(msg)} }
 
 // dataError is an input file that cannot be used.
-type dataError struct{ err error }
-
-func (e dataError) Error() string { return e.err.Error() }
-func (e dataError) Unwrap() error { return e.err }
+func dataError(err error) error { return statusError{exitData, err} }
 
 // notFoundError is a batch, mutation or dead letter named on the command line
 // that does not exist.
-type notFoundError struct{ msg string }
-
-func (e notFoundError) Error() string { return e.msg }
+func notFoundError(msg string) error { return statusError{exitNotFound, errors.New(msg)} }
 
 // configError is a configuration that cannot be used.
-type configError struct{ err error }
-
-func (e configError) Error() string { return e.err.Error() }
-func (e configError) Unwrap() error { return e.err }
+func configError(err error) error { return statusError{exitConfig, err} }
 
 // refusedError is work a channel's smoother refused by admission control.
-type refusedError struct{ err error }
-
-func (e refusedError) Error() string { return e.err.Error() }
-func (e refusedError) Unwrap() error { return e.err }
+func refusedError(err error) error { return statusError{exitRefused, err} }
 
 // interruptedError is Ctrl-C; the message says what goes on without the CLI.
-type interruptedError struct{ msg string }
-
-func (e interruptedError) Error() string { return e.msg }
+func interruptedError(msg string) error { return statusError{exitInterrupted, errors.New(msg)} }
 
 // tierExit carries quota's result status.
 type tierExit struct{ code int }
@@ -89,12 +83,7 @@ var errReported = errors.New("some mutations were rejected or dead-lettered")
 
 func exitCode(err error) int {
 	var (
-		ue usageError
-		de dataError
-		nf notFoundError
-		ce configError
-		re refusedError
-		ie interruptedError
+		se statusError
 		te tierExit
 	)
 	switch {
@@ -104,17 +93,11 @@ func exitCode(err error) int {
 		return te.code
 	case errors.Is(err, errReported):
 		return exitReported
-	case errors.As(err, &ue), isCobraUsage(err):
+	case isCobraUsage(err):
 		return exitUsage
-	case errors.As(err, &de):
-		return exitData
-	case errors.As(err, &nf):
-		return exitNotFound
-	case errors.As(err, &ce):
-		return exitConfig
-	case errors.As(err, &re):
-		return exitRefused
-	case errors.As(err, &ie), errors.Is(err, context.Canceled):
+	case errors.As(err, &se):
+		return se.code
+	case errors.Is(err, context.Canceled):
 		return exitInterrupted
 	case dial.IsUnreachable(err):
 		return exitUnavailable

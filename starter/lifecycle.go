@@ -35,7 +35,7 @@ func batchWorkflowID(arg string) (string, string) {
 // made a notFoundError (exit 66).
 func batchError(cmd, batchID string, err error) error {
 	if errors.Is(err, ops.ErrNoBatch) {
-		return notFoundError{fmt.Sprintf("%s: no batch %s", cmd, batchID)}
+		return notFoundError(fmt.Sprintf("%s: no batch %s", cmd, batchID))
 	}
 	return err
 }
@@ -72,7 +72,7 @@ no recorded outcome (not in the batch, or still on its way) exits 66.`,
 		Args: exactArgs(1, "exactly one batch id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(mutation) == "" {
-				return usageError{"batch outcome: --mutation must name a mutation id"}
+				return usageError("batch outcome: --mutation must name a mutation id")
 			}
 			return c.batchOutcomes(cmd.Context(), args[0], mutation)
 		},
@@ -190,16 +190,12 @@ func (c *cli) batchStatus(ctx context.Context, arg string) error {
 	if err != nil {
 		return batchError("batch status", batchID, err)
 	}
+	p := r.ProgressAt(ops.ResultCounts(r.Counts, r.Final), time.Now())
 	rep := statusReport{BatchID: batchID, WorkflowID: wfID, State: r.State, Done: r.State != ops.StateRunning,
-		Planned: r.Planned, Channels: ops.ResultCounts(r.Counts, r.Final), UI: d.uiLink(wfID)}
-	if rep.Channels == nil {
-		rep.Channels = []models.ChannelCounts{}
-	}
+		Planned: r.Planned, Channels: p.Channels, Totals: p.Totals, Progress: p.Progress, UI: d.uiLink(wfID)}
 	if r.Final != nil {
 		rep.Mutations = r.Final.Mutations
 	}
-	rep.Totals = models.BatchStatus{Channels: rep.Channels}.Totals()
-	rep.Progress = ops.Rates(rep.Channels, nil, time.Since(r.Started))
 	if c.json() {
 		if err := c.writeJSON(rep); err != nil {
 			return err
@@ -266,8 +262,8 @@ func (c *cli) batchOutcomes(ctx context.Context, arg, mutation string) error {
 		return err
 	}
 	if mutation != "" && len(list) == 0 {
-		return notFoundError{fmt.Sprintf("batch outcome: no outcome for mutation %s in batch %s (not in the batch, or still on its way)",
-			mutation, batchID)}
+		return notFoundError(fmt.Sprintf("batch outcome: no outcome for mutation %s in batch %s (not in the batch, or still on its way)",
+			mutation, batchID))
 	}
 	if c.json() {
 		return c.writeJSON(list)

@@ -116,7 +116,7 @@ to stderr.` + "\n\n" + exitHelp,
 		SilenceErrors: true,
 		Args:          noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageError{"a command is required"}
+			return usageError("a command is required")
 		},
 	}
 	root.PersistentFlags().StringVarP(&c.output, "output", "o", "table", "output format: table or json")
@@ -125,11 +125,11 @@ to stderr.` + "\n\n" + exitHelp,
 	}
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
 		if c.output != "table" && c.output != "json" {
-			return usageError{fmt.Sprintf("--output %q: want table or json", c.output)}
+			return usageError(fmt.Sprintf("--output %q: want table or json", c.output))
 		}
 		return nil
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err.Error()) })
 	root.AddCommand(c.batchCmd(), c.channelCmd(), c.dlqCmd(), c.quotaCmd(), c.reconcileCmd(),
 		c.sampleCmd(), c.retryAfterCmd(), c.smoothCmd(), c.simulateCmd(), c.statusCmd())
 	return root
@@ -139,7 +139,7 @@ to stderr.` + "\n\n" + exitHelp,
 func group(use, short string, subs ...*cobra.Command) *cobra.Command {
 	g := &cobra.Command{Use: use, Short: short, Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageError{fmt.Sprintf("%s: a subcommand is required", cmd.CommandPath())}
+			return usageError(fmt.Sprintf("%s: a subcommand is required", cmd.CommandPath()))
 		}}
 	g.AddCommand(subs...)
 	return g
@@ -149,9 +149,9 @@ func group(use, short string, subs ...*cobra.Command) *cobra.Command {
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		if cmd.HasSubCommands() {
-			return usageError{fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())}
+			return usageError(fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath()))
 		}
-		return usageError{fmt.Sprintf("%s takes no arguments, got %q", cmd.CommandPath(), strings.Join(args, " "))}
+		return usageError(fmt.Sprintf("%s takes no arguments, got %q", cmd.CommandPath(), strings.Join(args, " ")))
 	}
 	return nil
 }
@@ -160,7 +160,7 @@ func noArgs(cmd *cobra.Command, args []string) error {
 func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
-			return usageError{fmt.Sprintf("%s: want %s", cmd.CommandPath(), what)}
+			return usageError(fmt.Sprintf("%s: want %s", cmd.CommandPath(), what))
 		}
 		return nil
 	}

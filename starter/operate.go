@@ -26,7 +26,7 @@ and signal every running BatchSync, which forwards the pause to its children.`,
 		ValidArgsFunction: c.channelArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(reason) == "" {
-				return usageError{"channel pause: --reason must say why"}
+				return usageError("channel pause: --reason must say why")
 			}
 			return c.channelPause(cmd.Context(), true, args[0], reason)
 		},
@@ -55,7 +55,7 @@ func (c *cli) channelPause(ctx context.Context, pause bool, name, reason string)
 	}
 	defer d.close()
 	if _, ok := d.channel(name); !ok {
-		return usageError{fmt.Sprintf("channel %s: %q is not a configured channel", verb, name)}
+		return usageError(fmt.Sprintf("channel %s: %q is not a configured channel", verb, name))
 	}
 	if err := d.dial(ctx, useLimiter|useTemporal); err != nil {
 		return err
@@ -87,14 +87,13 @@ func (c *cli) dlqCmd() *cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if count < 1 {
-				return usageError{"dlq list: --count must be at least 1"}
+				return usageError("dlq list: --count must be at least 1")
 			}
 			return c.dlqList(cmd.Context(), channel, count)
 		},
 	}
-	list.Flags().StringVarP(&channel, "channel", "c", "", "one channel (default: every configured channel)")
+	c.channelFlag(list, &channel, everyChannel)
 	list.Flags().Int64VarP(&count, "count", "n", 50, "most entries per channel")
-	c.completeChannels(list, "channel")
 	return group("dlq", "Read, export, acknowledge and replay the dead-letter queue", append([]*cobra.Command{list}, c.dlqCmds()...)...)
 }
 
@@ -186,8 +185,7 @@ A failure to read the state exits 64 or more (see starter --help), never 0–3.`
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return c.quota(cmd.Context(), channel) },
 	}
-	cmd.Flags().StringVarP(&channel, "channel", "c", "", "one channel (default: every configured channel, exit status of the worst)")
-	c.completeChannels(cmd, "channel")
+	c.channelFlag(cmd, &channel, "one channel (default: every configured channel, exit status of the worst)")
 	return cmd
 }
 

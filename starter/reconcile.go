@@ -24,10 +24,9 @@ func (c *cli) reconcileCmd() *cobra.Command {
 			return c.reconcile(cmd.Context(), false, channel, horizon, "", wait)
 		},
 	}
-	runCmd.Flags().StringVarP(&channel, "channel", "c", "", "one channel (default: every configured channel)")
+	c.channelFlag(runCmd, &channel, everyChannel)
 	runCmd.Flags().IntVar(&horizon, "horizon-days", models.DefaultReconcileHorizon, "nights ahead to compare")
 	runCmd.Flags().BoolVarP(&wait, "wait", "w", false, "wait for the run and print what it found")
-	c.completeChannels(runCmd, "channel")
 	schedCmd := &cobra.Command{
 		Use:   "schedule [--cron EXPR] [--channel CHANNEL] [--horizon-days N]",
 		Short: "Run reconciliation on a schedule (a Temporal Schedule), nightly by default",
@@ -39,10 +38,9 @@ func (c *cli) reconcileCmd() *cobra.Command {
 			return c.reconcile(cmd.Context(), true, channel, horizon, cron, false)
 		},
 	}
-	schedCmd.Flags().StringVarP(&channel, "channel", "c", "", "one channel (default: every configured channel)")
+	c.channelFlag(schedCmd, &channel, everyChannel)
 	schedCmd.Flags().IntVar(&horizon, "horizon-days", models.DefaultReconcileHorizon, "nights ahead to compare")
 	schedCmd.Flags().StringVar(&cron, "cron", "0 3 * * *", "when to run: a 5-field cron expression in UTC, or @daily, @hourly, @every 6h …")
-	c.completeChannels(schedCmd, "channel")
 	return group("reconcile", "Compare the channels with the ledger and repair drift", runCmd, schedCmd)
 }
 
@@ -50,7 +48,7 @@ func (c *cli) reconcileCmd() *cobra.Command {
 // (the schedule would otherwise fail on the server, or never run).
 func checkCron(expr string) error {
 	if _, err := cron.ParseStandard(expr); err != nil {
-		return usageError{fmt.Sprintf("--cron %q: %v (want 5 fields: minute hour day-of-month month day-of-week, or @daily, @hourly, @every 6h …)", expr, err)}
+		return usageError(fmt.Sprintf("--cron %q: %v (want 5 fields: minute hour day-of-month month day-of-week, or @daily, @hourly, @every 6h …)", expr, err))
 	}
 	return nil
 }
@@ -58,7 +56,7 @@ func checkCron(expr string) error {
 // reconcile runs reconciliation now or schedules it.
 func (c *cli) reconcile(ctx context.Context, schedule bool, channel string, horizon int, cron string, wait bool) error {
 	if horizon < 1 {
-		return usageError{"--horizon-days must be at least 1"}
+		return usageError("--horizon-days must be at least 1")
 	}
 	d, slugs, err := c.openChannels(ctx, channel, useTemporal)
 	if err != nil {
@@ -85,7 +83,7 @@ func (c *cli) reconcile(ctx context.Context, schedule bool, channel string, hori
 	var res models.ReconcileResult
 	if err := run.Get(ctx, &res); err != nil {
 		if ctx.Err() != nil {
-			return interruptedError{fmt.Sprintf("interrupted: %s keeps running; follow it at %s", id, d.uiLink(id))}
+			return interruptedError(fmt.Sprintf("interrupted: %s keeps running; follow it at %s", id, d.uiLink(id)))
 		}
 		return fmt.Errorf("%s: %w", id, err)
 	}

@@ -25,7 +25,7 @@ func (c *cli) sampleCmd() *cobra.Command {
 		Args:  noArgs,
 		RunE: func(*cobra.Command, []string) error {
 			if n < 10 {
-				return usageError{"sample: --mutations must be at least 10"}
+				return usageError("sample: --mutations must be at least 10")
 			}
 			return c.sample(n, file, seed, strings.Split(chans, ","))
 		},

@@ -49,10 +49,10 @@ optionally priority (1 urgent … 5 bulk, default 3) and cost (default 1).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			trace, err := readTrace(file)
 			if err != nil {
-				return dataError{err}
+				return dataError(err)
 			}
 			if speed < 1 {
-				return usageError{fmt.Sprintf("--speed %d: want >= 1", speed)}
+				return usageError(fmt.Sprintf("--speed %d: want >= 1", speed))
 			}
 			d, err := c.deps()
 			if err != nil {

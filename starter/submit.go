@@ -121,7 +121,7 @@ func (c *cli) batchSubmit(ctx context.Context, file string) error {
 // PMS submits again later; anything else stays an error.
 func submitError(err error) error {
 	if ops.IsSmootherFull(err) {
-		return refusedError{err}
+		return refusedError(err)
 	}
 	return err
 }

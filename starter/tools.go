@@ -42,13 +42,13 @@ usable: the worker then falls back to its own backoff, and this command exits 65
 			if now != "" {
 				t, err := time.Parse(time.RFC3339, now)
 				if err != nil {
-					return usageError{fmt.Sprintf("--now %q: want an RFC 3339 time like 2026-05-09T17:00:00Z", now)}
+					return usageError(fmt.Sprintf("--now %q: want an RFC 3339 time like 2026-05-09T17:00:00Z", now))
 				}
 				at = t
 			}
 			if channel != "" {
 				if flagSet(cmd.Flags(), "max") {
-					return usageError{"retry-after: give --max or --channel, not both"}
+					return usageError("retry-after: give --max or --channel, not both")
 				}
 				d, err := c.deps()
 				if err != nil {
@@ -56,7 +56,7 @@ usable: the worker then falls back to its own backoff, and this command exits 65
 				}
 				ch, ok := d.channel(channel)
 				if !ok {
-					return usageError{fmt.Sprintf("--channel %q: not a configured channel", channel)}
+					return usageError(fmt.Sprintf("--channel %q: not a configured channel", channel))
 				}
 				maxWait = ch.MaxRetryAfter
 			}
@@ -100,7 +100,7 @@ func (c *cli) retryAfter(value string, now time.Time, maxWait time.Duration) err
 		}
 	}
 	if !ok {
-		return dataError{fmt.Errorf("retry-after %q: not delta-seconds or an HTTP-date; the worker falls back to its own backoff", value)}
+		return dataError(fmt.Errorf("retry-after %q: not delta-seconds or an HTTP-date; the worker falls back to its own backoff", value))
 	}
 	return nil
 }
@@ -130,10 +130,10 @@ Empty cells are "not changed".`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if window < 0 || used < 0 {
-				return usageError{"smooth: --window and --used must not be negative"}
+				return usageError("smooth: --window and --used must not be negative")
 			}
 			if speed < 1 {
-				return usageError{fmt.Sprintf("--speed %d: want >= 1", speed)}
+				return usageError(fmt.Sprintf("--speed %d: want >= 1", speed))
 			}
 			return c.smooth(cmd.Context(), file, window, used, speed)
 		},
@@ -179,7 +179,7 @@ type channelPlan struct {
 func (c *cli) smooth(ctx context.Context, file string, window time.Duration, used, speed int) error {
 	ms, err := readChangesCSV(file)
 	if err != nil {
-		return dataError{err}
+		return dataError(err)
 	}
 	d, err := c.deps()
 	if err != nil {
@@ -187,7 +187,7 @@ func (c *cli) smooth(ctx context.Context, file string, window time.Duration, use
 	}
 	v, err := ops.NewValidator(d.settings, d.channels)
 	if err != nil {
-		return configError{err}
+		return configError(err)
 	}
 	defer d.close()
 	rdb, err := d.redis(ctx)

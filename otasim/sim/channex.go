@@ -116,7 +116,7 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 			return rep
 		}
 	}
-	if s.serverError(ch, f) {
+	if s.serverFault(ch, f.ErrorRatio) {
 		return channexError(s.serverStatus(), "internal_server_error", "Internal Server Error", nil)
 	}
 
@@ -159,9 +159,7 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 	if idemKey != "" {
 		ch.remember(idemKey, body, rep, now)
 	}
-	if s.roll(f.CommitThen500Ratio) {
-		ch.stats.FaultsInjected++
-		ch.stats.ServerErrors++
+	if s.serverFault(ch, f.CommitThen500Ratio) {
 		return channexError(http.StatusInternalServerError, "internal_server_error", "Internal Server Error", nil)
 	}
 	return rep

@@ -107,9 +107,11 @@ func (s *Simulator) stormStatus(ch *channel, f Faults, now time.Time) int {
 	return status
 }
 
-// serverError rolls the error fault of a push: true, counted, when it strikes.
-func (s *Simulator) serverError(ch *channel, f Faults) bool {
-	if !s.roll(f.ErrorRatio) {
+// serverFault rolls a fault that answers a 5xx, at ratio: ErrorRatio before a push
+// is applied, CommitThen500Ratio after it was applied and remembered. True,
+// counted, when it strikes.
+func (s *Simulator) serverFault(ch *channel, ratio float64) bool {
+	if !s.roll(ratio) {
 		return false
 	}
 	ch.stats.FaultsInjected++

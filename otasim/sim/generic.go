@@ -109,7 +109,7 @@ func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr erro
 	}
 	ch.stats.DailyUsed += cost
 
-	if s.serverError(ch, f) {
+	if s.serverFault(ch, f.ErrorRatio) {
 		return errorReply(s.serverStatus(), models.ErrorServer, "injected server error"), key
 	}
 
@@ -160,9 +160,7 @@ func (s *Simulator) push(ch *channel, r *http.Request, body []byte, readErr erro
 	rep.header.Set(models.HeaderConfirmationID, conf)
 	ch.rememberHash(idemKey, hash, rep, now)
 
-	if s.roll(f.CommitThen500Ratio) {
-		ch.stats.FaultsInjected++
-		ch.stats.ServerErrors++
+	if s.serverFault(ch, f.CommitThen500Ratio) {
 		return errorReply(http.StatusInternalServerError, models.ErrorServer, "injected error after commit"), key
 	}
 	return rep, key

@@ -165,7 +165,7 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 	} else if seen {
 		return rep
 	}
-	if s.serverError(ch, f) {
+	if s.serverFault(ch, f.ErrorRatio) {
 		if s.rng.IntN(2) == 0 {
 			return otaError(http.StatusOK, msg, hdr.EchoToken, now, wire.OTAErrorProcessingException, otaCodeUnableToProc, "injected processing error")
 		}
@@ -206,9 +206,7 @@ func (s *Simulator) otaPush(ch *channel, r *http.Request, msg string, body []byt
 	}
 	rep := otaAnswer(http.StatusOK, msg, hdr.EchoToken, conf, now, true, warnings, nil)
 	ch.remember(hdr.EchoToken, content, rep, now)
-	if s.roll(f.CommitThen500Ratio) {
-		ch.stats.FaultsInjected++
-		ch.stats.ServerErrors++
+	if s.serverFault(ch, f.CommitThen500Ratio) {
 		return otaError(http.StatusInternalServerError, msg, hdr.EchoToken, now, wire.OTAErrorApplication, otaCodeUnableToProc, "injected error after commit")
 	}
 	return rep

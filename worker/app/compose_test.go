@@ -396,14 +396,17 @@ func TestComposeHealthchecks(t *testing.T) {
 			t.Errorf("service %s: a shell healthcheck on a distroless image", name)
 		}
 	}
-	dockerfile, err := os.ReadFile(dockerfilePath)
-	if err != nil {
-		t.Fatal(err)
+	df := readDockerfile(t)
+	n := 0
+	for name := range ours {
+		if slices.Contains(df.lines(name), "COPY --from="+df.build+" /out/probe /usr/local/bin/probe") {
+			n++
+		}
 	}
-	if n := strings.Count(string(dockerfile), "COPY --from=build /out/probe /usr/local/bin/probe"); n != len(ours) {
+	if n != len(ours) {
 		t.Errorf("Dockerfile copies the probe into %d images, want %d (worker, intake, otasim)", n, len(ours))
 	}
-	if !strings.Contains(string(dockerfile), "./deploy/probe") {
+	if !slices.ContainsFunc(df.stages[df.build], func(l string) bool { return strings.Contains(l, "./deploy/probe") }) {
 		t.Error("Dockerfile does not build ./deploy/probe")
 	}
 	// Dependencies wait for health where a healthcheck exists.
@@ -640,7 +643,26 @@ func TestComposeTemporalDynamicConfig(t *testing.T) {
 	}
 }
 
-func TestComposeDockerfileBuildsWorkerAndSimulator(t *testing.T) {
+// dockerfile is the Dockerfile split into its stages, continuation lines joined,
+// comments and blank lines left out.
+type dockerfile struct {
+	stages map[string][]string // by stage name, lower case
+	base   map[string]string   // the stage a stage is built FROM, when it is one
+	build  string              // the golang stage
+}
+
+// lines are what stage holds, its base stages' lines first: what its image has.
+func (d dockerfile) lines(stage string) []string {
+	var out []string
+	for s, seen := stage, map[string]bool{}; s != "" && !seen[s]; s = d.base[s] {
+		seen[s] = true
+		out = append(append([]string(nil), d.stages[s]...), out...)
+	}
+	return out
+}
+
+func readDockerfile(t *testing.T) dockerfile {
+	t.Helper()
 	raw, err := os.ReadFile(dockerfilePath)
 	if err != nil {
 		t.Fatalf("read Dockerfile: %v", err)
@@ -663,22 +685,32 @@ func TestComposeDockerfileBuildsWorkerAndSimulator(t *testing.T) {
 		lines = append(lines, cur.String())
 		cur.Reset()
 	}
-	stages := map[string][]string{}
-	var stage, buildStage string
+	d := dockerfile{stages: map[string][]string{}, base: map[string]string{}}
+	var stage string
 	fromLine := regexp.MustCompile(`(?i)^FROM\s+(\S+)(?:\s+AS\s+(\S+))?$`)
 	for _, line := range lines {
 		if m := fromLine.FindStringSubmatch(line); m != nil {
 			stage = strings.ToLower(m[2])
+			if _, ok := d.stages[strings.ToLower(m[1])]; ok {
+				d.base[stage] = strings.ToLower(m[1])
+			}
+			d.stages[stage] = nil // a stage with no lines of its own is a stage still
 			if strings.HasPrefix(m[1], "golang:") || strings.HasPrefix(m[1], "golang@") {
-				buildStage = stage
+				d.build = stage
 			}
 			continue
 		}
-		stages[stage] = append(stages[stage], line)
+		d.stages[stage] = append(d.stages[stage], line)
 	}
-	if buildStage == "" {
+	if d.build == "" {
 		t.Fatal("Dockerfile: no golang build stage")
 	}
+	return d
+}
+
+func TestComposeDockerfileBuildsWorkerAndSimulator(t *testing.T) {
+	df := readDockerfile(t)
+	stages, buildStage := df.stages, df.build
 
 	var build string
 	for _, line := range stages[buildStage] {
