@@ -9,21 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/dial/redistest"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
 )
-
-// testRedis connects to REDIS_URL (or the local default) and returns a fresh key
-// prefix whose keys are deleted when the test ends.
-func testRedis(t *testing.T) (*redis.Client, string) {
-	t.Helper()
-	return redistest.Client(t, "pstest")
-}
 
 // windowTestWindow is the 50-property test's window: its assertions are relative to
 // the window (most in any window, turns, the wait between two requests against the
@@ -49,7 +40,7 @@ func TestChannexFiftyPropertiesStayWithinTheirWindows(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for over a window of real time")
 	}
-	rdb, prefix := testRedis(t)
+	rdb, prefix := redistest.Client(t, "pstest")
 	const nProps = 50
 	mapping := models.ChannexMapping{Properties: map[string]models.ChannexProperty{}}
 	var props []string

@@ -33,6 +33,7 @@ import (
 	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/devtest"
+	"github.com/paritysync/paritysync/e2e/stack"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/ops"
 	"github.com/paritysync/paritysync/otasim/sample"
@@ -114,14 +115,14 @@ type bench struct {
 	srv *devtest.Env
 	// newStack, when set, starts the scenarios' stacks on another topology (the
 	// production one of prod_test.go) instead of srv.
-	newStack func(t *testing.T, o stackOptions) *e2eStack
+	newStack func(t *testing.T, o stack.Options) *e2eStack
 	mu       sync.Mutex
 	rows     [][3]string // scenario, measured, target
 }
 
 // stack starts a stack with the worker's default chunk size (the end-to-end tests
 // use small chunks to exercise many children; a benchmark measures the product).
-func (b *bench) stack(o stackOptions) *e2eStack {
+func (b *bench) stack(o stack.Options) *e2eStack {
 	env := map[string]string{"PARITYSYNC_CHUNK_SIZE": fmt.Sprint(config.DefaultSettings().ChunkSize)}
 	maps.Copy(env, o.Env)
 	o.Env = env
@@ -141,7 +142,7 @@ func (b *bench) row(scenario, measured, target string) {
 // arrivals are the times the simulator saw valid pushes to channel (any status).
 func arrivals(s *e2eStack, channel string, keep func(sim.RequestRecord) bool) []time.Time {
 	var out []time.Time
-	for _, r := range s.sim.Requests(channel, time.Time{}) {
+	for _, r := range s.Sim.Requests(channel, time.Time{}) {
 		if r.Family != "" && (keep == nil || keep(r)) {
 			out = append(out, r.At)
 		}
@@ -204,8 +205,8 @@ func (b *bench) saturated() {
 // saturatedWith is the saturated scenario with the given number of workers.
 func (b *bench) saturatedWith(workers int) {
 	const rate, burst, n = 30, 3, 54
-	s := b.stack(stackOptions{Workers: workers,
-		Channels: map[string]stackChannel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
+	s := b.stack(stack.Options{Workers: workers,
+		Channels: map[string]stack.Channel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
 	// 54 properties, one night each: 54 one-line rates requests at the default
 	// priority (bulk work, priority 4 and 5, leaves the burst to urgent work).
 	ms := rateChanges("expedia", n, 1, time.Now().Unix(), models.PriorityDefault, "120.00")
@@ -215,7 +216,7 @@ func (b *bench) saturatedWith(workers int) {
 	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
 	span := ts[len(ts)-1].Sub(ts[0])
 	minimum := minimumMakespan(n, rate, burst)
-	stats := s.sim.Stats()["expedia"]
+	stats := s.Sim.Stats()["expedia"]
 	b.row(fmt.Sprintf("saturated expedia 30/min, %d requests, %d worker(s)", n, workers),
 		fmt.Sprintf("window use %.3f; makespan %.1f s = %.3f × minimum %.1f s; %d 429s; max in 60 s %d",
 			windowUse(ts, rate), span.Seconds(), float64(span)/float64(minimum), minimum.Seconds(),
@@ -248,7 +249,7 @@ func (b *bench) changeLatencies(s *e2eStack, channel string, changes []models.Mu
 		require.Equal(b.t, 1, st.Totals().Done())
 	}
 	var out []time.Duration
-	for _, r := range s.sim.Requests(channel, time.Time{}) {
+	for _, r := range s.Sim.Requests(channel, time.Time{}) {
 		if start, ok := starts[r.Property]; ok && r.Family == fam {
 			out = append(out, r.At.Sub(start))
 			delete(starts, r.Property)
@@ -260,8 +261,8 @@ func (b *bench) changeLatencies(s *e2eStack, channel string, changes []models.Mu
 
 func (b *bench) urgent() {
 	const rate = 60
-	s := b.stack(stackOptions{
-		Channels: map[string]stackChannel{"booking_com": {PerMinute: rate, Burst: 6, MaxLines: 1}}})
+	s := b.stack(stack.Options{
+		Channels: map[string]stack.Channel{"booking_com": {PerMinute: rate, Burst: 6, MaxLines: 1}}})
 	bulk := rateChanges("booking_com", 150, 1, time.Now().Unix(), 5, "99.00")
 	run := s.startMutations(b.t, "bench-bulk-"+uuid.NewString()[:8], bulk)
 	time.Sleep(20 * time.Second) // saturated by now
@@ -275,7 +276,7 @@ func (b *bench) urgent() {
 	lat := b.changeLatencies(s, "booking_com", stops, 3*time.Second, models.FamilyRestrictions)
 	b.t.Logf("stop-sell latencies: %v", lat)
 	saturatedAt := mostInWindow(arrivals(s, "booking_com", nil))
-	_ = s.tc.TerminateWorkflow(context.Background(), run.GetID(), "", "end of benchmark")
+	_ = s.TC.TerminateWorkflow(context.Background(), run.GetID(), "", "end of benchmark")
 	b.row("20 stop-sells (priority 1) under a saturating bulk batch, booking_com 60/min",
 		fmt.Sprintf("p50 %.2f s, p99 %.2f s, max %.2f s (token interval 1 s; max in 60 s %d)",
 			percentile(lat, .5).Seconds(), percentile(lat, .99).Seconds(), percentile(lat, 1).Seconds(), saturatedAt),
@@ -291,8 +292,8 @@ func (b *bench) urgent() {
 // simulator's arrival of its property's restrictions request.
 func (b *bench) smootherUrgent() {
 	const rate, burst, nBulk, nUrgent = 30, 3, 40, 5
-	s := b.stack(stackOptions{Env: map[string]string{"PARITYSYNC_CHANNEL_EXPEDIA_SCOPE": string(models.ScopeChannel)},
-		Channels: map[string]stackChannel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
+	s := b.stack(stack.Options{Env: map[string]string{"PARITYSYNC_CHANNEL_EXPEDIA_SCOPE": string(models.ScopeChannel)},
+		Channels: map[string]stack.Channel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
 	r := b.smoothedStopSells(s, "expedia", nBulk, nUrgent)
 	lat := r.latencies
 	interval := time.Minute / rate
@@ -326,7 +327,7 @@ func (b *bench) smoothedStopSells(s *e2eStack, channel string, nBulk, nUrgent in
 	ctx := context.Background()
 	in := models.SmootherInput{Channel: channel, MaxPending: models.DefaultMaxPending}
 	submit := func(ms []models.Mutation) {
-		res, err := ops.Submit(ctx, s.tc, s.queue, s.acts.Store, in, ms)
+		res, err := ops.Submit(ctx, s.TC, s.Queue, s.Acts.Store, in, ms)
 		require.NoError(b.t, err)
 		require.Equal(b.t, len(ms), res.Accepted)
 	}
@@ -348,7 +349,7 @@ func (b *bench) smoothedStopSells(s *e2eStack, channel string, nBulk, nUrgent in
 	}
 	arrived := map[string]time.Time{}
 	require.Eventually(b.t, func() bool {
-		for _, r := range s.sim.Requests(channel, time.Time{}) {
+		for _, r := range s.Sim.Requests(channel, time.Time{}) {
 			if _, ok := posted[r.Property]; ok && r.Family == models.FamilyRestrictions {
 				if _, seen := arrived[r.Property]; !seen {
 					arrived[r.Property] = r.At
@@ -369,7 +370,7 @@ func (b *bench) smoothedStopSells(s *e2eStack, channel string, nBulk, nUrgent in
 	b.t.Logf("stop-sell post → channel latencies: %v", out.latencies)
 	// The bulk batch drains; what reached the channel after the last stop-sell shows
 	// it was still saturated then.
-	awaitSmoother(b.t, s.tc, models.SmootherWorkflowID(channel),
+	awaitSmoother(b.t, s.TC, models.SmootherWorkflowID(channel),
 		func(st models.SmootherStatus) bool { return st.Running == 0 && st.Pending == 0 })
 	out.arrivals = arrivals(s, channel, nil)
 	require.GreaterOrEqual(b.t, len(out.arrivals), nBulk+nUrgent, "every change reached the channel")
@@ -378,15 +379,15 @@ func (b *bench) smoothedStopSells(s *e2eStack, channel string, nBulk, nUrgent in
 			out.behind++
 		}
 	}
-	out.throttled = s.sim.Stats()[channel].Throttled
-	_ = s.tc.TerminateWorkflow(ctx, models.SmootherWorkflowID(channel), "", "end of benchmark")
+	out.throttled = s.Sim.Stats()[channel].Throttled
+	_ = s.TC.TerminateWorkflow(ctx, models.SmootherWorkflowID(channel), "", "end of benchmark")
 	return out
 }
 
 func (b *bench) turns() {
 	const rate = 60
-	s := b.stack(stackOptions{
-		Channels: map[string]stackChannel{"booking_com": {PerMinute: rate, Burst: 6, MaxLines: 1}}})
+	s := b.stack(stack.Options{
+		Channels: map[string]stack.Channel{"booking_com": {PerMinute: rate, Burst: 6, MaxLines: 1}}})
 	// Property 1's year-long sync: 4,000 one-night requests in 8 batches of 500.
 	var runs []client.WorkflowRun
 	for k := range 8 {
@@ -408,7 +409,7 @@ func (b *bench) turns() {
 	lat := b.changeLatencies(s, "booking_com", changes, 15*time.Second, models.FamilyRates)
 	b.t.Logf("other property's latencies: %v", lat)
 	for _, r := range runs {
-		_ = s.tc.TerminateWorkflow(context.Background(), r.GetID(), "", "end of benchmark")
+		_ = s.TC.TerminateWorkflow(context.Background(), r.GetID(), "", "end of benchmark")
 	}
 	b.row("another property's changes beside a 4,000-request bulk sync, booking_com 60/min, equal priority",
 		fmt.Sprintf("p50 %.2f s, p99 %.2f s over %d changes (token interval 1 s)",
@@ -417,8 +418,8 @@ func (b *bench) turns() {
 }
 
 func (b *bench) race() {
-	s := b.stack(stackOptions{Workers: 3,
-		Channels: map[string]stackChannel{"agoda": {PerMinute: 600, Burst: 20, MaxLines: 2}}})
+	s := b.stack(stack.Options{Workers: 3,
+		Channels: map[string]stack.Channel{"agoda": {PerMinute: 600, Burst: 20, MaxLines: 2}}})
 	// 200 cells; batch A carries the newer version of even cells, batch B of odd ones.
 	base := time.Now().Unix() * 10
 	var a, c []models.Mutation
@@ -442,7 +443,7 @@ func (b *bench) race() {
 	ta, tb := sa.Totals(), sb.Totals()
 	require.Equal(b.t, 200, ta.Done())
 	require.Equal(b.t, 200, tb.Done())
-	stats := s.sim.Stats()["agoda"]
+	stats := s.Sim.Stats()["agoda"]
 	b.row("two batches racing on the same 200 cells, interleaved versions, 3 workers",
 		fmt.Sprintf("stale_received %d, stale_overwrites %d; outcomes A %d+%d sup, B %d+%d sup of 200 each, %d dead-lettered",
 			stats.StaleReceived, stats.StaleOverwrites, ta.Committed, ta.Superseded, tb.Committed, tb.Superseded,
@@ -502,25 +503,25 @@ func actionsOf(e *historypb.HistoryEvent) int {
 
 func (b *bench) cost() {
 	const rate, n = 60, 120
-	s := b.stack(stackOptions{
-		Channels: map[string]stackChannel{"expedia": {PerMinute: rate, Burst: 6, MaxLines: 1}}})
+	s := b.stack(stack.Options{
+		Channels: map[string]stack.Channel{"expedia": {PerMinute: rate, Burst: 6, MaxLines: 1}}})
 	id := "bench-cost-" + uuid.NewString()[:8]
 	ms := rateChanges("expedia", n, 1, time.Now().Unix(), 5, "130.00")
 	st := waitBatch(b.t, s.startMutations(b.t, id, ms), 10*time.Minute)
-	delivered := s.sim.Stats()["expedia"].Accepted
+	delivered := s.Sim.Stats()["expedia"].Accepted
 	require.Equal(b.t, n, st.Totals().Committed)
-	actions, events := historyCost(b.t, s.tc, id)
+	actions, events := historyCost(b.t, s.TC, id)
 	b.row(fmt.Sprintf("saturated channel (expedia 60/min), whole batch of %d requests", n),
 		fmt.Sprintf("%.2f actions and %.1f history events per delivered request (%d delivered)",
 			float64(actions)/float64(delivered), float64(events)/float64(delivered), delivered),
 		"≤ 1.5 actions, ≤ 6 events")
 
 	// A realistic batch: the sample generator's 2,000 mutations on the default channels.
-	s2 := b.stack(stackOptions{})
+	s2 := b.stack(stack.Options{})
 	id2 := "bench-sample-" + uuid.NewString()[:8]
 	sample := sample.Batch(2000, models.DateOf(time.Now()), time.Now().Unix(), 1)
 	st2 := waitBatch(b.t, s2.startMutations(b.t, id2, sample), 10*time.Minute)
-	a2, e2 := historyCost(b.t, s2.tc, id2)
+	a2, e2 := historyCost(b.t, s2.TC, id2)
 	b.row("realistic sample, 2,000 mutations on the default channels",
 		fmt.Sprintf("%.4f actions per mutation (%d actions, %d events, %d requests)", float64(a2)/2000, a2, e2,
 			st2.Totals().Requests),
@@ -531,18 +532,18 @@ func (b *bench) pause() {
 	// A short-timer configuration: the limiter's pause poll is 3 s instead of 30 min,
 	// so a 12 s pause is as many polls as 2 hours at the default.
 	run := func(paused bool) int {
-		s := b.stack(stackOptions{Env: map[string]string{"PARITYSYNC_PAUSE_POLL": "3s"},
-			Channels: map[string]stackChannel{"agoda": {PerMinute: 600, Burst: 20, MaxLines: 1}}})
+		s := b.stack(stack.Options{Env: map[string]string{"PARITYSYNC_PAUSE_POLL": "3s"},
+			Channels: map[string]stack.Channel{"agoda": {PerMinute: 600, Burst: 20, MaxLines: 1}}})
 		id := "bench-pause-" + uuid.NewString()[:8]
 		ms := rateChanges("agoda", 5, 1, time.Now().Unix(), 3, "110.00")
-		lim := s.lim
+		lim := s.Lim
 		if paused {
 			require.NoError(b.t, lim.Pause(context.Background(), "agoda", "benchmark pause"))
 			time.AfterFunc(12*time.Second, func() { _ = lim.Resume(context.Background(), "agoda") })
 		}
 		st := waitBatch(b.t, s.startMutations(b.t, id, ms), 5*time.Minute)
 		require.Equal(b.t, 5, st.Totals().Committed)
-		_, events := historyCost(b.t, s.tc, id)
+		_, events := historyCost(b.t, s.TC, id)
 		return events
 	}
 	base, paused := run(false), run(true)
@@ -561,9 +562,9 @@ func noopPush(context.Context, models.PushInput) (models.PushResult, error) {
 // activity as the worker has it but PushRequest, which does nothing, and returns
 // the queue. It stops with the test.
 func (b *bench) noopWorker(s *e2eStack) string {
-	real := s.acts
-	noopQueue := s.queue + "-noop"
-	w := sdkworker.New(s.tc, noopQueue, sdkworker.Options{MaxConcurrentActivityExecutionSize: 32})
+	real := s.Acts
+	noopQueue := s.Queue + "-noop"
+	w := sdkworker.New(s.TC, noopQueue, sdkworker.Options{MaxConcurrentActivityExecutionSize: 32})
 	w.RegisterWorkflow(workflows.BatchSync)
 	w.RegisterWorkflow(workflows.ChannelSync)
 	rv := reflect.ValueOf(real)
@@ -583,7 +584,7 @@ func (b *bench) noopWorker(s *e2eStack) string {
 // batch over the inline limits travels by reference, so 500 properties' batch does
 // not pass Temporal's payload limit.
 func (b *bench) startBig(s *e2eStack, queue, id string, ms []models.Mutation) client.WorkflowRun {
-	started, err := ops.StartBatch(context.Background(), s.tc, queue, s.acts.Store, ops.Batch{ID: id, Mutations: ms})
+	started, err := ops.StartBatch(context.Background(), s.TC, queue, s.Acts.Store, ops.Batch{ID: id, Mutations: ms})
 	require.NoError(b.t, err)
 	return started.Run
 }
@@ -618,8 +619,8 @@ func (b *bench) perProperty() {
 
 func (b *bench) perPropertyWith(props int, measure time.Duration) {
 	const rate, burst, nights = 10, 2, 20
-	s := b.stack(stackOptions{Env: map[string]string{"PARITYSYNC_CHANNEL_EXPEDIA_SCOPE": "property"},
-		Channels: map[string]stackChannel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
+	s := b.stack(stack.Options{Env: map[string]string{"PARITYSYNC_CHANNEL_EXPEDIA_SCOPE": "property"},
+		Channels: map[string]stack.Channel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
 	n := props * nights
 	ms := rateChanges("expedia", props, nights, time.Now().Unix(), 5, "120.00")
 
@@ -634,21 +635,21 @@ func (b *bench) perPropertyWith(props int, measure time.Duration) {
 
 	id := "bench-pp-" + uuid.NewString()[:8]
 	start = time.Now()
-	run = b.startBig(s, s.queue, id, ms)
+	run = b.startBig(s, s.Queue, id, ms)
 	ctx, cancel := context.WithTimeout(context.Background(), measure)
 	err := run.Get(ctx, &st)
 	cancel()
 	end := time.Now()
 	if err != nil {
 		// Still running after the measurement: cancel it and let it close.
-		require.NoError(b.t, s.tc.CancelWorkflow(context.Background(), run.GetID(), ""))
+		require.NoError(b.t, s.TC.CancelWorkflow(context.Background(), run.GetID(), ""))
 		wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		_ = run.Get(wctx, nil)
 		wcancel()
 	}
 	accepted := 0
 	perProp := map[string][]time.Time{}
-	for _, r := range s.sim.Requests("expedia", time.Time{}) {
+	for _, r := range s.Sim.Requests("expedia", time.Time{}) {
 		if r.Family == "" {
 			continue
 		}
@@ -666,16 +667,16 @@ func (b *bench) perPropertyWith(props int, measure time.Duration) {
 	b.row(fmt.Sprintf("one batch, %d properties × %d one-line requests, a per-property channel at %d/min burst %d",
 		props, nights, rate, burst),
 		fmt.Sprintf("%.0f accepted/min over %.0f s vs min(%d allowed, %.0f no-op) = %.2f; %d 429s; most for one property in any 60 s %d",
-			perMin, end.Sub(start).Seconds(), props*rate, noop, perMin/ceiling, s.sim.Stats()["expedia"].Throttled, most),
+			perMin, end.Sub(start).Seconds(), props*rate, noop, perMin/ceiling, s.Sim.Stats()["expedia"].Throttled, most),
 		"≥ 0.9, 0, ≤ 10")
 }
 
 func (b *bench) throughput() {
-	chs := map[string]stackChannel{}
+	chs := map[string]stack.Channel{}
 	for _, slug := range []string{"booking_com", "expedia", "agoda"} {
-		chs[slug] = stackChannel{PerMinute: 100000, Burst: 1000, MaxLines: 1}
+		chs[slug] = stack.Channel{PerMinute: 100000, Burst: 1000, MaxLines: 1}
 	}
-	s := b.stack(stackOptions{Channels: chs})
+	s := b.stack(stack.Options{Channels: chs})
 	// 2,865 one-line requests over three channels.
 	var ms []models.Mutation
 	for k, slug := range []string{"booking_com", "expedia", "agoda"} {
@@ -687,7 +688,7 @@ func (b *bench) throughput() {
 	timeIt := func(queue string) time.Duration {
 		id := "bench-tp-" + uuid.NewString()[:8]
 		start := time.Now()
-		run, err := s.tc.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
+		run, err := s.TC.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
 			ID: models.BatchWorkflowID(id), TaskQueue: queue,
 		}, workflows.BatchSync, models.BatchSyncInput{BatchID: id, Mutations: ms, Retry: models.DefaultRetryPolicy()})
 		require.NoError(b.t, err)
@@ -696,7 +697,7 @@ func (b *bench) throughput() {
 		return time.Since(start)
 	}
 	noopTime := timeIt(noopQueue)
-	ours := timeIt(s.queue)
+	ours := timeIt(s.Queue)
 	b.row("limits raised to 100,000/min, 2,865 requests, beside a no-op activity of the same workflows",
 		fmt.Sprintf("%.1f requests/s vs %.1f no-op = %.2f", 2865/ours.Seconds(), 2865/noopTime.Seconds(),
 			noopTime.Seconds()/ours.Seconds()),
@@ -722,21 +723,21 @@ func plainPush(ctx workflow.Context, n int) error {
 
 func (b *bench) versus() {
 	const n, rate, burst = 240, 60, 6
-	s := b.stack(stackOptions{Workers: 3,
-		Channels: map[string]stackChannel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
+	s := b.stack(stack.Options{Workers: 3,
+		Channels: map[string]stack.Channel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
 	// Temporal's limiter: three workers on their own queue with
 	// TaskQueueActivitiesPerSecond 1.0, pushing the same requests with our client and
 	// no limiter. A 429 fails the activity and Temporal retries it.
 	reqs := make([]models.ChannelRequest, n)
 	ms := rateChanges("expedia", n, 1, time.Now().Unix(), 5, "160.00")
 	for i, m := range ms {
-		reqs[i] = models.Coalesce([]models.Mutation{m}, s.acts.Channels).Requests[0]
+		reqs[i] = models.Coalesce([]models.Mutation{m}, s.Acts.Channels).Requests[0]
 	}
-	client := s.acts.Client
-	plainQueue := s.queue + "-plain"
+	client := s.Acts.Client
+	plainQueue := s.Queue + "-plain"
 	var workers []sdkworker.Worker
 	for range 3 {
-		w := sdkworker.New(s.tc, plainQueue, sdkworker.Options{TaskQueueActivitiesPerSecond: 1.0})
+		w := sdkworker.New(s.TC, plainQueue, sdkworker.Options{TaskQueueActivitiesPerSecond: 1.0})
 		w.RegisterWorkflow(plainPush)
 		w.RegisterActivityWithOptions(func(ctx context.Context, i int) error {
 			resp, err := client.Push(ctx, reqs[i])
@@ -753,16 +754,16 @@ func (b *bench) versus() {
 	}
 	plainID := "bench-plain-" + uuid.NewString()[:8]
 	start := time.Now()
-	run, err := s.tc.ExecuteWorkflow(context.Background(), client2(plainID, plainQueue), plainPush, n)
+	run, err := s.TC.ExecuteWorkflow(context.Background(), client2(plainID, plainQueue), plainPush, n)
 	require.NoError(b.t, err)
 	require.NoError(b.t, run.Get(context.Background(), nil))
 	plainTime := time.Since(start)
 	for _, w := range workers {
 		w.Stop()
 	}
-	plainStats := s.sim.Stats()["expedia"]
+	plainStats := s.Sim.Stats()["expedia"]
 	plainArrivals := arrivals(s, "expedia", nil)
-	plainActions, _ := runCost(b.t, s.tc, plainID, "")
+	plainActions, _ := runCost(b.t, s.TC, plainID, "")
 
 	// The plain run's requests fill the channel's window for another minute: our
 	// limiter would rightly read them from the headers as others' traffic.
@@ -777,8 +778,8 @@ func (b *bench) versus() {
 	require.Equal(b.t, n, st.Totals().Committed)
 	all := arrivals(s, "expedia", nil)
 	ourArrivals := all[len(plainArrivals):]
-	ourStats := s.sim.Stats()["expedia"]
-	actions, _ := historyCost(b.t, s.tc, id)
+	ourStats := s.Sim.Stats()["expedia"]
+	actions, _ := historyCost(b.t, s.TC, id)
 	b.row(fmt.Sprintf("3 workers, expedia 60/min burst 6, %d one-line requests: paritysync", n),
 		fmt.Sprintf("makespan %.0f s, %d 429s, max in 60 s %d, %.2f actions per request",
 			ours.Seconds(), ourStats.Throttled-plainStats.Throttled, mostInWindow(ourArrivals), float64(actions)/n),
@@ -833,7 +834,7 @@ func (b *bench) trace() {
 	require.NoError(b.t, json.Unmarshal(out, &simulated))
 	require.Len(b.t, simulated, 1)
 
-	s := b.stack(stackOptions{Channels: map[string]stackChannel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
+	s := b.stack(stack.Options{Channels: map[string]stack.Channel{"expedia": {PerMinute: rate, Burst: burst, MaxLines: 1}}})
 	start := time.Now()
 	var runs []client.WorkflowRun
 	for _, r := range rows {

@@ -11,6 +11,7 @@ import (
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paritysync/paritysync/e2e/stack"
 	"github.com/paritysync/paritysync/limiter"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
@@ -23,13 +24,13 @@ import (
 func TestCircuitBreakerStopsEveryWorker(t *testing.T) {
 	srv := parallelDevServer(t)
 	const failures, cooldown = 5, 3 * time.Second
-	s := startStackWith(t, srv, stackOptions{Workers: 3,
-		Channels: map[string]stackChannel{"agoda": {PerMinute: 600, Burst: 20, MaxLines: 1}},
+	s := startStackWith(t, srv, stack.Options{Workers: 3,
+		Channels: map[string]stack.Channel{"agoda": {PerMinute: 600, Burst: 20, MaxLines: 1}},
 		Env: map[string]string{
 			"PARITYSYNC_CHANNEL_AGODA_BREAKER_FAILURES": fmt.Sprint(failures),
 			"PARITYSYNC_CHANNEL_AGODA_BREAKER_COOLDOWN": cooldown.String(),
 		}})
-	require.NoError(t, s.sim.SetFaults(sim.Faults{Channels: []string{"agoda"}, ErrorRatio: 1}))
+	require.NoError(t, s.Sim.SetFaults(sim.Faults{Channels: []string{"agoda"}, ErrorRatio: 1}))
 	day := models.DateOf(time.Now()).AddDays(5)
 	var ms []models.Mutation
 	for i := range 40 {
@@ -44,19 +45,19 @@ func TestCircuitBreakerStopsEveryWorker(t *testing.T) {
 	// (the end-to-end tests run side by side) takes longer than on an idle one; the
 	// outage then lasts three cool-downs, for the probes.
 	require.Eventually(t, func() bool {
-		st, err := s.lim.Status(context.Background(), "agoda")
+		st, err := s.Lim.Status(context.Background(), "agoda")
 		return err == nil && st.Breaker != limiter.BreakerClosed
 	}, time.Minute, 100*time.Millisecond, "the breaker opens during the outage")
 	time.Sleep(3 * cooldown)
-	st, err := s.lim.Status(context.Background(), "agoda")
+	st, err := s.Lim.Status(context.Background(), "agoda")
 	require.NoError(t, err)
 	require.NotEqual(t, limiter.BreakerClosed, st.Breaker, "the breaker is open during the outage")
-	require.NoError(t, s.sim.SetFaults(sim.Faults{}))
+	require.NoError(t, s.Sim.SetFaults(sim.Faults{}))
 	recovered := time.Now()
 	done := waitBatch(t, run, 5*time.Minute)
 
 	var failed []time.Duration
-	for _, r := range s.sim.Requests("agoda", start) {
+	for _, r := range s.Sim.Requests("agoda", start) {
 		if r.At.Before(recovered) {
 			failed = append(failed, r.At.Sub(start))
 		}
@@ -80,7 +81,7 @@ func TestCircuitBreakerStopsEveryWorker(t *testing.T) {
 	require.LessOrEqual(t, probes, maxProbes, "one probe per cool-down")
 	require.Equal(t, len(ms), tot.Done(), "every update has an outcome")
 	require.Positive(t, tot.Committed)
-	st, err = s.lim.Status(context.Background(), "agoda")
+	st, err = s.Lim.Status(context.Background(), "agoda")
 	require.NoError(t, err)
 	require.Equal(t, limiter.BreakerClosed, st.Breaker, "closed on recovery")
 }

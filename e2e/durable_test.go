@@ -26,10 +26,10 @@ import (
 func (s *e2eStack) loseRedis(t *testing.T) int {
 	t.Helper()
 	ctx := context.Background()
-	keys, err := s.rdb.Keys(ctx, s.prefix+"*").Result()
+	keys, err := s.RDB.Keys(ctx, s.Prefix+"*").Result()
 	require.NoError(t, err)
 	if len(keys) > 0 {
-		require.NoError(t, s.rdb.Del(ctx, keys...).Err())
+		require.NoError(t, s.RDB.Del(ctx, keys...).Err())
 	}
 	return len(keys)
 }
@@ -43,7 +43,7 @@ func TestDurableLostAckReconciledWithPaidReads(t *testing.T) {
 	srv := parallelDevServer(t)
 	const channel, limit, properties = "booking_com", 10, 12
 	s := startShortStack(t, srv, map[string]int{channel: limit})
-	st := s.openStore(t)
+	st := s.OpenStore(t)
 	night := models.DateOf(time.Now()).AddDays(5)
 
 	v1 := rateCells(channel, properties, night, 1, "80.00")
@@ -52,19 +52,19 @@ func TestDurableLostAckReconciledWithPaidReads(t *testing.T) {
 	require.Equal(t, properties, b1.Totals().Committed)
 
 	// v2 of the first property: applied, answer lost, dead-lettered at once.
-	require.NoError(t, s.sim.SetFaults(sim.Faults{Channels: []string{channel}, CommitThen500Ratio: 1}))
+	require.NoError(t, s.Sim.SetFaults(sim.Faults{Channels: []string{channel}, CommitThen500Ratio: 1}))
 	v2 := rateCells(channel, 1, night, 2, "95.00")
 	retry := models.DefaultRetryPolicy()
 	retry.Attempts = 1
 	b2 := waitBatch(t, s.startBatch(t, models.BatchSyncInput{BatchID: "lost-v2-" + uuid.NewString()[:8],
 		Mutations: v2, Retry: retry}), 2*time.Minute)
 	require.Equal(t, 1, b2.Totals().DeadLettered, "the lost answer is dead-lettered")
-	require.NoError(t, s.sim.SetFaults(sim.Faults{}))
-	before := s.sim.Stats()[channel]
+	require.NoError(t, s.Sim.SetFaults(sim.Faults{}))
+	before := s.Sim.Stats()[channel]
 
 	res := s.reconcile(t, "reconcile/e2e-lost-"+uuid.NewString()[:8], []string{channel})
 	drift := res.Channels[0]
-	after := s.sim.Stats()[channel]
+	after := s.Sim.Stats()[channel]
 	t.Logf("reconcile: %+v; channel: %+v", drift, after)
 	require.Equal(t, properties, drift.Checked)
 	require.Equal(t, 1, drift.Unconfirmed, "the applied v2 without an answer")
@@ -100,9 +100,9 @@ func TestDurableLostAckReconciledWithPaidReads(t *testing.T) {
 func (s *e2eStack) channelState(t *testing.T, channel, property string, night models.Date) models.ARIState {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/%s/ari?property_id=%s&from=%s&to=%s",
-		s.env["PARITYSYNC_CHANNEL_URL"], channel, property, night, night), nil)
+		s.Env["PARITYSYNC_CHANNEL_URL"], channel, property, night, night), nil)
 	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+s.env["PARITYSYNC_TOKEN"])
+	req.Header.Set("Authorization", "Bearer "+s.Env["PARITYSYNC_TOKEN"])
 	var resp *http.Response
 	for range 30 {
 		resp, err = http.DefaultClient.Do(req)
@@ -130,7 +130,7 @@ func TestDurableRedisLossMidBatch(t *testing.T) {
 	limits := map[string]int{"booking_com": 12, "expedia": 12, "agoda": 12}
 	const burst = 2 // startShortStack: max(2, limit/10)
 	s := startShortStack(t, srv, limits)
-	st := s.openStore(t)
+	st := s.OpenStore(t)
 	ms := sample.Batch(1000, models.DateOf(time.Now()), time.Now().Unix(), 3)
 	batchID := "redis-loss-" + uuid.NewString()[:8]
 	key, err := st.SaveBatch(context.Background(), batchID, ms)
@@ -140,7 +140,7 @@ func TestDurableRedisLossMidBatch(t *testing.T) {
 
 	accepted := func() int {
 		n := 0
-		for _, c := range s.sim.Stats() {
+		for _, c := range s.Sim.Stats() {
 			n += c.Accepted
 		}
 		return n
@@ -163,7 +163,7 @@ func TestDurableRedisLossMidBatch(t *testing.T) {
 	require.Equal(t, want, total.Done(), "every update has an outcome")
 	require.Equal(t, want, stored.Total, "every update's outcome is in the store, once")
 	require.Zero(t, total.DeadLettered)
-	for slug, cs := range s.sim.Stats() {
+	for slug, cs := range s.Sim.Stats() {
 		t.Logf("%s: %+v", slug, cs)
 		require.Zero(t, cs.StaleReceived, "%s received an older version after a newer one", slug)
 		require.LessOrEqual(t, cs.MaxWindowRequests, limits[slug]+burst, "%s: most requests in one window", slug)
@@ -188,24 +188,24 @@ func TestDurableWorkerStoppedMidBatch(t *testing.T) {
 		// No grace: in-flight activities are cancelled when the worker stops.
 		env["PARITYSYNC_SHUTDOWN_TIMEOUT"] = "1ms"
 	})
-	st := s.openStore(t)
+	st := s.OpenStore(t)
 	ms := sample.Batch(400, models.DateOf(time.Now()), time.Now().Unix(), 5)
 	batchID := "worker-stop-" + uuid.NewString()[:8]
 	run := s.startBatch(t, models.BatchSyncInput{BatchID: batchID, Mutations: ms, Retry: models.DefaultRetryPolicy()})
 
 	require.Eventually(t, func() bool {
 		n := 0
-		for _, c := range s.sim.Stats() {
+		for _, c := range s.Sim.Stats() {
 			n += c.Accepted
 		}
 		return n >= 8
 	}, 3*time.Minute, 50*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	require.NoError(t, s.app.Stop(ctx))
+	require.NoError(t, s.App.Stop(ctx))
 	cancel()
 	mid := storedTotal(t, st, batchID)
 	t.Logf("worker stopped with %d outcomes recorded", mid.Total)
-	s.startWorker(t)
+	s.StartWorker(t)
 
 	bs := waitBatch(t, run, 10*time.Minute)
 	total := bs.Totals()
@@ -219,7 +219,7 @@ func TestDurableWorkerStoppedMidBatch(t *testing.T) {
 	require.Equal(t, total.Superseded, stored.Superseded)
 	require.Equal(t, total.Rejected, stored.Rejected)
 	require.Equal(t, total.DeadLettered, stored.DeadLettered)
-	for slug, cs := range s.sim.Stats() {
+	for slug, cs := range s.Sim.Stats() {
 		require.Zero(t, cs.StaleReceived, slug)
 	}
 }

@@ -55,17 +55,17 @@ func TestEndToEnd(t *testing.T) {
 		require.Equal(t, invalid, total.Rejected)
 		require.Zero(t, total.DeadLettered)
 		require.Positive(t, total.Committed)
-		for slug, cs := range s.sim.Stats() {
+		for slug, cs := range s.Sim.Stats() {
 			t.Logf("%s: %+v", slug, cs)
 			require.Zero(t, cs.Throttled, "%s saw 429s", slug)
 			require.LessOrEqual(t, cs.MaxWindowRequests, cs.Limit, "%s over its limit in one window", slug)
 			require.Zero(t, cs.StaleOverwrites, slug)
 		}
-		recordHistories(t, s.tc, st.BatchID)
+		recordHistories(t, s.TC, st.BatchID)
 	})
 
 	t.Run("429 storm: deferred, then everything committed", func(t *testing.T) {
-		before := s.sim.Stats()
+		before := s.Sim.Stats()
 		// New prices so the channel sees new content, not idempotent replays.
 		bump := decimal.New(1, 0)
 		storm := make([]models.Mutation, 0, len(ms))
@@ -77,7 +77,7 @@ func TestEndToEnd(t *testing.T) {
 			m.Version++
 			storm = append(storm, m)
 		}
-		require.NoError(t, s.sim.SetFaults(sim.Faults{StormSeconds: 8, StormStatus: 429}))
+		require.NoError(t, s.Sim.SetFaults(sim.Faults{StormSeconds: 8, StormStatus: 429}))
 		st := s.runBatch(t, "e2e-storm-"+uuid.NewString()[:8], storm)
 		total := st.Totals()
 		t.Logf("batch: %+v", total)
@@ -88,24 +88,24 @@ func TestEndToEnd(t *testing.T) {
 		require.Zero(t, total.DeadLettered)
 		require.Equal(t, invalid, total.Rejected)
 		throttled := 0
-		for slug, cs := range s.sim.Stats() {
+		for slug, cs := range s.Sim.Stats() {
 			throttled += cs.Throttled - before[slug].Throttled
 		}
 		require.Positive(t, throttled, "the simulator answered 429 during the storm")
 		if recording() {
 			// The child with the longest history: several lanes, held slots and the
 			// storm's 429 waits.
-			writeLongestChild(t, s.tc, st.BatchID, "channelsync_storm.json")
+			writeLongestChild(t, s.TC, st.BatchID, "channelsync_storm.json")
 		}
 	})
 
 	t.Run("silent drift: reconciliation finds it and repairs it", func(t *testing.T) {
 		// agoda acknowledges these new prices without applying them.
 		drifting := newPrices(ms, v, "agoda", 20, 2)
-		require.NoError(t, s.sim.SetFaults(sim.Faults{Channels: []string{"agoda"}, DriftRatio: 1}))
+		require.NoError(t, s.Sim.SetFaults(sim.Faults{Channels: []string{"agoda"}, DriftRatio: 1}))
 		st := s.runBatch(t, "e2e-drift-"+uuid.NewString()[:8], drifting)
 		require.Equal(t, len(drifting), st.Totals().Committed, "the channel said yes to every line")
-		require.NoError(t, s.sim.SetFaults(sim.Faults{}))
+		require.NoError(t, s.Sim.SetFaults(sim.Faults{}))
 
 		channels := []string{"agoda", "booking_com", "expedia"}
 		reconcileID := "reconcile/e2e-" + uuid.NewString()[:8]
@@ -125,7 +125,7 @@ func TestEndToEnd(t *testing.T) {
 			require.Zero(t, c.Drifted, "%s still drifts after the repair", c.Channel)
 		}
 		if recording() {
-			writeHistory(t, s.tc, reconcileID, "reconcile.json")
+			writeHistory(t, s.TC, reconcileID, "reconcile.json")
 		}
 	})
 
@@ -134,21 +134,21 @@ func TestEndToEnd(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		for i := 0; i < len(burst); i += 5 {
-			res, err := ops.Submit(ctx, s.tc, s.queue, s.acts.Store, models.SmootherInput{Channel: "expedia"}, burst[i:i+5])
+			res, err := ops.Submit(ctx, s.TC, s.Queue, s.Acts.Store, models.SmootherInput{Channel: "expedia"}, burst[i:i+5])
 			require.NoError(t, err)
 			require.Equal(t, 5, res.Accepted)
 		}
 		var st models.SmootherStatus
 		require.Eventually(t, func() bool {
-			v, err := s.tc.QueryWorkflow(ctx, models.SmootherWorkflowID("expedia"), "", models.QueryStatus)
+			v, err := s.TC.QueryWorkflow(ctx, models.SmootherWorkflowID("expedia"), "", models.QueryStatus)
 			return err == nil && v.Get(&st) == nil && st.Pending == 0 && st.Totals.Done() == len(burst)
 		}, 2*time.Minute, 500*time.Millisecond)
 		t.Logf("smoother: %+v", st)
 		require.Equal(t, len(burst), st.Totals.Committed)
 		require.Less(t, st.Flushed, 12/2, "12 submits gathered into a few batches")
-		require.NoError(t, s.tc.TerminateWorkflow(ctx, models.SmootherWorkflowID("expedia"), "", "end of test"))
+		require.NoError(t, s.TC.TerminateWorkflow(ctx, models.SmootherWorkflowID("expedia"), "", "end of test"))
 		if recording() {
-			writeHistory(t, s.tc, models.SmootherWorkflowID("expedia"), "smoother.json")
+			writeHistory(t, s.TC, models.SmootherWorkflowID("expedia"), "smoother.json")
 		}
 	})
 
@@ -156,7 +156,7 @@ func TestEndToEnd(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		submit := func(ms []models.Mutation) error {
-			_, err := ops.Submit(ctx, s.tc, s.queue, s.acts.Store,
+			_, err := ops.Submit(ctx, s.TC, s.Queue, s.Acts.Store,
 				models.SmootherInput{Channel: "booking_com", MaxPending: 2, Debounce: time.Hour}, ms)
 			return err
 		}
@@ -167,14 +167,14 @@ func TestEndToEnd(t *testing.T) {
 		var ae *temporal.ApplicationError
 		require.ErrorAs(t, err, &ae, "the starter exits 75 (refused) on this type, not 70")
 		require.Equal(t, models.ErrSmootherFull, ae.Type())
-		require.NoError(t, s.tc.TerminateWorkflow(ctx, models.SmootherWorkflowID("booking_com"), "", "end of test"))
+		require.NoError(t, s.TC.TerminateWorkflow(ctx, models.SmootherWorkflowID("booking_com"), "", "end of test"))
 		if recording() {
-			writeHistory(t, s.tc, models.SmootherWorkflowID("booking_com"), "smoother_refused.json")
+			writeHistory(t, s.TC, models.SmootherWorkflowID("booking_com"), "smoother_refused.json")
 		}
 	})
 
 	t.Run("metrics: after the batches, /metrics has every series the dashboard and alerts query", func(t *testing.T) {
-		srv := httptest.NewServer(promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
+		srv := httptest.NewServer(promhttp.HandlerFor(s.Metrics, promhttp.HandlerOpts{}))
 		defer srv.Close()
 		scraped := metricstest.ScrapedNames(t, srv.URL+"/metrics")
 		var sdk []string

@@ -53,7 +53,7 @@ func onlyChild(t *testing.T, s *e2eStack, batchID string) string {
 	t.Helper()
 	var id string
 	require.Eventually(t, func() bool {
-		ids, err := listChildIDs(s.tc, batchID)
+		ids, err := listChildIDs(s.TC, batchID)
 		if err != nil || len(ids) != 1 {
 			return false
 		}

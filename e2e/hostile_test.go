@@ -23,6 +23,7 @@ import (
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/channels/opentraveltest"
 	"github.com/paritysync/paritysync/channels/wire"
+	"github.com/paritysync/paritysync/e2e/stack"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
 	"github.com/paritysync/paritysync/worker/app"
@@ -101,7 +102,7 @@ func (h *hostileTable) add(t *testing.T, scenario, figure, want string) {
 func hostileChannels(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	return writeFile(t, dir, "channels.yaml", fmt.Sprintf(`
+	return stack.WriteFile(t, dir, "channels.yaml", fmt.Sprintf(`
 channels:
   - slug: expedia
     window: 6s
@@ -109,18 +110,18 @@ channels:
     protocol: opentravel
     window: 6s
     credentials_file: %s
-`, writeFile(t, dir, "ota.secret", "hotel-7:ota-pass\n")))
+`, stack.WriteFile(t, dir, "ota.secret", "hotel-7:ota-pass\n")))
 }
 
 // hostileStack is a stack on hostileChannels whose simulator exchanges are kept;
 // simEdit changes the simulator's configuration, env the worker's.
-func hostileStack(t *testing.T, limits map[string]stackChannel, env map[string]string, simEdit func(*sim.Config)) (*e2eStack, *exchanges) {
+func hostileStack(t *testing.T, limits map[string]stack.Channel, env map[string]string, simEdit func(*sim.Config)) (*e2eStack, *exchanges) {
 	t.Helper()
 	srv := startDevServer(t)
 	x := &exchanges{}
 	e := map[string]string{"PARITYSYNC_CHANNELS_FILE": hostileChannels(t)}
 	maps.Copy(e, env)
-	s := startStackWith(t, srv, stackOptions{Channels: limits, Env: e, Serve: x.serve, Sim: func(c *sim.Config) {
+	s := startStackWith(t, srv, stack.Options{Channels: limits, Env: e, Serve: x.serve, Sim: func(c *sim.Config) {
 		c.StaticTokens = append(c.StaticTokens, "ota-pass")
 		if simEdit != nil {
 			simEdit(c)
@@ -157,7 +158,7 @@ func ariChanges(channel string, props, nights, skip int, v int64, base string) [
 // acknowledged whose version (or a newer one) the channel never applied.
 func falseCommits(t *testing.T, s *e2eStack, st *store.Store, channel string) (acked, falses int) {
 	t.Helper()
-	applied := s.sim.Applied(channel)
+	applied := s.Sim.Applied(channel)
 	from := models.DateOf(time.Now())
 	require.NoError(t, st.CellStates(context.Background(), channel, from, from.AddDays(400), func(c store.CellState) error {
 		if c.Acked.Version == 0 {
@@ -277,16 +278,16 @@ const answerReach = 500 * time.Millisecond
 // confirms nothing keeps its nights leased (the channel may have applied it), so
 // the next batch would wait for those leases.
 func hostileGarbage(t *testing.T, table *hostileTable) {
-	limits := map[string]stackChannel{"expedia": {PerMinute: 60, Burst: 6, MaxLines: 2},
+	limits := map[string]stack.Channel{"expedia": {PerMinute: 60, Burst: 6, MaxLines: 2},
 		"ota_demo": {PerMinute: 60, Burst: 6, MaxLines: 2}}
 	// Half the answers failing opens the circuit breaker now and then: a short
 	// cool-down keeps the run short.
 	s, x := hostileStack(t, limits, map[string]string{"PARITYSYNC_CHANNEL_EXPEDIA_BREAKER_COOLDOWN": "1s",
 		"PARITYSYNC_CHANNEL_OTA_DEMO_BREAKER_COOLDOWN": "1s"}, nil)
-	st := s.openStore(t)
+	st := s.OpenStore(t)
 	var committed, dead int
 	for i, shape := range []string{sim.BadBodyHTML, sim.BadBodyEmpty, sim.BadBodyTruncated, sim.BadBodyError} {
-		require.NoError(t, s.sim.SetFaults(sim.Faults{BadBodyRatio: 0.5, BadBody: shape}))
+		require.NoError(t, s.Sim.SetFaults(sim.Faults{BadBodyRatio: 0.5, BadBody: shape}))
 		var ms []models.Mutation
 		for _, ch := range []string{"expedia", "ota_demo"} {
 			ms = append(ms, ariChanges(ch, 2, 4, 10*i, int64(i+1), fmt.Sprintf("%d.00", 100+10*i))...)
@@ -299,7 +300,7 @@ func hostileGarbage(t *testing.T, table *hostileTable) {
 		committed += tot.Committed
 		dead += tot.DeadLettered
 	}
-	stats := s.sim.Stats()
+	stats := s.Sim.Stats()
 	bad := 0
 	var falses, acked int
 	for _, ch := range []string{"expedia", "ota_demo"} {
@@ -324,7 +325,7 @@ func hostileClock(t *testing.T, table *hostileTable) {
 	const offset = -5 * time.Second
 	// A burst of 4: without the pace restarting at the back-off's end, the
 	// requests that waited for it would leave together.
-	limits := map[string]stackChannel{"expedia": {PerMinute: 24, Burst: 4, MaxLines: 1}}
+	limits := map[string]stack.Channel{"expedia": {PerMinute: 24, Burst: 4, MaxLines: 1}}
 	interval := (testWindow + 500*time.Millisecond) / 24
 	s, x := hostileStack(t, limits, nil, func(c *sim.Config) {
 		c.ClockOffset, c.RetryAfter = offset, sim.RetryAfterDate
@@ -335,9 +336,9 @@ func hostileClock(t *testing.T, table *hostileTable) {
 	}
 	run := s.startBatch(t, models.BatchSyncInput{BatchID: fmt.Sprintf("clock-%d", time.Now().UnixNano()),
 		Mutations: ms, Retry: quickRetry})
-	require.Eventually(t, func() bool { return len(s.sim.Requests("expedia", time.Time{})) >= 2 }, time.Minute,
+	require.Eventually(t, func() bool { return len(s.Sim.Requests("expedia", time.Time{})) >= 2 }, time.Minute,
 		20*time.Millisecond, "the batch reaches the channel")
-	require.NoError(t, s.sim.SetFaults(sim.Faults{StormSeconds: 3, Channels: []string{"expedia"}}))
+	require.NoError(t, s.Sim.SetFaults(sim.Faults{StormSeconds: 3, Channels: []string{"expedia"}}))
 	res := waitBatch(t, run, 3*time.Minute)
 	require.True(t, res.Done)
 
@@ -386,7 +387,7 @@ func hostileClock(t *testing.T, table *hostileTable) {
 			anns = append(anns, announce{known: e.end.Add(answerReach), until: at.Add(-offset)})
 		}
 	}
-	simEarly := s.sim.Stats()["expedia"].EarlyArrivals
+	simEarly := s.Sim.Stats()["expedia"].EarlyArrivals
 	sort.Slice(after, func(i, j int) bool { return after[i].Before(after[j]) })
 	first := after[:min(4, len(after))]
 	var gaps []time.Duration
@@ -412,19 +413,19 @@ func hostileClock(t *testing.T, table *hostileTable) {
 // follows at once.
 func hostileLateApply(t *testing.T, table *hostileTable) {
 	const applyDelay = 15 * time.Second
-	limits := map[string]stackChannel{"expedia": {PerMinute: 60, Burst: 6, MaxLines: 4}}
+	limits := map[string]stack.Channel{"expedia": {PerMinute: 60, Burst: 6, MaxLines: 4}}
 	s, _ := hostileStack(t, limits, map[string]string{"PARITYSYNC_HTTP_TIMEOUT": "2s"}, func(c *sim.Config) {
 		c.Faults = sim.Faults{ApplyDelayMS: int(applyDelay / time.Millisecond), Channels: []string{"expedia"}}
 	})
 	v1 := ariChanges("expedia", 2, 3, 0, 1, "100.00")
 	run1 := s.startBatch(t, models.BatchSyncInput{BatchID: fmt.Sprintf("late-v1-%d", time.Now().UnixNano()),
 		Mutations: v1, Retry: quickRetry})
-	require.Eventually(t, func() bool { return len(s.sim.Requests("expedia", time.Time{})) >= 1 }, time.Minute,
+	require.Eventually(t, func() bool { return len(s.Sim.Requests("expedia", time.Time{})) >= 1 }, time.Minute,
 		10*time.Millisecond, "v1 reaches the channel")
 	received := time.Now()
 	// From now on the channel applies on arrival: what it received before is
 	// applied 15 s after it came.
-	require.NoError(t, s.sim.SetFaults(sim.Faults{}))
+	require.NoError(t, s.Sim.SetFaults(sim.Faults{}))
 	v2 := ariChanges("expedia", 2, 3, 0, 2, "200.00")
 	run2 := s.startBatch(t, models.BatchSyncInput{BatchID: fmt.Sprintf("late-v2-%d", time.Now().UnixNano()),
 		Mutations: v2, Retry: quickRetry})
@@ -432,7 +433,7 @@ func hostileLateApply(t *testing.T, table *hostileTable) {
 	v2Done := time.Since(received)
 	time.Sleep(time.Until(received.Add(applyDelay + 2*time.Second)))
 
-	applied := s.sim.Applied("expedia")
+	applied := s.Sim.Applied("expedia")
 	late := 0
 	last := map[string]int64{}
 	for _, a := range applied {
@@ -443,7 +444,7 @@ func hostileLateApply(t *testing.T, table *hostileTable) {
 			last[a.Property+"|"+string(a.Family)+"|"+d.String()] = a.Version
 		}
 	}
-	older := s.sim.Stats()["expedia"].OlderApplied
+	older := s.Sim.Stats()["expedia"].OlderApplied
 	notNewest := 0
 	for _, v := range last {
 		if v != 2 {
@@ -463,20 +464,20 @@ func hostileLateApply(t *testing.T, table *hostileTable) {
 // hostileTwoWorkers: a second worker on the task queue with another key prefix,
 // then one with another rate under the same prefix, then one that agrees.
 func hostileTwoWorkers(t *testing.T, table *hostileTable) {
-	limits := map[string]stackChannel{"expedia": {PerMinute: 12, Burst: 2, MaxLines: 1}}
+	limits := map[string]stack.Channel{"expedia": {PerMinute: 12, Burst: 2, MaxLines: 1}}
 	s, _ := hostileStack(t, limits, nil, nil)
 	// The first worker polls before the others start.
 	require.Eventually(t, func() bool {
-		resp, err := s.tc.DescribeTaskQueue(context.Background(), s.queue, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
+		resp, err := s.TC.DescribeTaskQueue(context.Background(), s.Queue, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
 		return err == nil && len(resp.GetPollers()) > 0
 	}, 30*time.Second, 100*time.Millisecond, "the first worker polls")
 	start := func(edit func(map[string]string)) error {
-		env := maps.Clone(s.env)
+		env := maps.Clone(s.Env)
 		edit(env)
-		_, err := s.startApp(func(k string) string { return env[k] })
+		_, err := s.StartApp(func(k string) string { return env[k] })
 		return err
 	}
-	errPrefix := start(func(e map[string]string) { e["PARITYSYNC_KEY_PREFIX"] = s.prefix + "other:" })
+	errPrefix := start(func(e map[string]string) { e["PARITYSYNC_KEY_PREFIX"] = s.Prefix + "other:" })
 	errRate := start(func(e map[string]string) { e["PARITYSYNC_CHANNEL_EXPEDIA_RATE_PER_MINUTE"] = "20" })
 	require.NoError(t, start(func(map[string]string) {}), "a worker that agrees starts")
 
@@ -487,7 +488,7 @@ func hostileTwoWorkers(t *testing.T, table *hostileTable) {
 	}
 	res := waitBatch(t, s.startBatch(t, models.BatchSyncInput{BatchID: fmt.Sprintf("two-%d", time.Now().UnixNano()),
 		Mutations: ms, Retry: quickRetry}), 3*time.Minute)
-	cs := s.sim.Stats()["expedia"]
+	cs := s.Sim.Stats()["expedia"]
 	table.add(t, "two workers, different prefixes",
 		fmt.Sprintf("refused: %v", oneLineErr(errPrefix)), "refused or one budget")
 	table.add(t, "two workers, same prefix, rate 20 vs 12",
@@ -496,7 +497,7 @@ func hostileTwoWorkers(t *testing.T, table *hostileTable) {
 		fmt.Sprintf("most in any 6 s window %d of limit %d; %d throttled; %d committed", cs.MaxWindowRequests, cs.Limit,
 			cs.Throttled, res.Totals().Committed), "within the limit, 0 throttled")
 	require.ErrorContains(t, errPrefix, "PARITYSYNC_KEY_PREFIX")
-	require.ErrorContains(t, errPrefix, s.prefix)
+	require.ErrorContains(t, errPrefix, s.Prefix)
 	require.ErrorContains(t, errRate, "rate_per_minute")
 	require.LessOrEqual(t, cs.MaxWindowRequests, cs.Limit)
 	require.Zero(t, cs.Throttled)

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paritysync/paritysync/e2e/stack"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -39,17 +40,17 @@ func (b *bench) independentChannel(slug string, fields ...string) string {
 	for _, f := range fields {
 		y += "    " + f + "\n"
 	}
-	return writeFile(b.t, b.t.TempDir(), "channels.yaml",
+	return stack.WriteFile(b.t, b.t.TempDir(), "channels.yaml",
 		"channels:\n  - slug: "+slug+"\n    protocol: paritysync\n"+y)
 }
 
 // independentWindows is part 1 of the independent check, the batch at priority.
 func (b *bench) independentWindows(priority int) {
 	const slug, rate, burst, props, nights = "generic_property", 10, 2, 50, 12
-	s := b.stack(stackOptions{Env: map[string]string{"PARITYSYNC_CHANNELS_FILE": b.independentChannel(slug,
+	s := b.stack(stack.Options{Env: map[string]string{"PARITYSYNC_CHANNELS_FILE": b.independentChannel(slug,
 		fmt.Sprintf("rate_per_minute: %d", rate), fmt.Sprintf("burst: %d", burst),
 		"scope: property", "max_lines_per_request: 1")}})
-	cfg := s.acts.Channels[slug]
+	cfg := s.Acts.Channels[slug]
 	require.Equal(b.t, models.ProtocolParitySync, cfg.Protocol)
 	require.Equal(b.t, models.ScopeProperty, cfg.Scope)
 	require.Equal(b.t, [3]int{rate, burst, 1}, [3]int{cfg.RatePerMinute, cfg.Burst, cfg.MaxLinesPerRequest})
@@ -74,7 +75,7 @@ func (b *bench) independentWindows(priority int) {
 	ms := rateChanges(slug, props, nights, time.Now().Unix(), priority, "120.00")
 	id := "bench-indep-" + uuid.NewString()[:8]
 	start := time.Now()
-	st := waitBatch(b.t, b.startBig(s, s.queue, id, ms), 15*time.Minute)
+	st := waitBatch(b.t, b.startBig(s, s.Queue, id, ms), 15*time.Minute)
 	done := time.Since(start)
 	require.Equal(b.t, props*nights, st.Totals().Committed)
 
@@ -83,7 +84,7 @@ func (b *bench) independentWindows(priority int) {
 	var first, last time.Time
 	accepted := 0
 	perProp := map[string][]time.Time{}
-	for _, r := range s.sim.Requests(slug, time.Time{}) {
+	for _, r := range s.Sim.Requests(slug, time.Time{}) {
 		if r.Family == "" {
 			continue
 		}
@@ -106,7 +107,7 @@ func (b *bench) independentWindows(priority int) {
 		props, nights, priority, rate, burst),
 		fmt.Sprintf("batch start → last commit %.1f s = %.2f × minimum %.0f s (first push at %.1f s, batch done at %.1f s); %d 429s; most for one property in any 60 s %d",
 			span.Seconds(), float64(span)/float64(minimum), minimum.Seconds(), first.Sub(start).Seconds(), done.Seconds(),
-			s.sim.Stats()[slug].Throttled, most),
+			s.Sim.Stats()[slug].Throttled, most),
 		"≤ 2.5 × minimum; 0; ≤ 10")
 }
 
@@ -117,9 +118,9 @@ func (b *bench) independentSmoother() {
 	const slug, rate, nBulk, nUrgent = "generic_channel", 30, 40, 5
 	// The channel's other limits are its defaults (burst a tenth of the rate, at
 	// least 2): the check names only the rate.
-	s := b.stack(stackOptions{Env: map[string]string{"PARITYSYNC_CHANNELS_FILE": b.independentChannel(slug,
+	s := b.stack(stack.Options{Env: map[string]string{"PARITYSYNC_CHANNELS_FILE": b.independentChannel(slug,
 		fmt.Sprintf("rate_per_minute: %d", rate), "scope: channel")}})
-	cfg := s.acts.Channels[slug]
+	cfg := s.Acts.Channels[slug]
 	require.Equal(b.t, models.ProtocolParitySync, cfg.Protocol)
 	require.Equal(b.t, models.ScopeChannel, cfg.Scope)
 	r := b.smoothedStopSells(s, slug, nBulk, nUrgent)

@@ -52,10 +52,10 @@ func TestEndToEndParityLagRisesWhileAChannelIsPaused(t *testing.T) {
 	srv := parallelDevServer(t)
 	s := startStack(t, srv, map[string]int{"expedia": 120})
 	ctx := context.Background()
-	require.NoError(t, s.lim.Pause(ctx, "expedia", "rate dispute"))
+	require.NoError(t, s.Lim.Pause(ctx, "expedia", "rate dispute"))
 	// Before anything was sent the series exist, at 0.
 	oldest := func() float64 {
-		v, ok := gaugeValue(t, s.metrics, "paritysync_parity_lag_oldest_seconds", map[string]string{"channel": "expedia"})
+		v, ok := gaugeValue(t, s.Metrics, "paritysync_parity_lag_oldest_seconds", map[string]string{"channel": "expedia"})
 		require.True(t, ok, "the parity lag series of expedia exists")
 		return v
 	}
@@ -68,14 +68,14 @@ func TestEndToEndParityLagRisesWhileAChannelIsPaused(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	second := oldest()
 	require.GreaterOrEqual(t, second, first+2.5, "the age rises while the channel is paused")
-	pending, _ := gaugeValue(t, s.metrics, "paritysync_parity_lag_pending_updates", map[string]string{"channel": "expedia"})
+	pending, _ := gaugeValue(t, s.Metrics, "paritysync_parity_lag_pending_updates", map[string]string{"channel": "expedia"})
 	require.Equal(t, 6.0, pending, "every update is owed")
 	t.Logf("paused: oldest %.1f s, then %.1f s; %v updates owed", first, second, pending)
 
-	require.NoError(t, s.lim.Resume(ctx, "expedia"))
+	require.NoError(t, s.Lim.Resume(ctx, "expedia"))
 	// The lanes wait out the limiter pause with a poll timer; a resume signal
 	// wakes them at once (as starter channel resume sends).
-	require.NoError(t, s.tc.SignalWorkflow(ctx, models.BatchWorkflowID("lag-paused"), "", models.SignalResumeChannel,
+	require.NoError(t, s.TC.SignalWorkflow(ctx, models.BatchWorkflowID("lag-paused"), "", models.SignalResumeChannel,
 		models.PauseSignal{Channel: "expedia"}))
 	var st models.BatchStatus
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -83,8 +83,8 @@ func TestEndToEndParityLagRisesWhileAChannelIsPaused(t *testing.T) {
 	require.NoError(t, run.Get(wctx, &st))
 	require.Equal(t, 6, st.Totals().Committed, fmt.Sprintf("%+v", st))
 	require.Zero(t, oldest(), "nothing is owed once every update has its outcome")
-	p50, _ := gaugeValue(t, s.metrics, "paritysync_parity_lag_seconds", map[string]string{"channel": "expedia", "quantile": "0.5"})
-	acked, _ := gaugeValue(t, s.metrics, "paritysync_parity_lag_acked_updates", map[string]string{"channel": "expedia"})
+	p50, _ := gaugeValue(t, s.Metrics, "paritysync_parity_lag_seconds", map[string]string{"channel": "expedia", "quantile": "0.5"})
+	acked, _ := gaugeValue(t, s.Metrics, "paritysync_parity_lag_acked_updates", map[string]string{"channel": "expedia"})
 	require.Equal(t, 6.0, acked)
 	require.GreaterOrEqual(t, p50, second, "the acknowledgements came after the pause")
 	t.Logf("after the resume: p50 %.1f s over %v acknowledged updates", p50, acked)

@@ -37,7 +37,7 @@ func (s *e2eStack) starter(t *testing.T, bin string, args ...string) (string, in
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "PARITYSYNC_TOKEN=unused")
-	for k, v := range s.env {
+	for k, v := range s.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	out, err := cmd.CombinedOutput()
@@ -64,7 +64,7 @@ func TestBatchLifecycle(t *testing.T) {
 	srv := parallelDevServer(t)
 	// Short windows: nothing here depends on the window's length, only on its budget.
 	s := startShortStack(t, srv, map[string]int{"booking_com": 20, "expedia": 20, "agoda": 20})
-	st := s.openStore(t)
+	st := s.OpenStore(t)
 	bin := starterCLI(t)
 	today := models.DateOf(time.Now())
 
@@ -73,10 +73,10 @@ func TestBatchLifecycle(t *testing.T) {
 	t.Run("two drift repairs on one day both repair", func(t *testing.T) {
 		for round, amount := range []string{"60.00", "61.00"} {
 			ms := rateCells("agoda", 2, today.AddDays(12), int64(10+round), amount)
-			require.NoError(t, s.sim.SetFaults(sim.Faults{Channels: []string{"agoda"}, DriftRatio: 1}))
+			require.NoError(t, s.Sim.SetFaults(sim.Faults{Channels: []string{"agoda"}, DriftRatio: 1}))
 			waitBatch(t, s.startBatch(t, models.BatchSyncInput{BatchID: "drift-" + uuid.NewString()[:8], Mutations: ms,
 				Retry: models.DefaultRetryPolicy()}), 2*time.Minute)
-			require.NoError(t, s.sim.SetFaults(sim.Faults{}))
+			require.NoError(t, s.Sim.SetFaults(sim.Faults{}))
 			res := s.reconcile(t, "reconcile/e2e-twice-"+uuid.NewString()[:8], []string{"agoda"})
 			require.Equal(t, 2, res.Channels[0].Drifted, "round %d", round)
 			require.NotNil(t, res.Channels[0].Repair)
@@ -86,20 +86,20 @@ func TestBatchLifecycle(t *testing.T) {
 	t.Run("dlq replay after the cause is fixed, and of a cell that moved on", func(t *testing.T) {
 		night := today.AddDays(9)
 		v1 := rateCells("expedia", 2, night, 1, "70.00")
-		require.NoError(t, s.sim.SetFaults(sim.Faults{Channels: []string{"expedia"}, ErrorRatio: 1}))
+		require.NoError(t, s.Sim.SetFaults(sim.Faults{Channels: []string{"expedia"}, ErrorRatio: 1}))
 		retry := models.DefaultRetryPolicy()
 		retry.Attempts = 1
 		id := "dlq-" + uuid.NewString()[:8]
 		b := waitBatch(t, s.startBatch(t, models.BatchSyncInput{BatchID: id, Mutations: v1, Retry: retry}), 2*time.Minute)
 		require.Equal(t, 2, b.Totals().DeadLettered)
-		require.NoError(t, s.sim.SetFaults(sim.Faults{})) // the cause is fixed
+		require.NoError(t, s.Sim.SetFaults(sim.Faults{})) // the cause is fixed
 
 		// The second property's cell moves on to v2 meanwhile.
 		v2 := rateCells("expedia", 2, night, 2, "75.00")[1:]
 		b2 := waitBatch(t, s.startBatch(t, models.BatchSyncInput{BatchID: id + "-v2", Mutations: v2,
 			Retry: models.DefaultRetryPolicy()}), 2*time.Minute)
 		require.Equal(t, 1, b2.Totals().Committed)
-		before := s.sim.Stats()["expedia"]
+		before := s.Sim.Stats()["expedia"]
 
 		out, code := s.starter(t, bin, "dlq", "export", "--batch", id)
 		require.Zero(t, code)
@@ -107,7 +107,7 @@ func TestBatchLifecycle(t *testing.T) {
 		require.Equal(t, 2, strings.Count(out, "\n{")+boolInt(strings.HasPrefix(out, "{")), "one entry per property's request")
 		out, code = s.starter(t, bin, "dlq", "replay", "--batch", id, "--wait")
 		require.Contains(t, []int{0, 3}, code)
-		after := s.sim.Stats()["expedia"]
+		after := s.Sim.Stats()["expedia"]
 		require.Zero(t, after.StaleReceived, "v1 never follows v2")
 		require.Contains(t, out, "replaying 2 entries")
 		fields := strings.Fields(out)
@@ -170,9 +170,9 @@ func TestBatchLifecycle(t *testing.T) {
 			// A cancelled batch and a child cancelled with it, once they have closed.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			_ = s.tc.GetWorkflow(ctx, models.BatchWorkflowID(id), "").Get(ctx, nil)
-			writeHistory(t, s.tc, models.BatchWorkflowID(id), "batchsync_cancel.json")
-			writeLongestChild(t, s.tc, id, "channelsync_cancel.json")
+			_ = s.TC.GetWorkflow(ctx, models.BatchWorkflowID(id), "").Get(ctx, nil)
+			writeHistory(t, s.TC, models.BatchWorkflowID(id), "batchsync_cancel.json")
+			writeLongestChild(t, s.TC, id, "channelsync_cancel.json")
 		}
 
 		out, code = s.starter(t, bin, "batch", "rejections", id, "-o", "json")
@@ -185,7 +185,7 @@ func TestBatchLifecycle(t *testing.T) {
 		id := "term-" + uuid.NewString()[:8]
 		s.startBatch(t, models.BatchSyncInput{BatchID: id, Mutations: ms, Retry: models.DefaultRetryPolicy()})
 		require.Eventually(t, func() bool { return storedTotal(t, st, id).Committed > 0 }, 2*time.Minute, 200*time.Millisecond)
-		require.NoError(t, s.tc.TerminateWorkflow(context.Background(), models.BatchWorkflowID(id), "", "operator"))
+		require.NoError(t, s.TC.TerminateWorkflow(context.Background(), models.BatchWorkflowID(id), "", "operator"))
 		out, code := s.starter(t, bin, "batch", "cancel", id)
 		require.Zero(t, code)
 		require.Contains(t, out, "ended without closing its outcomes")

@@ -34,7 +34,7 @@ func TestARunningWorkerPushesAPropertyMappedInTheStore(t *testing.T) {
 	// Mapped while the worker runs.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st := s.openStore(t)
+	st := s.OpenStore(t)
 	require.NoError(t, st.SetPropertyMappings(ctx, "prop_000000a3", []store.PropertyChannel{{Channel: "channex_demo", Channex: &newProp}}))
 	id := uuid.NewString()[:8]
 
@@ -49,7 +49,7 @@ func TestARunningWorkerPushesAPropertyMappedInTheStore(t *testing.T) {
 	require.True(t, res.Done)
 	require.Equal(t, 2, res.Totals().Committed, "%+v", res)
 	var props []string
-	for _, a := range s.sim.Applied("channex_demo") {
+	for _, a := range s.Sim.Applied("channex_demo") {
 		if !a.At.Before(since) {
 			props = append(props, a.Property)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/devtest"
 	"github.com/paritysync/paritysync/dial/redistest"
+	"github.com/paritysync/paritysync/e2e/stack"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sample"
 )
@@ -79,8 +80,8 @@ func TestRedisMemoryFullStack(t *testing.T) {
 // nights) on a stack of its own and checks its Redis memory.
 func measureBatchMemory(t *testing.T, srv *devtest.Env, n, every int) {
 	const slug = "expedia"
-	s := startStackWith(t, srv, stackOptions{
-		Channels: map[string]stackChannel{slug: {PerMinute: 600, Burst: 60, MaxLines: 100}},
+	s := startStackWith(t, srv, stack.Options{
+		Channels: map[string]stack.Channel{slug: {PerMinute: 600, Burst: 60, MaxLines: 100}},
 		Window:   testWindow,
 		Env:      map[string]string{"PARITYSYNC_CHUNK_SIZE": fmt.Sprint(config.DefaultSettings().ChunkSize)},
 	})
@@ -88,12 +89,12 @@ func measureBatchMemory(t *testing.T, srv *devtest.Env, n, every int) {
 	ms := yearOfRates(slug, n, every, today, time.Now().UnixNano())
 	last := ms[len(ms)-1].StayDate
 	require.LessOrEqual(t, last.DaysSince(today), 366, "the batch reaches %s, beyond a year of nights", last)
-	st := s.openStore(t)
+	st := s.OpenStore(t)
 	batchID := "memory-" + uuid.NewString()[:8]
 	key, err := st.SaveBatch(context.Background(), batchID, ms)
 	require.NoError(t, err)
 
-	before, beforeKinds := redistest.Memory(t, s.rdb, s.prefix)
+	before, beforeKinds := redistest.Memory(t, s.RDB, s.Prefix)
 	started := time.Now()
 	bs := waitBatch(t, s.startBatch(t, models.BatchSyncInput{BatchID: batchID, PayloadKey: key,
 		Retry: models.DefaultRetryPolicy()}), 25*time.Minute)
@@ -101,21 +102,21 @@ func measureBatchMemory(t *testing.T, srv *devtest.Env, n, every int) {
 	total := bs.Totals()
 	require.True(t, bs.Done)
 	require.Equal(t, n, total.Committed, "every change committed: %+v", total)
-	finished, finishedKinds := redistest.Memory(t, s.rdb, s.prefix)
+	finished, finishedKinds := redistest.Memory(t, s.RDB, s.Prefix)
 
 	// Wait for the leases, the schedule and the reservations to expire.
 	deadline := time.Now().Add(3 * time.Minute)
 	var after int64
 	var afterKinds redistest.Kinds
 	for {
-		after, afterKinds = redistest.Memory(t, s.rdb, s.prefix)
+		after, afterKinds = redistest.Memory(t, s.RDB, s.Prefix)
 		if afterKinds["sched"]+afterKinds["res"]+afterKinds["lease"] == 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(time.Second)
 	}
 	idle := time.Since(started) - took
-	cs := s.sim.Stats()[slug]
+	cs := s.Sim.Stats()[slug]
 	t.Logf("%d mutations (%s to %s) in %d requests, batch in %s; Redis memory under the prefix: "+
 		"before %d B (%s); when the batch finished %d B (%s); %s later, leases and reservations expired, "+
 		"%d B (%s): grew %d B (%.2f MB)",

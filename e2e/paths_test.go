@@ -31,7 +31,7 @@ func TestWorkflowPaths(t *testing.T) {
 	// story; short windows: the assertions do not depend on the window's length.
 	s := startShortStack(t, srv, map[string]int{"booking_com": 20, "expedia": 20, "agoda": 20},
 		func(env map[string]string) { env["PARITYSYNC_CHUNK_SIZE"] = "100" })
-	st := s.openStore(t)
+	st := s.OpenStore(t)
 	ctx := context.Background()
 
 	t.Run("a paused channel sends nothing until it is resumed", func(t *testing.T) {
@@ -39,64 +39,64 @@ func TestWorkflowPaths(t *testing.T) {
 		ms := rateChanges("expedia", n, 1, time.Now().UnixNano(), models.PriorityDefault, "80.00")
 		id := "pause-" + uuid.NewString()[:8]
 		run := s.startBatch(t, models.BatchSyncInput{BatchID: id, Mutations: ms, Retry: models.DefaultRetryPolicy()})
-		require.Eventually(t, func() bool { return s.sim.Stats()["expedia"].Accepted >= 5 }, time.Minute, 10*time.Millisecond)
-		signalled, err := ops.SetPause(ctx, s.tc, s.lim, "expedia", true, "maintenance", nil)
+		require.Eventually(t, func() bool { return s.Sim.Stats()["expedia"].Accepted >= 5 }, time.Minute, 10*time.Millisecond)
+		signalled, err := ops.SetPause(ctx, s.TC, s.Lim, "expedia", true, "maintenance", nil)
 		require.NoError(t, err)
 		require.Equal(t, 1, signalled, "the running batch is signalled")
 		require.Eventually(t, func() bool {
-			v, err := s.tc.QueryWorkflow(ctx, models.BatchWorkflowID(id), "", models.QueryStatus)
+			v, err := s.TC.QueryWorkflow(ctx, models.BatchWorkflowID(id), "", models.QueryStatus)
 			var bs models.BatchStatus
 			return err == nil && v.Get(&bs) == nil && slices.Contains(bs.Paused, "expedia")
 		}, 10*time.Second, 50*time.Millisecond, "the batch reports the channel paused")
 		child := onlyChild(t, s, id)
 		require.Eventually(t, func() bool {
-			v, err := s.tc.QueryWorkflow(ctx, child, "", models.QueryStatus)
+			v, err := s.TC.QueryWorkflow(ctx, child, "", models.QueryStatus)
 			var cs workflows.ChannelStatus
 			return err == nil && v.Get(&cs) == nil && cs.Paused == "maintenance"
 		}, 10*time.Second, 50*time.Millisecond, "the batch forwards the pause to its child")
 		// The pushes in flight at the pause end; after them nothing goes.
 		time.Sleep(time.Second)
-		paused := s.sim.Stats()["expedia"].Accepted
+		paused := s.Sim.Stats()["expedia"].Accepted
 		time.Sleep(testWindow / 2)
-		require.Equal(t, paused, s.sim.Stats()["expedia"].Accepted, "pushes sent while paused")
+		require.Equal(t, paused, s.Sim.Stats()["expedia"].Accepted, "pushes sent while paused")
 		require.Less(t, paused, n, "the pause came before the batch's end")
 
-		_, err = ops.SetPause(ctx, s.tc, s.lim, "expedia", false, "", nil)
+		_, err = ops.SetPause(ctx, s.TC, s.Lim, "expedia", false, "", nil)
 		require.NoError(t, err)
 		bs := waitBatch(t, run, 2*time.Minute)
 		require.Equal(t, n, bs.Totals().Committed, "every update committed after the resume")
 		require.Empty(t, bs.Paused)
-		cs := s.sim.Stats()["expedia"]
+		cs := s.Sim.Stats()["expedia"]
 		require.Zero(t, cs.Throttled)
 		require.LessOrEqual(t, cs.MaxWindowRequests, cs.Limit)
 		t.Logf("paused after %d of %d pushes; %+v", paused, n, bs.Totals())
 		if recording() {
-			writeHistory(t, s.tc, models.BatchWorkflowID(id), "batchsync_pause.json")
-			writeHistory(t, s.tc, child, "channelsync_pause.json")
+			writeHistory(t, s.TC, models.BatchWorkflowID(id), "batchsync_pause.json")
+			writeHistory(t, s.TC, child, "channelsync_pause.json")
 		}
 	})
 
 	t.Run("a 429 is waited out for its Retry-After, then committed", func(t *testing.T) {
 		const n = 10
-		before := s.sim.Stats()["booking_com"]
+		before := s.Sim.Stats()["booking_com"]
 		// 8 s: long enough for the first push to meet it on a loaded machine (3 s ended first there).
-		require.NoError(t, s.sim.SetFaults(sim.Faults{Channels: []string{"booking_com"}, StormSeconds: 8, StormStatus: 429}))
-		defer func() { require.NoError(t, s.sim.SetFaults(sim.Faults{})) }()
+		require.NoError(t, s.Sim.SetFaults(sim.Faults{Channels: []string{"booking_com"}, StormSeconds: 8, StormStatus: 429}))
+		defer func() { require.NoError(t, s.Sim.SetFaults(sim.Faults{})) }()
 		ms := rateChanges("booking_com", n, 1, time.Now().UnixNano(), models.PriorityDefault, "81.00")
 		id := "throttled-" + uuid.NewString()[:8]
 		bs := waitBatch(t, s.startBatch(t, models.BatchSyncInput{BatchID: id, Mutations: ms, Retry: models.DefaultRetryPolicy()}),
 			2*time.Minute)
 		require.Equal(t, n, bs.Totals().Committed)
 		require.Positive(t, bs.Totals().Deferred, "the 429s deferred requests")
-		require.Positive(t, s.sim.Stats()["booking_com"].Throttled-before.Throttled, "the channel answered 429")
+		require.Positive(t, s.Sim.Stats()["booking_com"].Throttled-before.Throttled, "the channel answered 429")
 		if recording() {
-			writeChildWith(t, s.tc, id, models.ErrThrottled, "channelsync_throttled.json")
+			writeChildWith(t, s.TC, id, models.ErrThrottled, "channelsync_throttled.json")
 		}
 	})
 
 	t.Run("a request the channel keeps failing is dead-lettered after its attempts", func(t *testing.T) {
-		require.NoError(t, s.sim.SetFaults(sim.Faults{Channels: []string{"agoda"}, ErrorRatio: 1}))
-		defer func() { require.NoError(t, s.sim.SetFaults(sim.Faults{})) }()
+		require.NoError(t, s.Sim.SetFaults(sim.Faults{Channels: []string{"agoda"}, ErrorRatio: 1}))
+		defer func() { require.NoError(t, s.Sim.SetFaults(sim.Faults{})) }()
 		retry := models.DefaultRetryPolicy()
 		retry.Attempts = 2
 		ms := rateChanges("agoda", 2, 1, time.Now().UnixNano(), models.PriorityDefault, "82.00")
@@ -106,7 +106,7 @@ func TestWorkflowPaths(t *testing.T) {
 		require.Equal(t, 2, bs.Totals().DeadLettered, "both requests parked")
 		require.Equal(t, 2, storedTotal(t, st, id).DeadLettered, "and stored as dead-lettered")
 		if recording() {
-			writeChildWith(t, s.tc, id, models.ErrTransient, "channelsync_dead_letter.json")
+			writeChildWith(t, s.TC, id, models.ErrTransient, "channelsync_dead_letter.json")
 		}
 	})
 
@@ -115,10 +115,10 @@ func TestWorkflowPaths(t *testing.T) {
 		ms := rateChanges("agoda", n, 1, time.Now().UnixNano(), models.PriorityDefault, "83.00")
 		id := "childfail-" + uuid.NewString()[:8]
 		run := s.startBatch(t, models.BatchSyncInput{BatchID: id, Mutations: ms, Retry: models.DefaultRetryPolicy()})
-		before := s.sim.Stats()["agoda"].Accepted
-		require.Eventually(t, func() bool { return s.sim.Stats()["agoda"].Accepted >= before+3 }, time.Minute, 10*time.Millisecond)
+		before := s.Sim.Stats()["agoda"].Accepted
+		require.Eventually(t, func() bool { return s.Sim.Stats()["agoda"].Accepted >= before+3 }, time.Minute, 10*time.Millisecond)
 		child := onlyChild(t, s, id)
-		require.NoError(t, s.tc.TerminateWorkflow(ctx, child, "", "the test fails the child"))
+		require.NoError(t, s.TC.TerminateWorkflow(ctx, child, "", "the test fails the child"))
 		bs := waitBatch(t, run, 2*time.Minute)
 		require.True(t, bs.Done, "the batch goes on without the child")
 		stored := storedTotal(t, st, id)
@@ -129,7 +129,7 @@ func TestWorkflowPaths(t *testing.T) {
 		require.Equal(t, stored.DeadLettered, bs.Totals().DeadLettered,
 			"the batch counts as dead-lettered only what had no outcome, as stored")
 		if recording() {
-			writeHistory(t, s.tc, models.BatchWorkflowID(id), "batchsync_child_failed.json")
+			writeHistory(t, s.TC, models.BatchWorkflowID(id), "batchsync_child_failed.json")
 		}
 	})
 
@@ -148,7 +148,7 @@ func TestWorkflowPaths(t *testing.T) {
 		require.Equal(t, models.ErrPayloadLost, ae.Type())
 		require.True(t, ae.NonRetryable(), "not retried: retrying cannot bring it back")
 		if recording() {
-			writeHistory(t, s.tc, models.BatchWorkflowID(id), "batchsync_payload_lost.json")
+			writeHistory(t, s.TC, models.BatchWorkflowID(id), "batchsync_payload_lost.json")
 		}
 	})
 }
@@ -173,15 +173,15 @@ func TestChannelSyncContinuesAsNew(t *testing.T) {
 	bs := waitBatch(t, s.startBatch(t, models.BatchSyncInput{BatchID: id, Mutations: ms, Retry: models.DefaultRetryPolicy()}),
 		3*time.Minute)
 	require.Equal(t, n, bs.Totals().Committed)
-	require.Equal(t, n, storedTotal(t, s.openStore(t), id).Committed, "one stored outcome per update")
-	cs := s.sim.Stats()["expedia"]
+	require.Equal(t, n, storedTotal(t, s.OpenStore(t), id).Committed, "one stored outcome per update")
+	cs := s.Sim.Stats()["expedia"]
 	require.Zero(t, cs.Throttled)
 	require.Zero(t, cs.StaleReceived)
 	require.LessOrEqual(t, cs.MaxWindowRequests, cs.Limit)
 
 	var continued *workflowservice.ListWorkflowExecutionsResponse
 	require.Eventually(t, func() bool {
-		resp, err := s.tc.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+		resp, err := s.TC.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
 			Query: "WorkflowType = 'ChannelSync' AND ExecutionStatus = 'ContinuedAsNew' AND " +
 				models.SearchAttrBatchID + " = '" + id + "'"})
 		if err != nil || len(resp.Executions) == 0 {
@@ -194,7 +194,7 @@ func TestChannelSyncContinuesAsNew(t *testing.T) {
 	if recording() {
 		var longest *historypb.History
 		for _, e := range continued.Executions {
-			if h := runHistory(t, s.tc, e.Execution.WorkflowId, e.Execution.RunId); longest == nil || len(h.Events) > len(longest.Events) {
+			if h := runHistory(t, s.TC, e.Execution.WorkflowId, e.Execution.RunId); longest == nil || len(h.Events) > len(longest.Events) {
 				longest = h
 			}
 		}

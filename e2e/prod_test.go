@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/paritysync/paritysync/dial/redistest"
+	"github.com/paritysync/paritysync/e2e/stack"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sample"
 )
@@ -83,12 +84,12 @@ const (
 
 var prodChannels = []string{"booking_com", "expedia", "agoda"}
 
-func prodBatchOptions() stackOptions {
-	chs := map[string]stackChannel{}
+func prodBatchOptions() stack.Options {
+	chs := map[string]stack.Channel{}
 	for _, c := range prodChannels {
-		chs[c] = stackChannel{PerMinute: prodLimit, Burst: prodBurst, MaxLines: 1}
+		chs[c] = stack.Channel{PerMinute: prodLimit, Burst: prodBurst, MaxLines: 1}
 	}
-	return stackOptions{Workers: 3, Channels: chs, Window: prodWindow}
+	return stack.Options{Workers: 3, Channels: chs, Window: prodWindow}
 }
 
 // prodMost is the most arrivals in any window of the fault scenarios' channels.
@@ -143,13 +144,13 @@ func startProdBatch(t *testing.T, s *prodStack, seed uint64) *batchRun {
 // version with different values. The limits are the scenario's to check.
 func (b *batchRun) finish(t *testing.T, s *prodStack) {
 	t.Helper()
-	run := s.tc.GetWorkflow(context.Background(), models.BatchWorkflowID(b.id), "")
+	run := s.TC.GetWorkflow(context.Background(), models.BatchWorkflowID(b.id), "")
 	b.status = waitBatch(t, run, 15*time.Minute)
 	b.took = time.Since(b.started)
 	b.stored = storedTotal(t, s.store, b.id)
 	b.conflicts = s.ledger.count()
 	b.channels = map[string]channelFigures{}
-	for slug, cs := range s.sim.Stats() {
+	for slug, cs := range s.Sim.Stats() {
 		b.channels[slug] = channelFigures{most: prodMost(arrivals(s.e2eStack, slug, nil)), throttled: cs.Throttled,
 			stale: cs.StaleReceived, duplicates: cs.Duplicates, requests: cs.Requests}
 	}
@@ -383,14 +384,14 @@ func channelSnapshot(t *testing.T, port int, prefix, channel string) map[string]
 func prodRedisFailover(t *testing.T, p *prodTopology, r *prodReport) {
 	const channel = "expedia"
 	s := p.newProdStack(t, prodBatchOptions(), prodHold)
-	master, replica := channelNodes(t, p, s.prefix, channel)
+	master, replica := channelNodes(t, p, s.Prefix, channel)
 	b := startProdBatch(t, s, 200)
 	// A third of the channel's requests are done.
-	require.Eventually(t, func() bool { return s.sim.Stats()[channel].Accepted >= 14 }, 3*time.Minute, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return s.Sim.Stats()[channel].Accepted >= 14 }, 3*time.Minute, 20*time.Millisecond)
 
 	// The state the old master holds a moment before it dies, and how far its
 	// replica has got.
-	before := channelSnapshot(t, master, s.prefix, channel)
+	before := channelSnapshot(t, master, s.Prefix, channel)
 	masterOffset, _ := strconv.ParseInt(replicationInfo(t, p, master, "master_repl_offset"), 10, 64)
 	replicaOffset, _ := strconv.ParseInt(replicationInfo(t, p, replica, "slave_repl_offset"), 10, 64)
 	p.redis.Kill(master)
@@ -404,7 +405,7 @@ func prodRedisFailover(t *testing.T, p *prodTopology, r *prodReport) {
 		}
 		return false
 	})
-	after := channelSnapshot(t, replica, s.prefix, channel)
+	after := channelSnapshot(t, replica, s.Prefix, channel)
 	// second_repl_offset is where the promoted replica's history diverges: the old
 	// master's stream up to it, exclusive, is what the new master has.
 	second, _ := strconv.ParseInt(replicationInfo(t, p, replica, "second_repl_offset"), 10, 64)
@@ -415,10 +416,10 @@ func prodRedisFailover(t *testing.T, p *prodTopology, r *prodReport) {
 		switch {
 		case !ok:
 			missing++
-			missingKeys = append(missingKeys, strings.TrimPrefix(k, s.prefix))
+			missingKeys = append(missingKeys, strings.TrimPrefix(k, s.Prefix))
 		case w != v:
 			differ++
-			differKeys = append(differKeys, strings.TrimPrefix(k, s.prefix))
+			differKeys = append(differKeys, strings.TrimPrefix(k, s.Prefix))
 		}
 	}
 	slices.Sort(missingKeys)
@@ -495,7 +496,7 @@ func prodThroughput(t *testing.T, p *prodTopology, r *prodReport) {
 		bench func(t *testing.T) *bench
 	}{
 		{"production", func(t *testing.T) *bench {
-			return &bench{t: t, newStack: func(t *testing.T, o stackOptions) *e2eStack {
+			return &bench{t: t, newStack: func(t *testing.T, o stack.Options) *e2eStack {
 				return p.newProdStack(t, o, 0).e2eStack
 			}}
 		}},

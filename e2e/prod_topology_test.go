@@ -34,6 +34,7 @@ import (
 	"github.com/paritysync/paritysync/activities/store"
 	"github.com/paritysync/paritysync/activities/store/storetest"
 	"github.com/paritysync/paritysync/dial/redistest"
+	"github.com/paritysync/paritysync/e2e/stack"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -384,7 +385,7 @@ func (s *prodStack) serve(w *workerProc) http.Handler {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		rec := httptest.NewRecorder()
-		s.sim.ServeHTTP(rec, r)
+		s.Sim.ServeHTTP(rec, r)
 		if r.Method == http.MethodPost && (rec.Code == http.StatusOK || rec.Code == http.StatusMultiStatus) {
 			s.ledger.note(strings.Trim(strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")[0], "/"), body)
 		}
@@ -401,15 +402,15 @@ func (s *prodStack) serve(w *workerProc) http.Handler {
 }
 
 // newProdStack starts a stack on the topology, shaped like the dev-server stacks.
-func (p *prodTopology) newProdStack(t *testing.T, o stackOptions, hold time.Duration) *prodStack {
+func (p *prodTopology) newProdStack(t *testing.T, o stack.Options, hold time.Duration) *prodStack {
 	t.Helper()
 	s := &prodStack{topo: p, t: t, hold: hold, ledger: &appliedLedger{seen: map[string]string{}},
-		e2eStack: newStack(t, "prod", map[string]string{
+		e2eStack: &e2eStack{stack.New(t, "prod", map[string]string{
 			"REDIS_URL":          p.redis.URL,
 			"TEMPORAL_ADDRESS":   p.frontend,
 			"TEMPORAL_NAMESPACE": "default",
-		}, o)}
-	s.tc = p.tc
+		}, o)}}
+	s.TC = p.tc
 	t.Cleanup(func() {
 		s.mu.Lock()
 		workers := slices.Clone(s.workers)
@@ -427,7 +428,7 @@ func (p *prodTopology) newProdStack(t *testing.T, o stackOptions, hold time.Dura
 			w.srv.Close()
 		}
 	})
-	s.store = s.openStore(t)
+	s.store = s.OpenStore(t)
 	var wg sync.WaitGroup
 	for range max(1, o.Workers) {
 		wg.Add(1)
@@ -447,7 +448,7 @@ func (s *prodStack) startWorker() *workerProc {
 	s.workers = append(s.workers, w)
 	s.mu.Unlock()
 	w.srv = httptest.NewServer(s.serve(w))
-	w.log = filepath.Join(s.topo.dir, fmt.Sprintf("worker-%s-%d.log", s.queue, w.n))
+	w.log = filepath.Join(s.topo.dir, fmt.Sprintf("worker-%s-%d.log", s.Queue, w.n))
 	log, err := os.Create(w.log)
 	if err != nil {
 		s.t.Errorf("worker log: %v", err)
@@ -455,7 +456,7 @@ func (s *prodStack) startWorker() *workerProc {
 	}
 	w.cmd = exec.Command(s.topo.workerBin)
 	w.cmd.Env = os.Environ()
-	for k, v := range s.env {
+	for k, v := range s.Env {
 		w.cmd.Env = append(w.cmd.Env, k+"="+v)
 	}
 	w.cmd.Env = append(w.cmd.Env, "PARITYSYNC_CHANNEL_URL="+w.srv.URL)
@@ -509,7 +510,7 @@ func (s *prodStack) kill9(w *workerProc) {
 // accepted is the pushes the channels took.
 func (s *prodStack) accepted() int {
 	n := 0
-	for _, c := range s.sim.Stats() {
+	for _, c := range s.Sim.Stats() {
 		n += c.Accepted
 	}
 	return n

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/paritysync/paritysync/dial/devtest"
+	"github.com/paritysync/paritysync/e2e/stack"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
 )
@@ -72,9 +73,9 @@ func protocolMutations(today models.Date, channels ...string) []models.Mutation 
 func protocolStack(t *testing.T, srv *devtest.Env, channex func(*models.ChannelConfig)) *e2eStack {
 	t.Helper()
 	dir := t.TempDir()
-	chFile := writeFile(t, dir, "channels.yaml", fmt.Sprintf(protocolChannels,
-		writeFile(t, dir, "channex.key", "cx-key\n"), writeFile(t, dir, "ota.secret", "hotel-7:ota-pass\n")))
-	return startStackWith(t, srv, stackOptions{
+	chFile := stack.WriteFile(t, dir, "channels.yaml", fmt.Sprintf(protocolChannels,
+		stack.WriteFile(t, dir, "channex.key", "cx-key\n"), stack.WriteFile(t, dir, "ota.secret", "hotel-7:ota-pass\n")))
+	return startStackWith(t, srv, stack.Options{
 		// The default chunk size (unset), not the stacks' small one.
 		Env: map[string]string{"PARITYSYNC_CHANNELS_FILE": chFile, "PARITYSYNC_CHUNK_SIZE": ""},
 		Sim: func(c *sim.Config) {
@@ -109,7 +110,7 @@ func TestEndToEndProtocols(t *testing.T) {
 	require.True(t, st.Done)
 	// Outcomes count each family's part of a mutation: three per mutation here.
 	require.Equal(t, 3*len(ms), total.Committed, "every update committed on every protocol")
-	stats := s.sim.Stats()
+	stats := s.Sim.Stats()
 	for _, slug := range protocols {
 		cs := stats[slug]
 		t.Logf("%s: %+v", slug, cs)

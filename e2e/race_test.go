@@ -10,6 +10,7 @@ import (
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paritysync/paritysync/e2e/stack"
 	"github.com/paritysync/paritysync/models"
 )
 
@@ -19,8 +20,8 @@ import (
 // update gets one outcome, and the channel ends on the newest value of every cell.
 func TestRacingBatchesNeverSendAnOlderVersion(t *testing.T) {
 	srv := parallelDevServer(t)
-	s := startStackWith(t, srv, stackOptions{Workers: 3,
-		Channels: map[string]stackChannel{"agoda": {PerMinute: 3000, Burst: 50, MaxLines: 1}}})
+	s := startStackWith(t, srv, stack.Options{Workers: 3,
+		Channels: map[string]stack.Channel{"agoda": {PerMinute: 3000, Burst: 50, MaxLines: 1}}})
 	const cells = 60
 	day := models.DateOf(time.Now()).AddDays(10)
 	base := time.Now().UnixNano()
@@ -51,12 +52,12 @@ func TestRacingBatchesNeverSendAnOlderVersion(t *testing.T) {
 		require.Equal(t, cells, tot.Committed+tot.Superseded, "every update committed or superseded")
 		require.Zero(t, tot.DeadLettered)
 	}
-	stats := s.sim.Stats()["agoda"]
+	stats := s.Sim.Stats()["agoda"]
 	t.Logf("agoda: %+v", stats)
 	require.Zero(t, stats.StaleReceived, "the channel received an older version after a newer one")
 	require.Zero(t, stats.StaleOverwrites)
 	for _, prop := range []string{"prop_00000001", "prop_00000002", "prop_00000003"} {
-		st, err := s.acts.Client.ReadBack(context.Background(), "agoda", prop, day, day.AddDays(cells/3))
+		st, err := s.Acts.Client.ReadBack(context.Background(), "agoda", prop, day, day.AddDays(cells/3))
 		require.NoError(t, err)
 		for _, c := range st.Cells {
 			w := want[prop+"/"+c.Date.String()]

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/paritysync/paritysync/e2e/stack"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
 )
@@ -51,8 +52,8 @@ func TestScrapeShowsPropertyBackoffsAndFamilyStops(t *testing.T) {
 	// Long enough for the push to meet it on a loaded machine (4 s failed there: the
 	// batch had not pushed before the storm ended).
 	const storm = 12 * time.Second
-	s := startStackWith(t, srv, stackOptions{
-		Channels: map[string]stackChannel{"expedia": {PerMinute: 60, Burst: 6, MaxLines: 4}},
+	s := startStackWith(t, srv, stack.Options{
+		Channels: map[string]stack.Channel{"expedia": {PerMinute: 60, Burst: 6, MaxLines: 4}},
 		Env:      map[string]string{"PARITYSYNC_CHANNEL_EXPEDIA_SCOPE": "property"},
 		Sim: func(c *sim.Config) {
 			for i := range c.Channels {
@@ -62,7 +63,7 @@ func TestScrapeShowsPropertyBackoffsAndFamilyStops(t *testing.T) {
 			}
 		},
 	})
-	scrape := httptest.NewServer(promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
+	scrape := httptest.NewServer(promhttp.HandlerFor(s.Metrics, promhttp.HandlerOpts{}))
 	t.Cleanup(scrape.Close)
 	url := scrape.URL + "/metrics"
 	gauge := func(sample string) float64 {
@@ -79,7 +80,7 @@ func TestScrapeShowsPropertyBackoffsAndFamilyStops(t *testing.T) {
 	require.Zero(t, gauge(backedOff))
 	require.Zero(t, gauge(stoppedAv))
 
-	require.NoError(t, s.sim.SetFaults(sim.Faults{StormSeconds: int(storm / time.Second), Channels: []string{"expedia"}}))
+	require.NoError(t, s.Sim.SetFaults(sim.Faults{StormSeconds: int(storm / time.Second), Channels: []string{"expedia"}}))
 	id := fmt.Sprint(time.Now().UnixNano())
 	night := models.DateOf(time.Now()).AddDays(10)
 	run := s.startBatch(t, models.BatchSyncInput{BatchID: "scope-429-" + id,
@@ -89,7 +90,7 @@ func TestScrapeShowsPropertyBackoffsAndFamilyStops(t *testing.T) {
 	require.Zero(t, gauge(chanBackoff), "the channel itself is not backed off")
 	st := waitBatch(t, run, 2*time.Minute)
 	require.Equal(t, 1, st.Totals().Committed, "the push commits after the storm")
-	require.Positive(t, s.sim.Stats()["expedia"].Throttled)
+	require.Positive(t, s.Sim.Stats()["expedia"].Throttled)
 	require.Eventually(t, func() bool { return gauge(backedOff) == 0 }, 10*time.Second, 100*time.Millisecond,
 		"the ended back-off leaves the gauge")
 
@@ -99,10 +100,10 @@ func TestScrapeShowsPropertyBackoffsAndFamilyStops(t *testing.T) {
 	run = s.startBatch(t, models.BatchSyncInput{BatchID: "scope-quota-" + id, Mutations: []models.Mutation{avail},
 		Retry: models.DefaultRetryPolicy()})
 	t.Cleanup(func() {
-		_ = s.tc.TerminateWorkflow(context.Background(), run.GetID(), "", "end of test: it waits for the quota's reset")
+		_ = s.TC.TerminateWorkflow(context.Background(), run.GetID(), "", "end of test: it waits for the quota's reset")
 	})
 	require.Eventually(t, func() bool { return gauge(stoppedAv) == 1 }, time.Minute, 100*time.Millisecond,
 		"the channel's quota_exhausted stops availability, and the scrape shows it")
 	require.Zero(t, gauge(stoppedRa), "rates are not stopped")
-	require.Equal(t, 1, s.sim.Stats()["expedia"].QuotaExhausted)
+	require.Equal(t, 1, s.Sim.Stats()["expedia"].QuotaExhausted)
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/paritysync/paritysync/e2e/stack"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/ops"
 	"github.com/paritysync/paritysync/otasim/sample"
@@ -38,7 +39,7 @@ func TestSmootherHoldsReferencesAtItsAdmissionLimit(t *testing.T) {
 	s := startShortStack(t, srv, map[string]int{"expedia": 600})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	require.NoError(t, s.lim.Pause(ctx, "expedia", "held by the test"))
+	require.NoError(t, s.Lim.Pause(ctx, "expedia", "held by the test"))
 
 	limit := models.DefaultMaxPending
 	batch := models.MaxInlineMutations
@@ -46,7 +47,7 @@ func TestSmootherHoldsReferencesAtItsAdmissionLimit(t *testing.T) {
 	// A short history limit, so the run continues as new once the held batch ends.
 	in := models.SmootherInput{Channel: "expedia", MaxHistory: 60}
 	submit := func(part []models.Mutation) (models.SubmitResult, error) {
-		return ops.Submit(ctx, s.tc, s.queue, s.acts.Store, in, part)
+		return ops.Submit(ctx, s.TC, s.Queue, s.Acts.Store, in, part)
 	}
 	wfID := models.SmootherWorkflowID("expedia")
 
@@ -54,30 +55,30 @@ func TestSmootherHoldsReferencesAtItsAdmissionLimit(t *testing.T) {
 	// paused channel holds it, so everything after it waits.
 	_, err := submit(ms[:batch])
 	require.NoError(t, err)
-	st := awaitSmoother(t, s.tc, wfID, func(st models.SmootherStatus) bool { return st.Running == 1 && st.Pending == 0 })
+	st := awaitSmoother(t, s.TC, wfID, func(st models.SmootherStatus) bool { return st.Running == 1 && st.Pending == 0 })
 	held := st.LastBatch
 	for i := batch; i < batch+limit; i += batch {
 		res, err := submit(ms[i : i+batch])
 		require.NoError(t, err)
 		require.Equal(t, batch, res.Accepted)
 	}
-	st = awaitSmoother(t, s.tc, wfID, func(st models.SmootherStatus) bool { return st.Pending == limit })
+	st = awaitSmoother(t, s.TC, wfID, func(st models.SmootherStatus) bool { return st.Pending == limit })
 	require.Equal(t, limit, st.MaxPending, "at the admission limit")
 	_, err = submit(ms[batch+limit:])
 	require.True(t, ops.IsSmootherFull(err), "one more is refused: %v", err)
-	first := describeRun(t, s.tc, wfID)
+	first := describeRun(t, s.TC, wfID)
 
-	require.NoError(t, s.tc.TerminateWorkflow(ctx, models.BatchWorkflowID(held), "", "terminated by the test"))
+	require.NoError(t, s.TC.TerminateWorkflow(ctx, models.BatchWorkflowID(held), "", "terminated by the test"))
 	// The smoother closes the terminated batch's outcomes, then (its history past
 	// MaxHistory, no batch running) continues as new with what waits, and the new
 	// run starts the next batch.
-	require.Eventually(t, func() bool { return describeRun(t, s.tc, wfID) != first }, 2*time.Minute, 200*time.Millisecond,
+	require.Eventually(t, func() bool { return describeRun(t, s.TC, wfID) != first }, 2*time.Minute, 200*time.Millisecond,
 		"the smoother continues as new")
-	st = awaitSmoother(t, s.tc, wfID, func(st models.SmootherStatus) bool { return st.Running == 1 })
+	st = awaitSmoother(t, s.TC, wfID, func(st models.SmootherStatus) bool { return st.Running == 1 })
 	require.Equal(t, limit-batch, st.Pending, "the 5,000 waiting travelled on as counts; the next batch took 500")
 
 	for _, m := range ms[:batch] {
-		os, err := s.acts.Store.Outcomes(ctx, held, m.ID)
+		os, err := s.Acts.Store.Outcomes(ctx, held, m.ID)
 		require.NoError(t, err)
 		seen := map[models.Family]bool{}
 		for _, o := range os {
@@ -87,7 +88,7 @@ func TestSmootherHoldsReferencesAtItsAdmissionLimit(t *testing.T) {
 		require.Len(t, os, len(m.Families()), "%s: one outcome per family, got %+v", m.ID, os)
 	}
 
-	runs := runHistories(t, s.tc, wfID)
+	runs := runHistories(t, s.TC, wfID)
 	require.GreaterOrEqual(t, len(runs), 2)
 	largest, where := 0, ""
 	for i, h := range runs {
@@ -103,7 +104,7 @@ func TestSmootherHoldsReferencesAtItsAdmissionLimit(t *testing.T) {
 		// The run that took the submits, closed the terminated batch and continued as new.
 		saveHistory(t, runs[len(runs)-2], "smoother_continued.json")
 	}
-	require.NoError(t, s.tc.TerminateWorkflow(ctx, wfID, "", "end of test"))
+	require.NoError(t, s.TC.TerminateWorkflow(ctx, wfID, "", "end of test"))
 }
 
 // TestSmootherClosesATerminatedBatch terminates a smoothed batch while it pushes
@@ -112,20 +113,20 @@ func TestSmootherHoldsReferencesAtItsAdmissionLimit(t *testing.T) {
 // committed as the channel confirmed, cancelled by the smoother for the rest.
 func TestSmootherClosesATerminatedBatch(t *testing.T) {
 	srv := parallelDevServer(t)
-	s := startStackWith(t, srv, stackOptions{Channels: map[string]stackChannel{
+	s := startStackWith(t, srv, stack.Options{Channels: map[string]stack.Channel{
 		"booking_com": {PerMinute: 6, Burst: 2, MaxLines: 2}}, Window: testWindow})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ms := longChanges(t, "booking_com", 40)
 	wfID := models.SmootherWorkflowID("booking_com")
 	in := models.SmootherInput{Channel: "booking_com", Debounce: 200 * time.Millisecond}
-	res, err := ops.Submit(ctx, s.tc, s.queue, s.acts.Store, in, ms)
+	res, err := ops.Submit(ctx, s.TC, s.Queue, s.Acts.Store, in, ms)
 	require.NoError(t, err)
 	require.Equal(t, len(ms), res.Accepted)
-	st := awaitSmoother(t, s.tc, wfID, func(st models.SmootherStatus) bool { return st.Running == 1 })
+	st := awaitSmoother(t, s.TC, wfID, func(st models.SmootherStatus) bool { return st.Running == 1 })
 	batchID := st.LastBatch
 	require.Eventually(t, func() bool {
-		p, err := s.acts.Store.BatchProgress(ctx, batchID)
+		p, err := s.Acts.Store.BatchProgress(ctx, batchID)
 		if err != nil {
 			return false
 		}
@@ -135,12 +136,12 @@ func TestSmootherClosesATerminatedBatch(t *testing.T) {
 		}
 		return done > 0
 	}, 2*time.Minute, 100*time.Millisecond, "the batch commits its first requests")
-	require.NoError(t, s.tc.TerminateWorkflow(ctx, models.BatchWorkflowID(batchID), "", "terminated by the test"))
-	st = awaitSmoother(t, s.tc, wfID, func(st models.SmootherStatus) bool { return st.Running == 0 })
+	require.NoError(t, s.TC.TerminateWorkflow(ctx, models.BatchWorkflowID(batchID), "", "terminated by the test"))
+	st = awaitSmoother(t, s.TC, wfID, func(st models.SmootherStatus) bool { return st.Running == 0 })
 
 	byOutcome := map[models.Outcome]int{}
 	for _, m := range ms {
-		os, err := s.acts.Store.Outcomes(ctx, batchID, m.ID)
+		os, err := s.Acts.Store.Outcomes(ctx, batchID, m.ID)
 		require.NoError(t, err)
 		require.Len(t, os, len(m.Families()), "%s: one outcome per family, got %+v", m.ID, os)
 		for _, o := range os {
@@ -152,7 +153,7 @@ func TestSmootherClosesATerminatedBatch(t *testing.T) {
 	require.Positive(t, byOutcome[models.OutcomeCancelled], "the rest were closed by the smoother")
 	require.Equal(t, len(ms), byOutcome[models.OutcomeCommitted]+byOutcome[models.OutcomeCancelled]+
 		byOutcome[models.OutcomeSuperseded])
-	require.NoError(t, s.tc.TerminateWorkflow(ctx, wfID, "", "end of test"))
+	require.NoError(t, s.TC.TerminateWorkflow(ctx, wfID, "", "end of test"))
 }
 
 // TestSmootherHistoryOf5000Changes submits 5,000 changes to one smoother, 20 a
@@ -160,7 +161,7 @@ func TestSmootherClosesATerminatedBatch(t *testing.T) {
 // smoother's history size as `temporal workflow describe` reports it: at most 1 MB.
 func TestSmootherHistoryOf5000Changes(t *testing.T) {
 	srv := parallelDevServer(t)
-	s := startStackWith(t, srv, stackOptions{Channels: map[string]stackChannel{
+	s := startStackWith(t, srv, stack.Options{Channels: map[string]stack.Channel{
 		"agoda": {PerMinute: 3000, Burst: 300, MaxLines: 100}}, Window: testWindow})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -170,7 +171,7 @@ func TestSmootherHistoryOf5000Changes(t *testing.T) {
 	accepted := 0
 	for i := 0; i < total; i += per {
 		for {
-			res, err := ops.Submit(ctx, s.tc, s.queue, s.acts.Store, models.SmootherInput{Channel: "agoda"}, ms[i:i+per])
+			res, err := ops.Submit(ctx, s.TC, s.Queue, s.Acts.Store, models.SmootherInput{Channel: "agoda"}, ms[i:i+per])
 			if ops.IsSmootherFull(err) {
 				time.Sleep(time.Second) // as a PMS told to retry later
 				continue
@@ -181,11 +182,11 @@ func TestSmootherHistoryOf5000Changes(t *testing.T) {
 		}
 	}
 	require.Equal(t, total, accepted)
-	awaitSmoother(t, s.tc, wfID, func(st models.SmootherStatus) bool { return st.Pending == 0 })
-	desc, err := s.tc.DescribeWorkflowExecution(ctx, wfID, "")
+	awaitSmoother(t, s.TC, wfID, func(st models.SmootherStatus) bool { return st.Pending == 0 })
+	desc, err := s.TC.DescribeWorkflowExecution(ctx, wfID, "")
 	require.NoError(t, err)
 	current := desc.GetWorkflowExecutionInfo().GetHistorySizeBytes()
-	runs := runHistories(t, s.tc, wfID)
+	runs := runHistories(t, s.TC, wfID)
 	sum := 0
 	for _, h := range runs {
 		for _, e := range h.Events {
@@ -209,7 +210,7 @@ func TestSmootherHistoryOf5000Changes(t *testing.T) {
 	cliSize, err := strconv.ParseInt(described.Info.HistorySizeBytes, 10, 64)
 	require.NoError(t, err)
 	require.LessOrEqual(t, cliSize, int64(1<<20), "the smoother's history exceeds 1 MB")
-	require.NoError(t, s.tc.TerminateWorkflow(ctx, wfID, "", "end of test"))
+	require.NoError(t, s.TC.TerminateWorkflow(ctx, wfID, "", "end of test"))
 }
 
 // longChanges is n valid rate changes of channel, each with an id and a correlation

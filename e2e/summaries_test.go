@@ -51,15 +51,15 @@ func TestEndToEndHistoriesCarrySummaries(t *testing.T) {
 
 	st := s.runBatch(t, "summaries", rateChanges("expedia", 4, 3, 1, 3, "120.00"))
 	require.Equal(t, 12, st.Totals().Committed)
-	parent := history(t, s.tc, models.BatchWorkflowID("summaries"))
+	parent := history(t, s.TC, models.BatchWorkflowID("summaries"))
 	prepared := summaries(t, parent, enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
 	require.True(t, anyHas(prepared, "prepare batch summaries: validate 12 mutations"), "%q", prepared)
 	children := summaries(t, parent, enumspb.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED)
 	require.Equal(t, []string{"expedia, priority 3, chunk 0: 4 requests, 12 updates"}, children)
 
-	ids := childIDs(t, s.tc, "summaries")
+	ids := childIDs(t, s.TC, "summaries")
 	require.Len(t, ids, 1)
-	child := history(t, s.tc, ids[0])
+	child := history(t, s.TC, ids[0])
 	pushes := summaries(t, child, enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
 	day := benchDay()
 	want := "push rates prop_00000002 " + models.NightsSummary(day, day.AddDays(2)) + ", 3 lines"
@@ -73,17 +73,17 @@ func TestEndToEndHistoriesCarrySummaries(t *testing.T) {
 	t.Logf("parent: %q %q\nchild: pushes %q\ntimers %q", prepared, children, pushes, timers)
 
 	// A paused channel: the lane's wait says why.
-	require.NoError(t, s.lim.Pause(ctx, "agoda", "rate dispute"))
+	require.NoError(t, s.Lim.Pause(ctx, "agoda", "rate dispute"))
 	run := s.startMutations(t, "summaries-paused", rateChanges("agoda", 1, 2, 1, 3, "99.00"))
 	var pauseTimers []string
 	require.Eventually(t, func() bool {
-		for _, id := range childIDs(t, s.tc, "summaries-paused") {
-			pauseTimers = summaries(t, history(t, s.tc, id), enumspb.EVENT_TYPE_TIMER_STARTED)
+		for _, id := range childIDs(t, s.TC, "summaries-paused") {
+			pauseTimers = summaries(t, history(t, s.TC, id), enumspb.EVENT_TYPE_TIMER_STARTED)
 		}
 		return anyHas(pauseTimers, "paused: rate dispute")
 	}, 30*time.Second, 300*time.Millisecond, "the pause's timer names the reason: %q", pauseTimers)
-	require.NoError(t, s.lim.Resume(ctx, "agoda"))
-	require.NoError(t, s.tc.SignalWorkflow(ctx, models.BatchWorkflowID("summaries-paused"), "", models.SignalResumeChannel,
+	require.NoError(t, s.Lim.Resume(ctx, "agoda"))
+	require.NoError(t, s.TC.SignalWorkflow(ctx, models.BatchWorkflowID("summaries-paused"), "", models.SignalResumeChannel,
 		models.PauseSignal{Channel: "agoda"}))
 	var done models.BatchStatus
 	require.NoError(t, run.Get(ctx, &done))

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
 
@@ -21,13 +20,6 @@ import (
 	"github.com/paritysync/paritysync/models"
 )
 
-// testRedis is the Redis at REDIS_URL (default the local one) and a key prefix of
-// the test's own, whose keys are deleted at the end.
-func testRedis(t *testing.T) (*redis.Client, string) {
-	t.Helper()
-	return redistest.Client(t, "paritysync-intake")
-}
-
 // TestQuotaStopAnswers429WithRetryAfterUntilTheReset uses up expedia's daily quota
 // in the limiter and posts changes for it: the answer is a 429 quota-exhausted
 // problem whose Retry-After header, retry_after member and each refused change's
@@ -36,7 +28,7 @@ func testRedis(t *testing.T) (*redis.Client, string) {
 // smoother (the server has no Temporal client).
 func TestQuotaStopAnswers429WithRetryAfterUntilTheReset(t *testing.T) {
 	c := loadContract(t)
-	rdb, prefix := testRedis(t)
+	rdb, prefix := redistest.Client(t, "paritysync-intake")
 	srv := serverWith(t, writeKeys(t), rdb, prefix)
 	ctx := context.Background()
 	quota := srv.channels["expedia"].DailyQuota
@@ -112,7 +104,7 @@ func TestBadInputAloneIs422NamingFieldAndRule(t *testing.T) {
 // that the other families are not held.
 func TestStoppedFamilyRefusesItsChanges(t *testing.T) {
 	c := loadContract(t)
-	rdb, prefix := testRedis(t)
+	rdb, prefix := redistest.Client(t, "paritysync-intake")
 	srv := serverWith(t, writeKeys(t), rdb, prefix)
 	ctx := context.Background()
 	const stop = 30 * time.Minute
@@ -176,7 +168,7 @@ func TestStoppedFamilyHoldsOnlyItsOwnChanges(t *testing.T) {
 // property's availability, are not held; a channel-wide back-off holds them all.
 func TestPropertyBackoffRefusesItsChanges(t *testing.T) {
 	c := loadContract(t)
-	rdb, prefix := testRedis(t)
+	rdb, prefix := redistest.Client(t, "paritysync-intake")
 	keys, err := newKeyring(writeKeys(t), nil)
 	require.NoError(t, err)
 	chs, err := config.LoadChannels("", func(k string) string {

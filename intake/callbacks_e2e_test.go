@@ -154,7 +154,7 @@ func TestCompletionCallbackIsSignedDeliveredOnceAndRetriedWithTheSameEventID(t *
 	if os.Getenv("PARITYSYNC_RECORD_HISTORY") != "" {
 		// The replay test's history of a batch that records its end with a callback.
 		var h historypb.History
-		iter := s.tc.GetWorkflowHistory(t.Context(), models.BatchWorkflowID(flaky.BatchID), "", false, 0)
+		iter := s.TC.GetWorkflowHistory(t.Context(), models.BatchWorkflowID(flaky.BatchID), "", false, 0)
 		for iter.HasNext() {
 			e, err := iter.Next()
 			require.NoError(t, err)

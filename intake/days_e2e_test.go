@@ -43,7 +43,7 @@ func TestWeekendRangeGoesAsOneLineWithDays(t *testing.T) {
 	}
 
 	weekendDays := models.Weekdays(1<<time.Saturday | 1<<time.Sunday)
-	applied := slices.DeleteFunc(s.sim.Applied("ota_days"), func(a sim.ApplyRecord) bool { return a.At.Before(started) })
+	applied := slices.DeleteFunc(s.Sim.Applied("ota_days"), func(a sim.ApplyRecord) bool { return a.At.Before(started) })
 	require.Len(t, applied, 1, "one OpenTravel line for the season: %+v", applied)
 	require.Equal(t, weekendDays, applied[0].Days)
 	require.Equal(t, weekend[0], applied[0].From)
@@ -52,7 +52,7 @@ func TestWeekendRangeGoesAsOneLineWithDays(t *testing.T) {
 	// Channex takes the line as one change object with days; the simulator writes
 	// it night by night: every weekend night, and none between.
 	nights := map[models.Date]bool{}
-	for _, a := range s.sim.Applied("channex_days") {
+	for _, a := range s.Sim.Applied("channex_days") {
 		if a.At.Before(started) {
 			continue
 		}
@@ -64,6 +64,6 @@ func TestWeekendRangeGoesAsOneLineWithDays(t *testing.T) {
 	for _, d := range weekend {
 		require.True(t, nights[d], "%s set", d)
 	}
-	reqs := s.sim.Requests("channex_days", started)
+	reqs := s.Sim.Requests("channex_days", started)
 	require.Len(t, reqs, 1, "one Channex request for the season")
 }

@@ -16,17 +16,17 @@ import (
 )
 
 // workflowCount is how many workflows the stack's namespace lists.
-func (s *stack) workflowCount(t *testing.T) int {
+func (s *apiStack) workflowCount(t *testing.T) int {
 	t.Helper()
-	resp, err := s.tc.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Namespace: s.ns})
+	resp, err := s.TC.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Namespace: s.Env["TEMPORAL_NAMESPACE"]})
 	require.NoError(t, err)
 	return len(resp.GetExecutions())
 }
 
 // batchRows is how many batches the stack's schema holds.
-func (s *stack) batchRows(t *testing.T) int {
+func (s *apiStack) batchRows(t *testing.T) int {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), s.dbURL)
+	conn, err := pgx.Connect(context.Background(), s.Env["PARITYSYNC_DATABASE_URL"])
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
 	var n int

@@ -1,70 +1,54 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/worker"
+	"go.uber.org/fx"
 
-	"github.com/paritysync/paritysync/activities"
 	"github.com/paritysync/paritysync/activities/store"
-	"github.com/paritysync/paritysync/activities/store/storetest"
 	"github.com/paritysync/paritysync/channels"
 	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/devtest"
-	"github.com/paritysync/paritysync/dial/redistest"
-	"github.com/paritysync/paritysync/limiter"
+	"github.com/paritysync/paritysync/e2e/stack"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/otasim/sim"
-	"github.com/paritysync/paritysync/workflows"
 )
 
-// The end-to-end test runs the API on real parts, as worker/e2e_test.go does: a
-// Temporal dev server (TEMPORAL_CLI, or ../.bin/temporal), the Redis at REDIS_URL
-// under a key prefix of its own, a PostgreSQL schema of its own, the simulator over
-// HTTP and an in-process worker.
+// The end-to-end tests run the API on real parts, over the harness the system
+// tests start (e2e/stack): a Temporal dev server (TEMPORAL_CLI, or
+// ../.bin/temporal), the Redis at REDIS_URL under a key prefix of its own, a
+// PostgreSQL schema of its own, the simulator over HTTP and an in-process worker.
 
 // TestMain stops the package's one dev server (devtest) after the tests.
 func TestMain(m *testing.M) { devtest.Main(m) }
 
-// stack is a dev server, a simulator, a worker and the API over them.
-type stack struct {
-	srv    *Server
-	api    http.Handler
-	st     *store.Store
-	tc     client.Client
-	rdb    *redis.Client
-	prefix string
-	queue  string
-	// ns is the test's namespace on the dev server, dbURL its PostgreSQL schema.
-	ns    string
-	dbURL string
-	// sim is the channel simulator the worker pushes to.
-	sim *sim.Simulator
+// apiStack is the harness's stack (a dev server, a simulator, a worker) and the API
+// over it.
+type apiStack struct {
+	*stack.Stack
+	srv *Server
+	api http.Handler
+	st  *store.Store
 }
 
-func startStack(t *testing.T, edit ...func(*Config)) *stack {
+func startStack(t *testing.T, edit ...func(*Config)) *apiStack {
 	t.Helper()
 	return startStackWith(t, nil, nil, edit...)
 }
 
 // startAPI is startStack with what most tests then take from it: the contract
 // every request and answer is checked against, and the API's handler.
-func startAPI(t *testing.T, edit ...func(*Config)) (*contract, *stack, http.Handler) {
+func startAPI(t *testing.T, edit ...func(*Config)) (*contract, *apiStack, http.Handler) {
 	t.Helper()
 	c := loadContract(t)
 	s := startStack(t, edit...)
@@ -73,73 +57,42 @@ func startAPI(t *testing.T, edit ...func(*Config)) (*contract, *stack, http.Hand
 
 // startStackWith is startStack with more channels: extra are paritysync's (worker
 // and intake), simExtra the simulator's (a Channex channel knows its ids there).
-func startStackWith(t *testing.T, extra, simExtra []models.ChannelConfig, edit ...func(*Config)) *stack {
+// Every default channel allows 600 requests a minute.
+func startStackWith(t *testing.T, extra, simExtra []models.ChannelConfig, edit ...func(*Config)) *apiStack {
 	t.Helper()
-	ctx := context.Background()
 	// The test's namespace on the package's dev server (devtest: the new matcher with
 	// one partition, as the README says every test runs Temporal); skips under -short.
-	srv := devtest.Start(t)
+	s := stack.Start(t, "intake", devtest.Start(t), stack.Options{Env: stack.EveryChannel(600),
+		Sim: func(c *sim.Config) { c.Channels = append(c.Channels, simExtra...) },
+		Worker: []fx.Option{
+			fx.Decorate(func(chs []models.ChannelConfig) []models.ChannelConfig { return append(chs, extra...) }),
+			// OpenTravel signs in with HTTP Basic user:password.
+			fx.Decorate(func(creds channels.Credentials, s config.Settings) channels.Credentials {
+				for _, c := range extra {
+					if c.Protocol == models.ProtocolOpenTravel {
+						creds[c.Slug] = channels.StaticCredential("paritysync:" + s.Token)
+					}
+				}
+				return creds
+			}),
+		}})
 
-	rdb, prefix := redistest.Client(t, "paritysync-intake")
-	redisURL, queue := redistest.URL(), strings.TrimSuffix(prefix, ":")
-	s := config.DefaultSettings()
-	s.TemporalAddress, s.TemporalNamespace, s.TaskQueue, s.KeyPrefix, s.RedisURL = srv.FrontendHostPort(), srv.Namespace(), queue, prefix, redisURL
-	s.DatabaseURL = storetest.Schema(t, "intake")
-	chs, err := config.LoadChannels("", func(k string) string {
-		if strings.HasSuffix(k, "_RATE_PER_MINUTE") {
-			return "600"
-		}
-		return ""
-	})
+	// The API reads the workers' environment.
+	settings, err := config.LoadSettings(s.Getenv)
 	require.NoError(t, err)
-	simChannels := append(slices.Clone(chs), simExtra...)
-	chs = append(chs, extra...)
-	simulator := sim.New(sim.Config{Channels: simChannels, StaticTokens: []string{"e2e-token"}})
-	simSrv := httptest.NewServer(simulator)
-	t.Cleanup(func() { simSrv.Close(); simulator.Close() })
-
-	st, err := store.Open(ctx, s.DatabaseURL)
+	chs, err := config.LoadChannels(settings.ChannelsFile, s.Getenv)
 	require.NoError(t, err)
-	t.Cleanup(st.Close)
-	require.NoError(t, st.Migrate(ctx))
-	lim := limiter.New(rdb, chs, limiter.Options{Prefix: prefix, Lease: 15 * time.Second})
-	creds := channels.Credentials{}
-	for _, c := range chs {
-		creds[c.Slug] = channels.StaticCredential("e2e-token")
-		if c.Protocol == models.ProtocolOpenTravel {
-			creds[c.Slug] = channels.StaticCredential("paritysync:e2e-token") // Basic user:password
-		}
-	}
-	v, err := models.NewValidator(chs, s.PropertyPattern, time.Now)
-	require.NoError(t, err)
-	// As the worker's app wires it: the codes stored over the API are read through
-	// a cache, so a property mapped while the worker runs is pushed.
-	mappings := st.NewMappings(chs, 0)
-	cc := channels.New(http.DefaultClient, simSrv.URL, creds, chs, 10*time.Second)
-	cc.UseConfigs(mappings.ChannelFor)
-	acts := &activities.Activities{Limiter: lim, Client: cc,
-		Tokens: creds, Store: st, Channels: models.ChannelMap(chs), Validator: v, Mappings: mappings, ChunkSize: 5,
-		Metrics: activities.NewMetrics(prometheus.NewRegistry())}
-	tc := srv.Client()
-	w := worker.New(tc, queue, worker.Options{})
-	w.RegisterWorkflow(workflows.BatchSync)
-	w.RegisterWorkflow(workflows.ChannelSync)
-	w.RegisterWorkflow(workflows.BurstSmoother)
-	w.RegisterActivity(acts)
-	require.NoError(t, w.Start())
-	t.Cleanup(w.Stop)
-
+	st := s.OpenStore(t)
 	keys, err := newKeyring(writeKeys(t), nil)
 	require.NoError(t, err)
-	cfg := Config{Settings: s, Channels: chs}
+	cfg := Config{Settings: settings, Channels: append(chs, extra...)}
 	for _, e := range edit {
 		e(&cfg)
 	}
-	api, err := NewServer(cfg, tc, rdb, st, keys, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	api, err := NewServer(cfg, s.TC, s.RDB, st, keys, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	t.Cleanup(api.Close)
-	return &stack{srv: api, api: api.Handler(), st: st, tc: tc, rdb: rdb, prefix: prefix, queue: queue,
-		ns: srv.Namespace(), dbURL: s.DatabaseURL, sim: simulator}
+	return &apiStack{Stack: s, srv: api, api: api.Handler(), st: st}
 }
 
 // awaitCommitted waits up to wait for the outcome read at path (/v1/changes/{id},

@@ -103,7 +103,7 @@ func TestPropertyMappedOverTheAPIIsPushedWithoutAWorkerRestart(t *testing.T) {
 			return len(out.Outcomes) == 1 && out.Outcomes[0].Outcome == models.OutcomeCommitted
 		}, time.Minute, 250*time.Millisecond, "%s is committed on Channex: %+v", id, &out)
 	}
-	applied := slices.DeleteFunc(s.sim.Applied("channex_eu"), func(a sim.ApplyRecord) bool { return a.At.Before(since) })
+	applied := slices.DeleteFunc(s.Sim.Applied("channex_eu"), func(a sim.ApplyRecord) bool { return a.At.Before(since) })
 	require.NotEmpty(t, applied)
 	for _, a := range applied {
 		require.Equal(t, cxProperty, a.Property, "the Channex property id stored over the API")
@@ -141,7 +141,7 @@ func TestOpenTravelCodesOverTheAPIAreSentWithoutARestart(t *testing.T) {
 	require.Len(t, ans.Changes[0].Channels, 1)
 	require.Equal(t, "o1@ota_eu", ans.Changes[0].Channels[0].ID)
 	awaitCommitted(t, c, h, "/v1/changes/o1@ota_eu", time.Minute, "committed on the OpenTravel channel")
-	applied := slices.DeleteFunc(s.sim.Applied("ota_eu"), func(a sim.ApplyRecord) bool { return a.At.Before(since) })
+	applied := slices.DeleteFunc(s.Sim.Applied("ota_eu"), func(a sim.ApplyRecord) bool { return a.At.Before(since) })
 	require.NotEmpty(t, applied)
 	for _, a := range applied {
 		require.Equal(t, "H0042", a.Property, "the HotelCode stored over the API")
@@ -170,7 +170,7 @@ func TestOpenTravelCodesSeededFromTheYAMLAreSent(t *testing.T) {
 			"["+mutationRow(id, "ota_seed", version)+"]"), true))
 		require.Equal(t, 1, acc.Accepted)
 		awaitCommitted(t, c, h, acc.StatusURL+"/outcomes?mutation="+id, time.Minute, "committed on the OpenTravel channel")
-		applied := slices.DeleteFunc(s.sim.Applied("ota_seed"), func(a sim.ApplyRecord) bool { return a.At.Before(since) })
+		applied := slices.DeleteFunc(s.Sim.Applied("ota_seed"), func(a sim.ApplyRecord) bool { return a.At.Before(since) })
 		require.NotEmpty(t, applied)
 		return applied
 	}

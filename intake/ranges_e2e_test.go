@@ -102,7 +102,7 @@ func TestRangeMutationOneOutcomePerChannelOverHTTP(t *testing.T) {
 	// Saturday and its Sunday), every weekend night once.
 	for _, ch := range []string{"booking_com", "expedia"} {
 		lines, nights := 0, 0
-		reqs := s.sim.Requests(ch, started)
+		reqs := s.Sim.Requests(ch, started)
 		for _, r := range reqs {
 			require.Equal(t, http.StatusOK, r.Status, ch)
 			lines += r.Lines

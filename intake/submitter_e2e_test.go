@@ -122,7 +122,7 @@ func TestConcurrentPostsToOneChannelGoInFewUpdates(t *testing.T) {
 		require.Equal(t, 1, decodeJSON[changesAnswer](t, resp).Accepted, "post %d", i)
 	}
 
-	updates := smootherUpdates(t, s.tc, "booking_com")
+	updates := smootherUpdates(t, s.TC, "booking_com")
 	t.Logf("%d posts went in %d updates", posts, updates)
 	require.Positive(t, updates)
 	require.LessOrEqual(t, updates, posts/4, "the posts were grouped into far fewer updates")
@@ -149,8 +149,8 @@ func TestConcurrentPostsAreAdmittedExactlyPerPost(t *testing.T) {
 	c := loadContract(t)
 	const room = 20
 	s := startStack(t, func(cfg *Config) { cfg.SmootherMaxPending = room })
-	_, err := s.tc.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
-		ID: models.SmootherWorkflowID("expedia"), TaskQueue: s.queue,
+	_, err := s.TC.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
+		ID: models.SmootherWorkflowID("expedia"), TaskQueue: s.Queue,
 	}, workflows.BurstSmoother, models.SmootherInput{Channel: "expedia", MaxPending: room, Debounce: 5 * time.Second})
 	require.NoError(t, err)
 
@@ -200,7 +200,7 @@ func TestConcurrentPostsAreAdmittedExactlyPerPost(t *testing.T) {
 
 	waitOutcomes(t, c, s.api, accepted)
 	require.Eventually(t, func() bool {
-		st, err := ops.SmootherStatus(context.Background(), s.tc, "expedia")
+		st, err := ops.SmootherStatus(context.Background(), s.TC, "expedia")
 		require.NoError(t, err)
 		return st.Totals.Committed+st.Totals.Superseded == len(accepted) && st.Pending == 0
 	}, time.Minute, 250*time.Millisecond, "the smoother's batches carry exactly the accepted changes")

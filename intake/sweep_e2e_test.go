@@ -47,7 +47,7 @@ func TestListingTellsABatchTerminatedInTemporal(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "running", b.State)
 
-	require.NoError(t, s.tc.TerminateWorkflow(ctx, stopped.WorkflowID, "", "sweep test"))
+	require.NoError(t, s.TC.TerminateWorkflow(ctx, stopped.WorkflowID, "", "sweep test"))
 	require.Eventually(t, func() bool {
 		b, _ := listedState(t, c, h, stopped.BatchID)
 		return b.State == "terminated"
@@ -62,7 +62,7 @@ func TestListingTellsABatchTerminatedInTemporal(t *testing.T) {
 	// A row Temporal does not know (a start that failed after its payload was
 	// saved): left alone while young, unknown once past sweepGone.
 	require.NoError(t, s.st.RegisterBatch(ctx, "acme.never-started"))
-	sw := &batchSweeper{tc: s.tc, st: s.st, every: time.Second, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	sw := &batchSweeper{tc: s.TC, st: s.st, every: time.Second, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	require.NoError(t, sw.look(ctx, store.RunningBatch{BatchID: "acme.never-started", CreatedAt: time.Now()}))
 	b, _ = listedState(t, c, h, "acme.never-started")
 	require.Equal(t, "running", b.State, "its start may still be on its way")

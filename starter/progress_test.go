@@ -5,8 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,23 +15,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
-	"go.temporal.io/sdk/worker"
 
-	"github.com/paritysync/paritysync/activities"
-	"github.com/paritysync/paritysync/channels"
-	"github.com/paritysync/paritysync/config"
 	"github.com/paritysync/paritysync/dial/devtest"
-	"github.com/paritysync/paritysync/dial/redistest"
-	"github.com/paritysync/paritysync/limiter"
+	"github.com/paritysync/paritysync/e2e/stack"
 	"github.com/paritysync/paritysync/models"
 	"github.com/paritysync/paritysync/ops"
-	"github.com/paritysync/paritysync/otasim/sim"
-	"github.com/paritysync/paritysync/workflows"
 )
 
 // TestMain stops the package's one dev server (devtest) after the tests.
@@ -78,41 +69,13 @@ func runCounted(t *testing.T, counter *callCounter, env map[string]string, args 
 }
 
 // workerEnv runs a worker over the simulator on the test's namespace, task queue,
-// key prefix and schema, and returns the environment the starter reads them from.
+// key prefix and schema (the harness, e2e/stack), every channel allowing
+// ratePerMinute requests a minute, and returns the environment the starter reads
+// them from.
 func workerEnv(t *testing.T, ratePerMinute int) map[string]string {
 	t.Helper()
-	srv := devtest.Start(t)
-	env, st := storeEnv(t)
-	rdb, prefix := redistest.Client(t, "paritysync-starter")
-	redisURL, queue := redistest.URL(), strings.TrimSuffix(prefix, ":")
-	chs, err := config.LoadChannels("", func(k string) string {
-		if strings.HasSuffix(k, "_RATE_PER_MINUTE") {
-			return strconv.Itoa(ratePerMinute)
-		}
-		return ""
-	})
-	require.NoError(t, err)
-	simulator := sim.New(sim.Config{Channels: chs, StaticTokens: []string{"e2e-token"}})
-	simSrv := httptest.NewServer(simulator)
-	t.Cleanup(func() { simSrv.Close(); simulator.Close() })
-	creds := channels.Credentials{}
-	for _, c := range chs {
-		creds[c.Slug] = channels.StaticCredential("e2e-token")
-	}
-	v, err := models.NewValidator(chs, config.DefaultSettings().PropertyPattern, time.Now)
-	require.NoError(t, err)
-	acts := &activities.Activities{Limiter: limiter.New(rdb, chs, limiter.Options{Prefix: prefix, Lease: 15 * time.Second}),
-		Client: channels.New(http.DefaultClient, simSrv.URL, creds, chs, 10*time.Second), Tokens: creds, Store: st,
-		Channels: models.ChannelMap(chs), Validator: v, ChunkSize: 5, Metrics: activities.NewMetrics(prometheus.NewRegistry())}
-	w := worker.New(srv.Client(), queue, worker.Options{})
-	w.RegisterWorkflow(workflows.BatchSync)
-	w.RegisterWorkflow(workflows.ChannelSync)
-	w.RegisterActivity(acts)
-	require.NoError(t, w.Start())
-	t.Cleanup(w.Stop)
-	env["TEMPORAL_ADDRESS"], env["TEMPORAL_NAMESPACE"], env["PARITYSYNC_TASK_QUEUE"] = srv.FrontendHostPort(), srv.Namespace(), queue
-	env["REDIS_URL"], env["PARITYSYNC_KEY_PREFIX"] = redisURL, prefix
-	return env
+	s := stack.Start(t, "starter", devtest.Start(t), stack.Options{Env: stack.EveryChannel(ratePerMinute)})
+	return maps.Clone(s.Env)
 }
 
 // progressLineRE is a --wait progress line: time, channel, done/total (pct) rate/s ETA.

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,45 +10,19 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/testsuite"
 
 	"github.com/paritysync/paritysync/activities/store"
+	"github.com/paritysync/paritysync/dial/devtest"
 	"github.com/paritysync/paritysync/models"
 )
-
-// devServer starts the Temporal dev server `make test` builds (TEMPORAL_CLI, or
-// ../.bin/temporal), with the new matcher and one partition as every test's dev
-// server runs, and returns its address.
-func devServer(t *testing.T) (string, client.Client) {
-	t.Helper()
-	path := os.Getenv("TEMPORAL_CLI")
-	if path == "" {
-		path = filepath.Join("..", ".bin", "temporal")
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("no Temporal CLI at %s (make test builds it into .bin/; or set TEMPORAL_CLI): %v", path, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
-		ExistingPath: path, LogLevel: "error", ClientOptions: &client.Options{Logger: quietLogger{}},
-		ExtraArgs: []string{
-			"--dynamic-config-value", "matching.useNewMatcher=true",
-			"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
-			"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
-		},
-	})
-	require.NoError(t, err, "start Temporal dev server")
-	t.Cleanup(func() { _ = srv.Stop() })
-	return srv.FrontendHostPort(), srv.Client()
-}
 
 // TestBatchStatusOfEndedAndUnknownBatches: a batch Temporal does not know exits 66
 // (status and cancel); one that ended reads done in JSON, and both forms exit alike.
 func TestBatchStatusOfEndedAndUnknownBatches(t *testing.T) {
 	env, st := storeEnv(t)
-	addr, tc := devServer(t)
-	env["TEMPORAL_ADDRESS"] = addr
+	srv := devtest.Start(t)
+	env["TEMPORAL_ADDRESS"], env["TEMPORAL_NAMESPACE"] = srv.FrontendHostPort(), srv.Namespace()
+	tc := srv.Client()
 	ctx := context.Background()
 
 	for _, args := range [][]string{{"batch", "status", "nosuch"}, {"batch", "status", "nosuch", "-o", "json"},

@@ -12,14 +12,20 @@ import (
 	"github.com/paritysync/paritysync/models"
 )
 
-func TestCredentialsArePerChannelWithTheSharedOneAsDefault(t *testing.T) {
-	dir := t.TempDir()
-	key := filepath.Join(dir, "channex.key")
-	if err := os.WriteFile(key, []byte("cx-secret\n"), 0o600); err != nil {
+// secretFile writes secret to dir/name, as an operator's credentials_file, and
+// returns its path.
+func secretFile(t *testing.T, dir, name, secret string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(secret), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return path
+}
+
+func TestCredentialsArePerChannelWithTheSharedOneAsDefault(t *testing.T) {
 	cx := models.NewChannelConfig("cx", 60)
-	cx.CredentialsFile = key
+	cx.CredentialsFile = secretFile(t, t.TempDir(), "channex.key", "cx-secret\n")
 	chs := []models.ChannelConfig{models.NewChannelConfig("expedia", 60), cx}
 	creds, err := newCredentials(config.Settings{Token: "shared-secret"}, chs)
 	if err != nil {
@@ -39,12 +45,8 @@ func TestCredentialsArePerChannelWithTheSharedOneAsDefault(t *testing.T) {
 // channel and never the secret.
 func TestWorkerRefusesAChannelWithoutCredential(t *testing.T) {
 	dir := t.TempDir()
-	good := filepath.Join(dir, "good")
-	if err := os.WriteFile(good, []byte("do-not-print-me"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	withFile := models.NewChannelConfig("booking_com", 90)
-	withFile.CredentialsFile = good
+	withFile.CredentialsFile = secretFile(t, dir, "good", "do-not-print-me")
 	missing := models.NewChannelConfig("agoda", 120)
 	missing.CredentialsFile = filepath.Join(dir, "absent")
 	bare := models.NewChannelConfig("expedia", 60)
