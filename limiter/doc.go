@@ -75,17 +75,19 @@
 //	                                          group, weight, first ask); pruned with their
 //	                                          slots, TTL one to two windows (and a second)
 //	                                          after the channel's last slot
-//	<prefix>{<channel>}:index2:<scope>        the held index (lua/prelude.lua says how): the
-//	<prefix>{<channel>}:pending2:<scope>      movable held slots by priority and by priority
-//	<prefix>{<channel>}:turn2:<scope>         and group; per group its held and movable
+//	<prefix>{<channel>}:index3:<scope>        the held index (lua/prelude.lua says how): the
+//	<prefix>{<channel>}:turn3:<scope>         movable held slots by priority and by priority
+//	                                          and group; per group its held and movable
 //	                                          counts; per priority the groups' turn scores,
 //	                                          and every held slot's due time and age limit.
 //	                                          Emptied as slots come due; TTL one to two
 //	                                          windows (and a second) after the last slot.
-//	                                          (index, pending and turn, an earlier layout,
-//	                                          are no longer read: they expire with their slots)
+//	                                          (index2, pending2 and turn2, and index,
+//	                                          pending and turn, earlier layouts, are no
+//	                                          longer read: they expire with their slots)
 //	<prefix>{<channel>}:budget                rate, burst, scope and window in force (CheckConfig);
-//	                                          TTL 10 min, renewed by every decision
+//	                                          TTL 10 min, renewed by decisions every 30 s
+//	<prefix>{<channel>}:budget_renewed        the mark of the budget's last renewal; TTL 30 s
 //	<prefix>{<channel>}:gate:<property>:<family>   newest version sent, per room|plan the
 //	                                          ranges of nights sent at one version (16 B
 //	                                          each, lua/gate.lua says how); nights before the

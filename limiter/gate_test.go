@@ -408,13 +408,11 @@ func TestGateTakesOnlyTheNightsOfALinesDays(t *testing.T) {
 	if d := mustReserve(t, l, a); d.State != Send || len(d.Dropped) != 0 {
 		t.Fatalf("weekends v6: %+v, want send", d)
 	}
-	wed := req("days", 3)
-	wed.Lines = []models.ARILine{line("DBL", "2030-05-08", "2030-05-08", 2)}
+	wed := lineReq("days", "DBL", "2030-05-08", "2030-05-08", 2)
 	if d := decide(t, l, wed); d.State != Send || len(d.Dropped) != 0 {
 		t.Fatalf("a Wednesday inside the weekends' span: %+v, want send (the line does not set it)", d)
 	}
-	sat := req("days", 3)
-	sat.Lines = []models.ARILine{line("DBL", "2030-05-11", "2030-05-11", 5)}
+	sat := lineReq("days", "DBL", "2030-05-11", "2030-05-11", 5)
 	if d := mustReserve(t, l, sat); d.State != Blocked {
 		t.Fatalf("a Saturday of the weekends in flight: %+v, want blocked", d)
 	}

@@ -116,6 +116,11 @@ func BenchmarkReserveHeld(b *testing.B) {
 				if since == round {
 					b.StopTimer()
 					clearKeys(b, rdb, prefix+"{"+ch.Slug+"}")
+					// A worker checks its configuration at start: the budget that
+					// decisions keep alive exists, as it does in production.
+					if err := l.CheckConfig(context.Background()); err != nil {
+						b.Fatal(err)
+					}
 					fillHeld(b, rdb, l, ch.Slug, held, &seq)
 					since = 0
 					b.StartTimer()

@@ -87,15 +87,19 @@ func TestHeldIndexFollowsTheReservations(t *testing.T) {
 	held := map[string]float64{}
 	perGroup := map[string]int{}
 	// The index's members: a kind (and priority), \x01, then the rest; turn holds
-	// the groups' turn scores and, above 1e10, the held slots' times: a kind, \x01
-	// and the id.
+	// the groups' counts below 1e9, their turn scores below 1e10 and, above, the
+	// held slots' times: a kind, \x01 and the id.
 	members := map[byte][]string{}
-	for _, m := range rdb.ZRange(ctx, base+"index2:all", 0, -1).Val() {
+	for _, m := range rdb.ZRange(ctx, base+"index3:all", 0, -1).Val() {
 		members[m[0]] = append(members[m[0]], m)
 	}
-	var turn []redis.Z
-	for _, z := range rdb.ZRangeWithScores(ctx, base+"turn2:all", 0, -1).Val() {
+	var turn, counts []redis.Z
+	for _, z := range rdb.ZRangeWithScores(ctx, base+"turn3:all", 0, -1).Val() {
 		m := z.Member.(string)
+		if z.Score < 1e9 {
+			counts = append(counts, z)
+			continue
+		}
 		if z.Score < 1e10 {
 			turn = append(turn, z)
 			continue
@@ -117,9 +121,22 @@ func TestHeldIndexFollowsTheReservations(t *testing.T) {
 			t.Errorf("held reservation %s %+v missing from the index", id, e)
 		}
 	}
+	// A group's counts: 'n\x01group' at 32 times its held slots plus a bit per
+	// priority where it has movable work, 'cP\x01group' at its movable slots at P.
 	pend := map[string]string{}
-	for _, z := range rdb.ZRangeWithScores(ctx, base+"pending2:all", 0, -1).Val() {
-		pend[z.Member.(string)] = strconv.FormatFloat(z.Score, 'f', -1, 64)
+	masks := map[string]int{}
+	for _, z := range counts {
+		m := z.Member.(string)
+		switch m[0] {
+		case 'n':
+			n := int(z.Score)
+			pend[m[2:]] = strconv.Itoa(n / 32)
+			masks[m[2:]] = n % 32
+		case 'c':
+			pend[m[1:]] = strconv.FormatFloat(z.Score, 'f', -1, 64)
+		default:
+			t.Errorf("turn has %q at %f among the counts", m, z.Score)
+		}
 	}
 	movable := map[string]int{}
 	for _, m := range members['g'] {
@@ -148,6 +165,14 @@ func TestHeldIndexFollowsTheReservations(t *testing.T) {
 			t.Errorf("group %s holds %d, pending says %q", g, n, pend[g])
 		}
 	}
+	for g, mask := range masks {
+		for p := 1; p <= 5; p++ {
+			if has := mask&(1<<(p-1)) != 0; has != (movable[strconv.Itoa(p)+"\x01"+g] > 0) {
+				t.Errorf("group %s's mask %05b says priority %d has movable work: %v, %d movable",
+					g, mask, p, has, movable[strconv.Itoa(p)+"\x01"+g])
+			}
+		}
+	}
 	for _, z := range turn {
 		m := z.Member.(string)
 		p, g, _ := strings.Cut(m, "\x01")
@@ -171,7 +196,7 @@ func TestHeldIndexFollowsTheReservations(t *testing.T) {
 	}
 	time.Sleep(time.Duration((last-nowMS)*float64(time.Millisecond)) + ch.Window + 200*time.Millisecond)
 	mustReserve(t, l, req("idx", 3))
-	for _, k := range []string{"index2", "pending2", "turn2"} {
+	for _, k := range []string{"index3", "turn3"} {
 		if n := rdb.Exists(ctx, base+k+":all").Val(); n != 0 {
 			t.Errorf("index key %s left once every slot is due", k)
 		}

@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 // stay leased until the first attempt's lease ends, so a newer version does not go
 // out before it; then they are free.
 func TestASettledRetryKeepsTheUnansweredAttemptsLease(t *testing.T) {
-	ctx := context.Background()
 	rdb, prefix := testRedis(t)
 	ch := testChannel("retry", 600, 10, 10000)
 	ch.MaxApplyDelay = 300 * time.Millisecond
@@ -30,16 +28,12 @@ func TestASettledRetryKeepsTheUnansweredAttemptsLease(t *testing.T) {
 		t.Fatalf("first: %+v", d)
 	}
 	sent := time.Now()
-	if _, err := l.Settle(ctx, Settlement{Request: first, Unsettled: true}); err != nil {
-		t.Fatal(err)
-	}
+	mustSettle(t, l, Settlement{Request: first, Unsettled: true})
 	time.Sleep(50 * time.Millisecond)
 	if d := mustReserve(t, l, first); d.State != Send {
 		t.Fatalf("retry (same id): %+v, want send", d)
 	}
-	if _, err := l.Settle(ctx, Settlement{Request: first}); err != nil {
-		t.Fatal(err)
-	}
+	mustSettle(t, l, Settlement{Request: first})
 	if d := mustReserve(t, l, newer); d.State != Blocked {
 		t.Fatalf("newer version after the retry was answered, while the first attempt may still apply: %+v, want blocked", d)
 	}

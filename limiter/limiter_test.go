@@ -38,11 +38,39 @@ func testChannel(slug string, perMinute, burst, quota int) models.ChannelConfig 
 	}
 }
 
+// perPropertyLimiter is a limiter of one channel that limits per property and
+// family (testChannel's, scope property).
+func perPropertyLimiter(t *testing.T, slug string, perMinute, burst, quota int) *Limiter {
+	t.Helper()
+	rdb, prefix := testRedis(t)
+	ch := testChannel(slug, perMinute, burst, quota)
+	ch.Scope = models.ScopeProperty
+	return New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
+}
+
 var ids atomic.Int64
 
 func req(channel string, priority int) Request {
 	return Request{Channel: channel, Family: models.FamilyRates, Priority: priority, Cost: 1,
 		Property: "prop_00000001", ID: "r" + strconv.FormatInt(ids.Add(1), 10)}
+}
+
+// lineReq is a request of priority 3 on channel with one line: room, the nights
+// from..to, at version.
+func lineReq(channel, room, from, to string, version int64) Request {
+	r := req(channel, 3)
+	r.Lines = []models.ARILine{line(room, from, to, version)}
+	return r
+}
+
+// mustSettle settles s and fails the test on an error.
+func mustSettle(t testing.TB, l *Limiter, s Settlement) Settled {
+	t.Helper()
+	got, err := l.Settle(context.Background(), s)
+	if err != nil {
+		t.Fatalf("settle %s: %v", s.Request.ID, err)
+	}
+	return got
 }
 
 func mustReserve(t testing.TB, l *Limiter, r Request) Decision {
@@ -272,14 +300,12 @@ func TestOrderingGateDropsOlderNightsAndLeasesInFlightOnes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Entirely older: nothing is sent and nothing is spent.
-	c := req("gate", 3)
-	c.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-02", 4)}
+	c := lineReq("gate", "DBL", "2030-05-01", "2030-05-02", 4)
 	if d := mustReserve(t, l, c); d.State != Superseded || len(d.Dropped) != 2 {
 		t.Fatalf("v4: %+v, want superseded with 2 nights", d)
 	}
 	// The same version again (a retry of lost answer) is not older.
-	e := req("gate", 3)
-	e.Lines = []models.ARILine{line("DBL", "2030-05-01", "2030-05-01", 6)}
+	e := lineReq("gate", "DBL", "2030-05-01", "2030-05-01", 6)
 	if d := mustReserve(t, l, e); d.State != Send || len(d.Dropped) != 0 || d.DailyUsed != used+1 {
 		t.Fatalf("equal version: %+v, want send charging 1", d)
 	}
@@ -538,56 +564,56 @@ func TestCircuitBreakerOpensOnAStreakProbesOnceAndClosesOnRecovery(t *testing.T)
 	}
 }
 
-func TestHeadersLowerTheLimitOnlyForOthersTraffic(t *testing.T) {
+// tenSent is a limiter on channel slug (perMinute a window, burst 10) that has just
+// sent ten requests of its own.
+func tenSent(t *testing.T, slug string, perMinute int) *Limiter {
+	t.Helper()
 	rdb, prefix := testRedis(t)
-	l := New(rdb, []models.ChannelConfig{testChannel("adapt", 30, 10, 1000)}, Options{Prefix: prefix})
-	ctx := context.Background()
+	l := New(rdb, []models.ChannelConfig{testChannel(slug, perMinute, 10, 1000)}, Options{Prefix: prefix})
 	for range 10 {
-		mustReserve(t, l, req("adapt", 3))
+		mustReserve(t, l, req(slug, 3))
 	}
-	// Our own 10 explain the server's 20 remaining: nothing changes.
-	if err := l.Adapt(ctx, "adapt", "", models.FamilyRates, 30, 20, time.Minute); err != nil {
+	return l
+}
+
+// adaptRates reports the rates family's rate headers (limit, remaining, reset) on
+// channel, and fails the test on an error.
+func adaptRates(t *testing.T, l *Limiter, channel string, limit, remaining int, reset time.Duration) {
+	t.Helper()
+	if err := l.Adapt(context.Background(), channel, "", models.FamilyRates, limit, remaining, reset); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestHeadersLowerTheLimitOnlyForOthersTraffic(t *testing.T) {
+	l := tenSent(t, "adapt", 30)
+	// Our own 10 explain the server's 20 remaining: nothing changes.
+	adaptRates(t, l, "adapt", 30, 20, time.Minute)
 	if st := statusOf(t, l, "adapt"); st.Foreign != 0 || st.Limit != 30 || st.PausedFor != 0 {
 		t.Fatalf("own traffic lowered the limit: %+v", st)
 	}
 	// 5 remaining where we expect 20: others use 15 of the window.
-	if err := l.Adapt(ctx, "adapt", "", models.FamilyRates, 30, 5, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	adaptRates(t, l, "adapt", 30, 5, time.Minute)
 	if st := statusOf(t, l, "adapt"); st.Foreign != 15 || st.Limit != 15 || st.ForeignFor < 59*time.Second {
 		t.Fatalf("want 15 foreign for a minute: %+v", st)
 	}
 	// Nothing remaining that we did not use: every worker waits for the reset.
-	if err := l.Adapt(ctx, "adapt", "", models.FamilyRates, 30, 0, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	adaptRates(t, l, "adapt", 30, 0, 20*time.Second)
 	if st := statusOf(t, l, "adapt"); st.PausedFor < 19*time.Second {
 		t.Fatalf("remaining 0: %+v, want a back-off to the reset", st)
 	}
 }
 
 func TestNothingRemainingOfOurOwnWindowIsNoBackoff(t *testing.T) {
-	rdb, prefix := testRedis(t)
-	l := New(rdb, []models.ChannelConfig{testChannel("full", 10, 10, 1000)}, Options{Prefix: prefix})
-	ctx := context.Background()
-	for range 10 {
-		mustReserve(t, l, req("full", 3))
-	}
-	if err := l.Adapt(ctx, "full", "", models.FamilyRates, 10, 0, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	l := tenSent(t, "full", 10)
+	adaptRates(t, l, "full", 10, 0, time.Minute)
 	if st := statusOf(t, l, "full"); st.PausedFor != 0 || st.Foreign != 0 {
 		t.Fatalf("our own full window paused the channel: %+v", st)
 	}
 }
 
 func TestPerPropertyWindows(t *testing.T) {
-	rdb, prefix := testRedis(t)
-	ch := testChannel("props", 10, 10, 1000)
-	ch.Scope = models.ScopeProperty
-	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
+	l := perPropertyLimiter(t, "props", 10, 10, 1000)
 	for range 10 {
 		if d := mustReserve(t, l, req("props", 3)); d.State != Send {
 			t.Fatalf("%+v", d)
@@ -683,9 +709,9 @@ func TestEveryKeyHasTTLAndHashTag(t *testing.T) {
 		}
 	}
 	// pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker, and
-	// the held index: index, pending, turn
-	if n != 13 {
-		t.Errorf("%d keys, want 13", n)
+	// the held index: index, turn (no budget: CheckConfig was not called)
+	if n != 12 {
+		t.Errorf("%d keys, want 12", n)
 	}
 }
 

@@ -118,21 +118,11 @@ func TestSettleReleasesAndHoldsTheNextSlotInOneRoundTrip(t *testing.T) {
 // apply delay: a newer version waits for all of it, while the request's own retry
 // (same id) goes at once.
 func TestUnsettledPushKeepsItsNightsForTheChannelsApplyDelay(t *testing.T) {
-	ctx := context.Background()
-	rdb, prefix := testRedis(t)
-	ch := testChannel("late", 600, 10, 10000)
-	ch.MaxApplyDelay = 300 * time.Millisecond
-	const lease = 200 * time.Millisecond
-	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix, Lease: lease})
-	first, newer := oneNightTwice("late")
-	if d := mustReserve(t, l, first); d.State != Send {
-		t.Fatalf("first: %+v", d)
-	}
+	const applyDelay, lease = 300 * time.Millisecond, 200 * time.Millisecond
+	l, first, newer := firstOfTwoSent(t, applyDelay, lease)
 	sent := time.Now()
 	healthy := false
-	if _, err := l.Settle(ctx, Settlement{Request: first, Healthy: &healthy, Unsettled: true}); err != nil {
-		t.Fatal(err)
-	}
+	mustSettle(t, l, Settlement{Request: first, Healthy: &healthy, Unsettled: true})
 	if d := mustReserve(t, l, newer); d.State != Blocked {
 		t.Fatalf("newer version after a timeout: %+v, want blocked", d)
 	}
@@ -140,15 +130,13 @@ func TestUnsettledPushKeepsItsNightsForTheChannelsApplyDelay(t *testing.T) {
 		t.Fatalf("retry of the timed-out push (same id): %+v, want send", d)
 	}
 	resent := time.Now()
-	if _, err := l.Settle(ctx, Settlement{Request: first, Healthy: &healthy, Unsettled: true}); err != nil {
-		t.Fatal(err)
-	}
+	mustSettle(t, l, Settlement{Request: first, Healthy: &healthy, Unsettled: true})
 	// Past the lease alone, within the lease and the apply delay of the retry.
 	time.Sleep(time.Until(sent.Add(lease + 50*time.Millisecond)))
 	if d := mustReserve(t, l, newer); d.State != Blocked {
 		t.Fatalf("newer version within the apply delay: %+v, want blocked", d)
 	}
-	time.Sleep(time.Until(resent.Add(lease + ch.MaxApplyDelay + 50*time.Millisecond)))
+	time.Sleep(time.Until(resent.Add(lease + applyDelay + 50*time.Millisecond)))
 	if d := mustReserve(t, l, newer); d.State != Send {
 		t.Fatalf("newer version after the lease and the apply delay: %+v, want send", d)
 	}
@@ -156,18 +144,8 @@ func TestUnsettledPushKeepsItsNightsForTheChannelsApplyDelay(t *testing.T) {
 
 // A definite answer releases at once, as before.
 func TestSettledPushReleasesItsNightsAtOnce(t *testing.T) {
-	ctx := context.Background()
-	rdb, prefix := testRedis(t)
-	ch := testChannel("late", 600, 10, 10000)
-	ch.MaxApplyDelay = time.Minute
-	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
-	first, newer := oneNightTwice("late")
-	if d := mustReserve(t, l, first); d.State != Send {
-		t.Fatalf("first: %+v", d)
-	}
-	if _, err := l.Settle(ctx, Settlement{Request: first}); err != nil {
-		t.Fatal(err)
-	}
+	l, first, newer := firstOfTwoSent(t, time.Minute, 0)
+	mustSettle(t, l, Settlement{Request: first})
 	if d := mustReserve(t, l, newer); d.State != Send {
 		t.Fatalf("newer version after a definite answer: %+v, want send", d)
 	}
@@ -210,6 +188,22 @@ func TestStopFamilyStopsOnlyThatFamily(t *testing.T) {
 	if st, err := l.Status(ctx, "fam"); err != nil || len(st.Stopped) != 0 {
 		t.Fatalf("status after the stop: %+v, %v; want no family stopped", st, err)
 	}
+}
+
+// firstOfTwoSent is a limiter on channel "late", which may apply what it receives up
+// to applyDelay late, with the given lease (0: the default), that has sent first,
+// the older of two versions of one night (oneNightTwice); newer is the other.
+func firstOfTwoSent(t *testing.T, applyDelay, lease time.Duration) (l *Limiter, first, newer Request) {
+	t.Helper()
+	rdb, prefix := testRedis(t)
+	ch := testChannel("late", 600, 10, 10000)
+	ch.MaxApplyDelay = applyDelay
+	l = New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix, Lease: lease})
+	first, newer = oneNightTwice("late")
+	if d := mustReserve(t, l, first); d.State != Send {
+		t.Fatalf("first: %+v", d)
+	}
+	return l, first, newer
 }
 
 // oneNightTwice is a request on channel for one night three days ahead, and a newer

@@ -110,10 +110,7 @@ func TestMarkingStartsTheBucketsEmpty(t *testing.T) {
 }
 
 func TestPerPropertyMarkStartsTheGivenScopesEmpty(t *testing.T) {
-	rdb, prefix := testRedis(t)
-	c := testChannel("pp", 60, 5, 10000)
-	c.Scope = models.ScopeProperty
-	l := New(rdb, []models.ChannelConfig{c}, Options{Prefix: prefix})
+	l := perPropertyLimiter(t, "pp", 60, 5, 10000)
 	if _, err := l.MarkGateRebuilt(context.Background(), "pp", "e",
 		[]GateScope{{Property: "prop_00000001", Family: models.FamilyRates}}); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ local gate = gate_fields(KEYS[1], cutoff)
 local writes = {}
 for i = 3, #ARGV, 4 do
   local a, z = math.max(tonumber(ARGV[i + 1]), cutoff), tonumber(ARGV[i + 2])
-  if a <= z then writes[#writes + 1] = {k = ARGV[i], a = a, z = z, v = vpad(ARGV[i + 3])} end
+  if a <= z then writes[#writes + 1] = {k = ARGV[i], a = a, z = z, v = gate.vpad(ARGV[i + 3])} end
 end
 gate.write(writes)
 local raised = 0

@@ -16,31 +16,36 @@
 -- The held index answers "the earliest future slot held by lower-priority work, or by
 -- the equal-priority group furthest over its turn" without reading the schedule: it
 -- holds only future held slots, and each of its steps is O(log n) in them.
---   index2         lex set of the held slots that may still be moved (younger than
+--   index3         lex set of the held slots that may still be moved (younger than
 --                  max age), two members each: 'mP|slot|id' by priority P then time,
 --                  and 'gP|group|slot|id' by priority, group and time; a slot is
 --                  written in 17 bytes (pad), fields are joined by SEP
---   pending2       zset of counts: group by its future held slots (the turn's
---                  numerator), and 'p|group' by its movable slots at priority p
---   turn2          zset 'p|group' by p * TURN + pending / weight, for every group
---                  with movable work at priority p: the one furthest over its turn
---                  at p is the highest score below (p + 1) * TURN; and, scored in
---                  Unix ms (above TIMES), 'h|id' at every future held slot (swept
---                  once it is due) and 'a|id' at a movable slot's first ask plus
---                  max age (swept when it ages out)
+--   turn3          zset of three bands. Below TURN, each group's counts:
+--                  'n|group' at 32 times its future held slots (the turn's
+--                  numerator) plus a bit per priority where it has movable work, and
+--                  'cp|group' at its movable slots at priority p. From TURN,
+--                  'p|group' at p * TURN + held / weight, for every group with
+--                  movable work at priority p: the one furthest over its turn at p is
+--                  the highest score below (p + 1) * TURN. Above TIMES, scored in
+--                  Unix ms, 'h|id' at every future held slot (swept once it is due)
+--                  and 'a|id' at a movable slot's first ask plus max age (swept when
+--                  it ages out)
 -- A slot given back, sent, come due or moved leaves the index (and re-enters it at
 -- its new place when moved); entries a reservation writes are its res record's
 -- fields (k is the slot as written in the index). The keys' names are the layout's:
--- the index (one lex set of four kinds, before) kept its slots under index, pending
--- and turn, which these scripts do not read, so those slots are not moved while they
--- drain and the keys expire with them.
+-- earlier layouts kept their slots under index2, pending2 and turn2 (the counts in a
+-- set of their own, a group's priorities read from turn on every change), and before
+-- that index, pending and turn; these scripts read none of them, so those slots are
+-- not moved while they drain and the keys expire with them.
 
 if redis.replicate_commands then
   pcall(redis.replicate_commands)
 end
 
+-- now is Unix ms to the microsecond: the nearest double to TIME's microseconds over a
+-- thousand, so that now written with pad (below) reads back as the same number.
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local now = (t[1] * 1000000 + t[2]) / 1000
 local day = 86400000
 local midnight = (math.floor(now / day) + 1) * day
 
@@ -68,8 +73,11 @@ end
 -- instructions. Hot paths pass redis.call strings.
 local function pad(ms)
   local us = math.floor(ms * 1000 + 0.5)
-  return string.format('%013d.%03d', math.floor(us / 1000), us % 1000)
+  local frac = us % 1000
+  return string.format('%013d.%03d', (us - frac) / 1000, frac)
 end
+-- A number Redis or ARGV gives as a string is read with + 0: one conversion, where
+-- tonumber makes two (it checks, then converts), each a C strtod.
 -- score17 writes a score exactly: Lua's own number formatting keeps 14 digits.
 local function score17(x) return string.format('%.17g', x) end
 -- int writes an integral number (a TTL, a count) for redis.call.
@@ -79,10 +87,10 @@ local function int(x) return string.format('%d', x) end
 -- Since t is at or after every slot, the r-th newest slot overall is the one that
 -- decides: a rank lookup, O(log n), where an offset into a score range would walk r.
 local function window_slot(sched, t, r, w)
-  local rth = redis.call('ZREVRANGE', sched, int(r - 1), int(r - 1), 'WITHSCORES')
-  if rth[2] and tonumber(rth[2]) > t - w then
-    t = math.max(t, tonumber(rth[2]) + w)
-  end
+  local rank = int(r - 1)
+  local rth = redis.call('ZREVRANGE', sched, rank, rank, 'WITHSCORES')
+  local s = rth[2] and rth[2] + 0
+  if s and s > t - w then t = math.max(t, s + w) end
   return t
 end
 
@@ -93,6 +101,8 @@ local HI = '\255'
 -- BUDGET_TTL is how long a channel's budget identity outlives its last decision or
 -- check, after which a worker with another configuration may claim the channel.
 local BUDGET_TTL = 600000
+-- BUDGET_RENEW is how often decisions renew it (the TTL of its mark, budget_renewed).
+local BUDGET_RENEW = 30000
 -- TURN separates the priorities in the turn score: priority * TURN + held / weight.
 local TURN = 1e9
 -- turn_score writes priority p's turn score for a turn of x (held / weight) in

@@ -1,7 +1,7 @@
 -- reserve: one decision for one request.
 -- KEYS: pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker,
---       index, pending, turn, paused_until of scope, budget, quota_stop of the
---       request's family
+--       index, turn, paused_until of scope, budget, quota_stop of the request's
+--       family, budget_renewed
 -- ARGV: id, priority, cost, daily quota, rate/min, burst, margin ms, poll ms,
 --       lease ms, max age ms, group, weight, gate ttl ms, line count, hold,
 --       window ms, cutoff day, then per line: room|plan, first day, last day, version
@@ -9,119 +9,139 @@
 --     reason, dropped (line, first day, last day) triples...}
 
 local id = ARGV[1]
--- The priority and the weight stay strings where they are written as such.
+-- The priority and the weight stay strings where they are written as such. The
+-- numbers only a paused answer or a send reads (poll, lease, gate TTL, line count,
+-- cutoff) are read there.
 local prio_s, weight_s = ARGV[2], ARGV[12]
-local prio = tonumber(prio_s)
-local cost = tonumber(ARGV[3])
-local quota = tonumber(ARGV[4])
-local rate = tonumber(ARGV[5])
-local burst = tonumber(ARGV[6])
-local margin = tonumber(ARGV[7])
-local poll = tonumber(ARGV[8])
-local lease_ms = tonumber(ARGV[9])
-local max_age = tonumber(ARGV[10])
+local prio = prio_s + 0
+local cost = ARGV[3] + 0
+local quota = ARGV[4] + 0
+local rate = ARGV[5] + 0
+local burst = ARGV[6] + 0
+local margin = ARGV[7] + 0
+local max_age = ARGV[10] + 0
 local group = ARGV[11]
-local weight = tonumber(weight_s)
-local gate_ttl = tonumber(ARGV[13])
-local nlines = tonumber(ARGV[14])
+local weight = weight_s + 0
 -- hold reserves without sending: a due slot is answered as a wait of 0 and kept.
 local hold = ARGV[15] == '1'
-local window = tonumber(ARGV[16])
--- cutoff is the property's today (days since 1970): earlier nights leave the gate.
-local cutoff = tonumber(ARGV[17])
+local window = ARGV[16] + 0
 local sched, res = KEYS[5], KEYS[7]
 -- The held index (see "The held index" in the prelude): the movable held slots by
--- priority and by priority and group, in one lex set; each group's count of future
--- held slots; and each group's turn score per priority, with the held slots' times
--- (when each comes due, and when each movable one ages out) in the same scored set.
-local idx, pend, turn = KEYS[11], KEYS[12], KEYS[13]
+-- priority and by priority and group, in one lex set; and in one scored set each
+-- group's counts and turn score per priority, with the held slots' times (when each
+-- comes due, and when each movable one ages out).
+local idx, turn = KEYS[11], KEYS[12]
 local w = window + margin
 local now_k = pad(now)
 local PRIO = {'1', '2', '3', '4', '5'}
--- Decisions keep the channel's budget identity (CheckConfig) alive, renewing it
--- once its TTL fell half a minute short.
-if redis.call('PTTL', KEYS[15]) < BUDGET_TTL - 30000 then redis.call('PEXPIRE', KEYS[15], int(BUDGET_TTL)) end
+-- The index's lower bounds of priority p's slots (by_prio), and the turn scores'
+-- upper bound at p: (p + 1) * TURN, excluded.
+local BY_PRIO = {'(m1' .. SEP, '(m2' .. SEP, '(m3' .. SEP, '(m4' .. SEP, '(m5' .. SEP}
+local TURN_BELOW = {'(2e9', '(3e9', '(4e9', '(5e9', '(6e9'}
+-- num0 reads a value MGET or HMGET gave: 0 when the key or field is missing.
+local function num0(v)
+  if v then return v + 0 end
+  return 0
+end
 
--- pending counts, per group g, its future held slots (member g) and, per priority
--- p, its movable ones (member p|g): what the turn scores are made of. It is a sorted
--- set, not a hash: a hash of up to 512 fields is a list Redis reads end to end for
--- each field asked, where a sorted set of more than 128 has a table. count adds d
--- to member m and returns the count.
-local function count(m, d) return tonumber(redis.call('ZINCRBY', pend, d, m)) end
--- turn_update re-scores group g (weight gw), which now holds n future slots, at
--- every priority where it has movable work: where turn holds p|g (it does exactly
--- while pending's p|g is above zero), and at priority also, just entered. One
--- ZMSCORE and one ZADD, each O(log n).
--- add, when given, are more score and member pairs for turn, written in the same ZADD.
-local function turn_update(g, gw, n, also, add)
-  local f = {}
-  for p = 1, 5 do f[p] = PRIO[p] .. SEP .. g end
-  local v = redis.call('ZMSCORE', turn, unpack(f))
-  add = add or {}
+-- turn also holds what the turn scores are made of, each group's counts, scored
+-- below every turn score (below TURN): 'n'..SEP..g is MASK times the group's future
+-- held slots (the turn's numerator) plus the priorities where it has movable work,
+-- a bit each (BIT[p]), so that one ZINCRBY answers both; 'c'..p..SEP..g counts its
+-- movable slots at p (the bit is set while it is above zero, and exactly then turn
+-- holds the group's turn score p|g). incr adds d to member m of turn and returns
+-- the new score, O(log n).
+local MASK = 32
+local BIT = {1, 2, 4, 8, 16}
+local function incr(m, d) return redis.call('ZINCRBY', turn, d, m) + 0 end
+local function held_of(g) return 'n' .. SEP .. g end
+-- The increments of a group's count as strings: a slot more, and a priority's bit.
+local ONE_HELD, BIT_S = '32', {'1', '2', '4', '8', '16'}
+-- turn_scores writes group g's turn score (n held slots over its weight gw) at every
+-- priority of mask into tz, score and member pairs for turn that the caller writes.
+local function turn_scores(g, gw, n, mask, tz)
+  local x = n / gw
   for p = 1, 5 do
-    if v[p] or PRIO[p] == also then
-      add[#add + 1] = turn_score(p, n / tonumber(gw))
-      add[#add + 1] = f[p]
+    if mask % (2 * BIT[p]) >= BIT[p] then
+      tz[#tz + 1] = turn_score(p, x)
+      tz[#tz + 1] = PRIO[p] .. SEP .. g
     end
   end
-  if #add > 0 then redis.call('ZADD', turn, unpack(add)) end
 end
 -- A held slot's members of the index, by priority (m) and by priority and group (g),
 -- and of turn, its due time (h, scored by the slot) and, while movable, its age
 -- limit (a, scored by the first ask and max age).
 local function by_prio(hid, h) return 'm' .. h.p .. SEP .. h.k .. SEP .. hid end
 local function by_group(hid, h) return 'g' .. h.p .. SEP .. h.g .. SEP .. h.k .. SEP .. hid end
+-- movable_left counts one movable slot fewer for h's group at h's priority; when it
+-- was the last, the group leaves turn at that priority. It returns the change to
+-- the group's 'n' score that this makes: 0, or minus the priority's bit.
+local function movable_left(h)
+  local pg = h.p .. SEP .. h.g
+  if incr('c' .. pg, '-1') > 0 then return 0 end
+  redis.call('ZREM', turn, 'c' .. pg, pg)
+  return -BIT[h.p + 0]
+end
 -- movable_rem takes a held slot out of the movable index (aged out); it reports
 -- whether the slot was movable.
 local function movable_rem(hid, h)
   if redis.call('ZREM', turn, 'a' .. SEP .. hid) == 0 then return false end
   redis.call('ZREM', idx, by_prio(hid, h), by_group(hid, h))
-  if count(h.p .. SEP .. h.g, '-1') <= 0 then
-    redis.call('ZREM', pend, h.p .. SEP .. h.g)
-    redis.call('ZREM', turn, h.p .. SEP .. h.g)
-  end
+  local d = movable_left(h)
+  if d ~= 0 then incr(held_of(h.g), int(d)) end
   return true
 end
--- index_add enters a future held slot (its group's count already raised to n, when
--- given); index_rem takes one out (sent, given back, due, or re-reserved), at most
--- once whatever calls it. Both O(log n), one write of the index each.
-local function index_add(hid, h, n)
-  n = n or count(h.g, '1')
-  local also = nil
-  local add = {h.ss or score17(h.s), 'h' .. SEP .. hid}
+-- index_add enters a future held slot, its group's 'n' score already raised to s
+-- (one slot more); its members go into ix (the index) and tz (turn), score and
+-- member pairs the caller writes with the decision's other writes of those keys,
+-- one ZADD each. index_rem takes one out (sent, given back, due, or re-reserved),
+-- at most once whatever calls it. Both O(log n), with no read of the group's
+-- other priorities: its mask says where it has movable work.
+local function index_add(hid, h, s, ix, tz)
+  tz[#tz + 1] = h.ss
+  tz[#tz + 1] = 'h' .. SEP .. hid
   if now - h.f < max_age then
-    redis.call('ZADD', idx, '0', by_prio(hid, h), '0', by_group(hid, h))
-    count(h.p .. SEP .. h.g, '1')
-    add[3], add[4] = pad(h.f + max_age), 'a' .. SEP .. hid
-    also = tostring(h.p)
+    ix[#ix + 1] = '0'
+    ix[#ix + 1] = by_prio(hid, h)
+    ix[#ix + 1] = '0'
+    ix[#ix + 1] = by_group(hid, h)
+    if incr('c' .. h.p .. SEP .. h.g, '1') == 1 then s = incr(held_of(h.g), BIT_S[h.p + 0]) end
+    tz[#tz + 1] = pad(h.f + max_age)
+    tz[#tz + 1] = 'a' .. SEP .. hid
   end
-  turn_update(h.g, h.w, n, also, add)
+  local mask = s % MASK
+  turn_scores(h.g, h.w, (s - mask) / MASK, mask, tz)
 end
 local function index_rem(hid, h)
   -- A held slot has its due time in turn, and a movable one its age limit too.
   local n = redis.call('ZREM', turn, 'h' .. SEP .. hid, 'a' .. SEP .. hid)
   if n == 0 then return end
-  local held = count(h.g, '-1')
-  if held <= 0 then
-    redis.call('ZREM', pend, h.g)
-    held = 0
-  end
+  local d = -MASK
   if n > 1 then
     redis.call('ZREM', idx, by_prio(hid, h), by_group(hid, h))
-    if count(h.p .. SEP .. h.g, '-1') <= 0 then
-      redis.call('ZREM', pend, h.p .. SEP .. h.g)
-      redis.call('ZREM', turn, h.p .. SEP .. h.g)
-    end
+    d = d + movable_left(h)
   end
-  turn_update(h.g, h.w, held, nil)
+  local s = incr(held_of(h.g), int(d))
+  if s <= 0 then
+    redis.call('ZREM', turn, held_of(h.g))
+    return
+  end
+  local tz = {}
+  local mask = s % MASK
+  turn_scores(h.g, h.w, (s - mask) / MASK, mask, tz)
+  if #tz > 0 then redis.call('ZADD', turn, unpack(tz)) end
 end
--- index_move moves a movable held slot to slot t, written as ts (exact) and tk
--- (padded): its group's counts stay.
-local function index_move(hid, h, t, ts, tk)
+-- index_move moves a movable held slot to slot t, written as tk: its group's counts
+-- stay. Its new members go into ix and tz, as index_add's.
+local function index_move(hid, h, t, tk, ix, tz)
   redis.call('ZREM', idx, by_prio(hid, h), by_group(hid, h))
-  h.s, h.ss, h.k = t, ts, tk
-  redis.call('ZADD', idx, '0', by_prio(hid, h), '0', by_group(hid, h))
-  redis.call('ZADD', turn, ts, 'h' .. SEP .. hid)
+  h.s, h.ss, h.k = t, tk, tk
+  ix[#ix + 1] = '0'
+  ix[#ix + 1] = by_prio(hid, h)
+  ix[#ix + 1] = '0'
+  ix[#ix + 1] = by_group(hid, h)
+  tz[#tz + 1] = tk
+  tz[#tz + 1] = 'h' .. SEP .. hid
 end
 -- keep_alive renews the schedule's keys, and with held the index's, so that they
 -- outlive slot upto by a window and a second: after that the script forgets every
@@ -130,15 +150,16 @@ end
 -- and for res of the whole channel, may need it longer), and then by a window
 -- more, so that most calls only read it. Every key is renewed by the call that
 -- writes it: a key emptied and written again must not live on without a TTL.
+local function renew(k, ttl)
+  if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, int(ttl + math.ceil(w))) end
+end
 local function keep_alive(upto, held)
   local ttl = math.ceil(upto - now + w) + 1000
-  local function renew(k)
-    if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, int(ttl + math.ceil(w))) end
-  end
-  renew(sched)
-  renew(res)
+  renew(sched, ttl)
+  renew(res, ttl)
   if held then
-    for i = 11, 13 do renew(KEYS[i]) end
+    renew(idx, ttl)
+    renew(turn, ttl)
   end
 end
 -- A reservation's record (res) is its fields joined by SEP, the group last: a
@@ -148,10 +169,11 @@ end
 -- before and after the slot was taken ('' and nil when it may not give the pace
 -- back); g the turn group. The priority and the weight stay strings, and so do the
 -- slot (ss, exact) and the first ask (fk, padded) as read, unless they change:
--- every number written costs a conversion.
+-- every number written costs a conversion. One concatenation builds the record (a
+-- string.format formats each field apart).
 local function encode(h)
-  return string.format('%s\1%s\1%s\1%s\1%s\1%s\1%s\1%s\1%s', h.st, h.ss or score17(h.s), h.k or '',
-    h.p, h.w, h.fk or pad(h.f), h.t0 or '', h.t1 or '', h.g)
+  return h.st .. SEP .. (h.ss or score17(h.s)) .. SEP .. (h.k or '') .. SEP .. h.p .. SEP .. h.w .. SEP ..
+    (h.fk or pad(h.f)) .. SEP .. (h.t0 or '') .. SEP .. (h.t1 or '') .. SEP .. h.g
 end
 local function decode(raw)
   if string.sub(raw, 1, 1) == '{' then return cjson.decode(raw) end -- written as JSON before
@@ -161,7 +183,7 @@ local function decode(raw)
   -- A first ask written exactly (%.17g, before) is padded again where needed.
   local fk = nil
   if #f == 17 and string.sub(f, 14, 14) == '.' then fk = f end
-  return {st = st, s = tonumber(s), ss = s, k = k, p = p, w = gw, f = tonumber(f), fk = fk, t0 = t0, t1 = t1, g = g}
+  return {st = st, s = s + 0, ss = s, k = k, p = p, w = gw, f = f + 0, fk = fk, t0 = t0, t1 = t1, g = g}
 end
 local function entry(hid)
   local raw = redis.call('HGET', res, hid)
@@ -187,9 +209,15 @@ for _, m in ipairs(redis.call('ZRANGEBYSCORE', turn, TIMES, now_k)) do
 end
 
 -- The channel's plain values, in one read: none is written before it is used.
-local vals = redis.call('MGET', KEYS[1], KEYS[2], KEYS[14], KEYS[16], KEYS[3], KEYS[4], KEYS[6])
-local used = tonumber(vals[5] or '0')
-local r = limit_now(rate, tonumber(vals[6] or '0') or 0, used, quota)
+local vals = redis.call('MGET', KEYS[1], KEYS[2], KEYS[13], KEYS[15], KEYS[3], KEYS[4], KEYS[6], KEYS[16])
+-- Decisions keep the channel's budget identity (CheckConfig) alive: renewed to its
+-- full TTL whenever the mark of its last renewal (half a minute) is gone, so that a
+-- decision reads one more value where it asked the budget's TTL.
+if not vals[8] and redis.call('PEXPIRE', KEYS[14], int(BUDGET_TTL)) == 1 then
+  redis.call('SET', KEYS[16], '1', 'PX', int(BUDGET_RENEW))
+end
+local used = num0(vals[5])
+local r = limit_now(rate, num0(vals[6]), used, quota)
 local cur = tier(used, quota)
 
 -- Slots that left the window (now - w, now] are forgotten, and with them the
@@ -208,15 +236,15 @@ local left = math.max(0, r - redis.call('ZCOUNT', sched, '-inf', now_k))
 
 local reason = vals[1]
 if reason then
-  return {'paused', poll, left, used, quota, cur, reason}
+  return {'paused', ARGV[8] + 0, left, used, quota, cur, reason}
 end
 -- A back-off holds the channel, or only this scope (a 429 on a per-property channel).
-local paused_until = math.max(tonumber(vals[2] or '0'), tonumber(vals[3] or '0'))
+local paused_until = math.max(num0(vals[2]), num0(vals[3]))
 if paused_until > now then
   return {'backoff', math.ceil(paused_until - now), left, used, quota, cur, ''}
 end
 -- A quota_exhausted answer stops only the family it came from, until the reset.
-local stop_until = tonumber(vals[4] or '0')
+local stop_until = num0(vals[4])
 if stop_until > now then
   return {'quota', math.ceil(stop_until - now), left, used, quota, 'stop', 'family'}
 end
@@ -225,14 +253,14 @@ end
 local brk = redis.call('HMGET', KEYS[10], 'st', 'until', 'probe', 'probe_until')
 local probe = false
 if brk[1] == 'open' then
-  local untl = tonumber(brk[2])
+  local untl = brk[2] + 0
   if now < untl then
     return {'breaker', math.ceil(untl - now), left, used, quota, cur, ''}
   end
   probe = true
 elseif brk[1] == 'half' then
-  if brk[3] ~= id and tonumber(brk[4] or '0') > now then
-    return {'breaker', math.ceil(math.min(tonumber(brk[4]) - now, 2000)), left, used, quota, cur, ''}
+  if brk[3] ~= id and num0(brk[4]) > now then
+    return {'breaker', math.ceil(math.min(brk[4] - now, 2000)), left, used, quota, cur, ''}
   end
   probe = true
 end
@@ -269,10 +297,10 @@ if e then
   end
 end
 
--- pace is the pacing timestamp this request moves to if it goes: written at once
--- for a slot it holds, but for a slot due now only once the gate lets it send, so
--- that an answer which sends nothing leaves the pace where it was.
-local pace = nil
+-- pace is the pacing timestamp this request moves to if it goes (and its TTL):
+-- written at once for a slot it holds, but for a slot due now only once the gate
+-- lets it send, so that an answer which sends nothing leaves the pace where it was.
+local pace, pace_ttl = nil, nil
 local slot
 if e then
   slot = e.s
@@ -284,7 +312,7 @@ else
   local tau = 0
   if prio <= 3 then tau = (burst - 1) * interval end
   local tat_raw = vals[7]
-  local tat = tonumber(tat_raw or '0')
+  local tat = num0(tat_raw)
   -- A back-off that ended within the window restarts the pace from its end with
   -- no burst: the requests that waited for it leave one interval apart.
   if paused_until > 0 then tat = math.max(tat, paused_until + tau) end
@@ -292,9 +320,16 @@ else
   -- The pace is kept to a microsecond in Redis; less than a millisecond is now.
   if tail - now < 1 then tail = now end
   local last = redis.call('ZREVRANGE', sched, '0', '0', 'WITHSCORES')
-  if last[2] then tail = math.max(tail, tonumber(last[2])) end
+  if last[2] then tail = math.max(tail, last[2] + 0) end
   tail = window_slot(sched, tail, r, w)
-  local tail_s, tail_k = score17(tail), pad(tail)
+  -- A future slot is taken at the next microsecond (now is on one already): written
+  -- padded (pad), it reads back as the same number, so the one string is its score
+  -- in the schedule and turn, its key in the index and its slot in the record.
+  local tail_k = now_k
+  if tail > now then
+    tail = math.ceil(tail * 1000) / 1000
+    tail_k = pad(tail)
+  end
   slot = tail
   -- Strict priority and turns: a request may take the earliest future slot held by
   -- lower-priority work, or the earliest held by equal-priority work of the group
@@ -302,67 +337,88 @@ else
   -- than this request's turn; the holder moves to the tail. Work that has waited
   -- max_age left the movable index above, which bounds how long bulk waits.
   -- Each candidate is one range lookup: O(log n) whatever the schedule holds.
-  local victim, held = nil, nil
+  -- held is the group's 'n' score in turn once this request's slot counts.
+  local victim_k, victim_id, held = nil, nil, nil
   if tail > now then
     -- A member is its kind (and priority, and group), SEP, the 17 bytes of its
     -- slot, SEP and the id: the slot and the id are read at fixed offsets.
     local lo, hi = now_k .. HI, tail_k .. SEP
-    local function take(x, at)
-      if x[1] then
-        local k = string.sub(x[1], at, at + 16)
-        if not victim or k < victim.k then victim = {k = k, id = string.sub(x[1], at + 18)} end
+    for p = prio + 1, 5 do
+      local x = redis.call('ZRANGEBYLEX', idx, BY_PRIO[p] .. lo, BY_PRIO[p] .. hi, 'LIMIT', '0', '1')[1]
+      if x then
+        local k = string.sub(x, 4, 20)
+        if not victim_k or k < victim_k then victim_k, victim_id = k, string.sub(x, 22) end
       end
     end
-    for p = prio + 1, 5 do
-      local m = '(m' .. PRIO[p] .. SEP
-      take(redis.call('ZRANGEBYLEX', idx, m .. lo, m .. hi, 'LIMIT', '0', '1'), 4)
-    end
     -- The slot this request takes is in the future whichever it takes: its group's
-    -- count goes up now (index_add takes it), and this request's turn is that count
-    -- over the group's weight.
-    held = count(group, '1')
-    local mine = held / weight
-    local over = redis.call('ZREVRANGEBYSCORE', turn, string.format('(%d', (prio + 1) * TURN),
-      '(' .. turn_score(prio, mine), 'LIMIT', '0', '1')
-    if over[1] then
-      local g = '(g' .. over[1] .. SEP
-      take(redis.call('ZRANGEBYLEX', idx, g .. lo, g .. hi, 'LIMIT', '0', '1'), #over[1] + 3)
+    -- count goes up now (index_add takes its score), and this request's turn is that
+    -- count over the group's weight.
+    held = incr(held_of(group), ONE_HELD)
+    local over = redis.call('ZREVRANGEBYSCORE', turn, TURN_BELOW[prio],
+      '(' .. turn_score(prio, math.floor(held / MASK) / weight), 'LIMIT', '0', '1')[1]
+    if over then
+      local g = '(g' .. over .. SEP
+      local x = redis.call('ZRANGEBYLEX', idx, g .. lo, g .. hi, 'LIMIT', '0', '1')[1]
+      if x then
+        local at = #over + 3
+        local k = string.sub(x, at, at + 16)
+        if not victim_k or k < victim_k then victim_k, victim_id = k, string.sub(x, at + 18) end
+      end
     end
   end
-  e = {st = 'held', s = tail, ss = tail_s, k = tail_k, p = prio_s, g = group, w = weight_s, f = first, fk = first_k}
-  if victim then
-    local h = entry(victim.id)
-    slot = tonumber(victim.k)
-    e.s, e.ss, e.k = slot, victim.k, victim.k
-    index_move(victim.id, h, tail, tail_s, tail_k)
-    h.t0, h.t1 = nil, nil
-    redis.call('ZADD', sched, tail_s, victim.id)
-    redis.call('HSET', res, victim.id, encode(h))
-  end
+  e = {st = 'held', s = tail, ss = tail_k, k = tail_k, p = prio_s, g = group, w = weight_s, f = first, fk = first_k}
   local next_tat = pad(math.max(tat, tail) + interval)
-  pace = {v = next_tat, ttl = int(math.ceil(math.max(tat, tail) + interval - now + w))}
-  if not victim then
-    -- Only a request that took the tail may give its pace back: after a move the
-    -- pace also covers the holder that went to the tail.
+  local ttl = int(math.ceil(math.max(tat, tail) + interval - now + w))
+  if slot <= now and not hold then
+    -- Due now: the slot is written, the pace only once the gate lets it go. Only a
+    -- request that took the tail may give its pace back.
     e.t0, e.t1 = tat_raw or '', next_tat
-  end
-  redis.call('ZADD', sched, e.ss, id)
-  if slot > now or hold then
-    redis.call('SET', KEYS[6], pace.v, 'PX', pace.ttl)
-    pace = nil
-    if slot > now then index_add(id, e, held) end
-    redis.call('HSET', res, id, encode(e))
+    redis.call('ZADD', sched, e.ss, id)
+    pace, pace_ttl = next_tat, ttl
+  else
+    -- The slot is held: what this decision writes to the schedule, the reservations,
+    -- the index and turn (the holder moved, if any, and this request) goes in one
+    -- call per key.
+    local zs, hs, ix, tz = {}, {}, {}, {}
+    if victim_id then
+      local h = entry(victim_id)
+      slot = victim_k + 0
+      e.s, e.ss, e.k = slot, victim_k, victim_k
+      index_move(victim_id, h, tail, tail_k, ix, tz)
+      h.t0, h.t1 = nil, nil
+      zs[1], zs[2] = tail_k, victim_id
+      hs[1], hs[2] = victim_id, encode(h)
+    else
+      -- Only a request that took the tail may give its pace back: after a move the
+      -- pace also covers the holder that went to the tail.
+      e.t0, e.t1 = tat_raw or '', next_tat
+    end
+    zs[#zs + 1] = e.ss
+    zs[#zs + 1] = id
+    redis.call('SET', KEYS[6], next_tat, 'PX', ttl)
+    if slot > now then index_add(id, e, held, ix, tz) end
+    redis.call('ZADD', sched, unpack(zs))
+    if #ix > 0 then redis.call('ZADD', idx, unpack(ix)) end
+    if #tz > 0 then redis.call('ZADD', turn, unpack(tz)) end
+    hs[#hs + 1] = id
+    hs[#hs + 1] = encode(e)
+    redis.call('HSET', res, unpack(hs))
     keep_alive(tail, true)
     return {'wait', math.max(0, math.ceil(slot - now)), left, used, quota, cur, ''}
   end
 end
 
 -- The slot is due. The ordering gate decides what of the request may go.
+local lease_ms = ARGV[9] + 0
+local gate_ttl = ARGV[13] + 0
+local nlines = ARGV[14] + 0
+-- cutoff is the property's today (days since 1970): earlier nights leave the gate.
+local cutoff = ARGV[17] + 0
 local lines = {}
 local bykey = {}
 for i = 0, nlines - 1 do
   local b = 18 + i * 4
-  local l = {k = ARGV[b], a = tonumber(ARGV[b + 1]), z = tonumber(ARGV[b + 2]), v = ARGV[b + 3]}
+  local l = {k = ARGV[b], a = ARGV[b + 1] + 0, z = ARGV[b + 2] + 0, v = ARGV[b + 3]}
   lines[#lines + 1] = l
   bykey[l.k] = bykey[l.k] or {}
   table.insert(bykey[l.k], l)
@@ -414,7 +470,7 @@ local dropped, kept, live, writes = {}, {}, 0, {}
 for _, l in ipairs(lines) do
   l.c = math.max(l.a, cutoff)
   if l.z >= l.c then
-    writes[#writes + 1] = {k = l.k, a = l.c, z = l.z, v = vpad(l.v)}
+    writes[#writes + 1] = {k = l.k, a = l.c, z = l.z, v = gate.vpad(l.v)}
     l.w = writes[#writes]
   end
 end
@@ -469,7 +525,7 @@ if probe then
   redis.call('HSET', KEYS[10], 'st', 'half', 'probe', id, 'probe_until', string.format('%.3f', now + lease_ms))
   redis.call('PEXPIRE', KEYS[10], day)
 end
-if pace then redis.call('SET', KEYS[6], pace.v, 'PX', pace.ttl) end
+if pace then redis.call('SET', KEYS[6], pace, 'PX', pace_ttl) end
 index_rem(id, e)
 e.st, e.t0, e.t1 = 'sent', nil, nil
 redis.call('HSET', res, id, encode(e))
