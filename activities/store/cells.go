@@ -446,7 +446,7 @@ func (s *Store) RecordAcknowledged(ctx context.Context, ack Ack) (committed, sup
 	if err := s.resolve(ctx, rows); err != nil {
 		return fail(err)
 	}
-	batch, ch, err := s.batchChannel(ctx, ack.BatchID, r.Channel)
+	batch, ch, err := s.batchRowChannel(ctx, ack.BatchID, r.Channel)
 	if err != nil {
 		return fail(err)
 	}
@@ -520,16 +520,13 @@ RETURNING room_rate, night`, append(a.args(), conf)...)
 			}
 			outs = append(outs, o)
 		}
-		inserted, err := insertOutcomes(ctx, tx, batch, outs)
+		// Last: the outcome counters and the parity lag are rows every push of the
+		// channel writes, locked from this statement to the commit.
+		inserted, err := insertOutcomesLag(ctx, tx, batch.id, outs, lagOf(s.now(), batch, ch, r.PropertyID))
 		if err != nil {
 			return err
 		}
-		if n := inserted[models.OutcomeCommitted]; n > 0 {
-			if err := recordLag(ctx, tx, s.now(), batch, ch, r.PropertyID, n); err != nil {
-				return err
-			}
-		}
-		counts, err := storedCounts(ctx, tx, batch, outs, inserted)
+		counts, err := storedCounts(ctx, tx, batch.id, outs, inserted)
 		committed, superseded = counts[models.OutcomeCommitted], counts[models.OutcomeSuperseded]
 		return err
 	})
