@@ -10,6 +10,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 
@@ -33,10 +34,23 @@ func deflate(v any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// inflaters keeps flate readers for inflate: a new one allocates about 40 KB (its
+// window and tables), and every push inflates the lane's next request.
+var inflaters sync.Pool
+
 // inflate decodes what deflate wrote into v.
 func inflate(b []byte, v any) error {
-	r := flate.NewReader(bytes.NewReader(b))
-	defer r.Close()
+	br := bytes.NewReader(b)
+	r, ok := inflaters.Get().(io.ReadCloser)
+	if !ok {
+		r = flate.NewReader(br)
+	} else if err := r.(flate.Resetter).Reset(br, nil); err != nil {
+		return err
+	}
+	defer func() {
+		_ = r.Close()
+		inflaters.Put(r)
+	}()
 	if err := json.NewDecoder(r).Decode(v); err != nil {
 		return err
 	}
