@@ -10,6 +10,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 
@@ -33,10 +34,23 @@ func deflate(v any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// inflaters keeps flate readers for inflate: a new one allocates about 40 KB (its
+// window and tables), and every push inflates the lane's next request.
+var inflaters sync.Pool
+
 // inflate decodes what deflate wrote into v.
 func inflate(b []byte, v any) error {
-	r := flate.NewReader(bytes.NewReader(b))
-	defer r.Close()
+	br := bytes.NewReader(b)
+	r, ok := inflaters.Get().(io.ReadCloser)
+	if !ok {
+		r = flate.NewReader(br)
+	} else if err := r.(flate.Resetter).Reset(br, nil); err != nil {
+		return err
+	}
+	defer func() {
+		_ = r.Close()
+		inflaters.Put(r)
+	}()
 	if err := json.NewDecoder(r).Decode(v); err != nil {
 		return err
 	}
@@ -190,16 +204,32 @@ func (s *Store) Requests(ctx context.Context, chunkKey string, idx ...int) (map[
 
 // readRequests reads requests idx of chunk ref on q, by primary key.
 func readRequests(ctx context.Context, q dbtx, ref chunkRef, idx []int) (map[int]models.ChannelRequest, error) {
+	rows, _ := q.Query(ctx, requestsSQL(1), requestsArgs(ref, idx)...)
+	return scanRequests(rows, len(idx))
+}
+
+// requestsSQL selects the stored requests of a chunk, its parameters numbered from
+// $first: requestsArgs.
+func requestsSQL(first int) string {
+	return fmt.Sprintf(`
+SELECT q.idx, q.body FROM batch_requests q
+JOIN batches b ON b.id = q.batch JOIN channels ch ON ch.id = q.channel
+WHERE b.batch_id = $%d AND ch.slug = $%d AND q.priority = $%d AND q.chunk = $%d AND q.idx = ANY($%d)`,
+		first, first+1, first+2, first+3, first+4)
+}
+
+// requestsArgs are requestsSQL's parameters for requests idx of chunk ref.
+func requestsArgs(ref chunkRef, idx []int) []any {
 	is := make([]int32, len(idx))
 	for k, i := range idx {
 		is[k] = int32(i)
 	}
-	rows, _ := q.Query(ctx, `
-SELECT q.idx, q.body FROM batch_requests q
-JOIN batches b ON b.id = q.batch JOIN channels ch ON ch.id = q.channel
-WHERE b.batch_id = $1 AND ch.slug = $2 AND q.priority = $3 AND q.chunk = $4 AND q.idx = ANY($5)`,
-		ref.batchID, ref.channel, ref.priority, ref.n, is)
-	out := make(map[int]models.ChannelRequest, len(idx))
+	return []any{ref.batchID, ref.channel, ref.priority, ref.n, is}
+}
+
+// scanRequests decodes the requests a requestsSQL query returns, by index.
+func scanRequests(rows pgx.Rows, n int) (map[int]models.ChannelRequest, error) {
+	out := make(map[int]models.ChannelRequest, n)
 	var i int32
 	var body []byte
 	if _, err := pgx.ForEachRow(rows, []any{&i, &body}, func() error {

@@ -392,6 +392,18 @@ func (s *Store) RecordSending(ctx context.Context, chunkKey string, index int, k
 		return upsertSent(ctx, q, rows)
 	}
 	var err error
+	if known != nil && len(need) > 0 {
+		// Only the requests ahead to read, which nothing writes once stored: the
+		// write and the read are one statement (one round trip, not a transaction's
+		// four), unless the room rates need numbering or the rows more than one.
+		var done bool
+		if got, done, err = s.sendingAndAhead(ctx, *known, ref, need); done || err != nil {
+			if err != nil {
+				return fail(err)
+			}
+			return *known, got, nil
+		}
+	}
 	if len(need) == 0 {
 		err = write(s.pool)
 	} else {
@@ -408,6 +420,31 @@ func (s *Store) RecordSending(ctx context.Context, chunkKey string, index int, k
 		return fail(err)
 	}
 	return req, got, nil
+}
+
+// sendingAndAhead is RecordSending of a request the caller has, with the requests
+// idx of chunk ref read in the same statement. done is false, with nothing written,
+// when that takes more than one statement (a room rate this worker has not numbered
+// yet, more rows than one statement carries): RecordSending's transaction does it.
+func (s *Store) sendingAndAhead(ctx context.Context, req models.ChannelRequest, ref chunkRef,
+	idx []int) (map[int]models.ChannelRequest, bool, error) {
+	rows := requestRows(req, nil)
+	if len(rows) == 0 || len(rows) > rowsPerStatement || !s.resolveKnown(rows, map[roomRate]int32{}) {
+		return nil, false, nil
+	}
+	var a cellArrays
+	for _, row := range rows {
+		a.add(row)
+	}
+	got, _ := s.pool.Query(ctx, `
+WITH sent AS (
+	INSERT INTO cells AS c (room_rate, family, night, sent_version)
+	SELECT * FROM unnest($1::integer[], $2::text[]::family[], $3::date[], $4::bigint[])
+	ON CONFLICT (room_rate, family, night) DO UPDATE SET sent_version = excluded.sent_version
+	WHERE c.sent_version < excluded.sent_version)`+requestsSQL(5),
+		append([]any{a.roomRate, a.family, a.night, a.version}, requestsArgs(ref, idx)...)...)
+	out, err := scanRequests(got, len(idx))
+	return out, true, err
 }
 
 // Ack is a channel's confirmation of a request, or of the lines of it that it
@@ -446,7 +483,7 @@ func (s *Store) RecordAcknowledged(ctx context.Context, ack Ack) (committed, sup
 	if err := s.resolve(ctx, rows); err != nil {
 		return fail(err)
 	}
-	batch, ch, err := s.batchChannel(ctx, ack.BatchID, r.Channel)
+	batch, ch, err := s.batchRowChannel(ctx, ack.BatchID, r.Channel)
 	if err != nil {
 		return fail(err)
 	}
@@ -520,16 +557,13 @@ RETURNING room_rate, night`, append(a.args(), conf)...)
 			}
 			outs = append(outs, o)
 		}
-		inserted, err := insertOutcomes(ctx, tx, batch, outs)
+		// Last: the outcome counters and the parity lag are rows every push of the
+		// channel writes, locked from this statement to the commit.
+		inserted, err := insertOutcomesLag(ctx, tx, batch.id, outs, lagOf(s.now(), batch, ch, r.PropertyID))
 		if err != nil {
 			return err
 		}
-		if n := inserted[models.OutcomeCommitted]; n > 0 {
-			if err := recordLag(ctx, tx, s.now(), batch, ch, r.PropertyID, n); err != nil {
-				return err
-			}
-		}
-		counts, err := storedCounts(ctx, tx, batch, outs, inserted)
+		counts, err := storedCounts(ctx, tx, batch.id, outs, inserted)
 		committed, superseded = counts[models.OutcomeCommitted], counts[models.OutcomeSuperseded]
 		return err
 	})

@@ -51,26 +51,14 @@ func lagOfBucket(b int16) time.Duration {
 	return time.Duration(math.Pow(2, float64(b)/4) * float64(time.Millisecond)).Round(time.Millisecond)
 }
 
-// recordLag adds n updates of property on channel ch, acknowledged now, to the
-// ack_lag rows of the channel and of the property: their latency is the time since
+// lagOf is where RecordAcknowledged counts the updates of property on channel ch
+// it commits now, for the first time, into the parity lag (insertOutcomesLag): the
+// ack_lag rows of the channel and of the property, their latency the time since
 // their batch was accepted. Two rows by key, the channel's first, so concurrent
-// pushes lock them in one order. RecordAcknowledged calls it in its transaction
-// with the updates it committed for the first time, so a retry adds nothing.
-func recordLag(ctx context.Context, tx pgx.Tx, now time.Time, batch int64, ch int16, property string, n int) error {
-	var created time.Time
-	if err := tx.QueryRow(ctx, `SELECT created_at FROM batches WHERE id = $1`, batch).Scan(&created); err != nil {
-		return fmt.Errorf("parity lag: %w", err)
-	}
-	minute := now.UTC().Truncate(time.Minute)
-	b := lagBucket(now.Sub(created))
-	if _, err := tx.Exec(ctx, `
-INSERT INTO ack_lag AS l (property, channel, minute, bucket, n)
-VALUES ('', $1, $3, $4, $5), ($2, $1, $3, $4, $5)
-ON CONFLICT (property, channel, minute, bucket) DO UPDATE SET n = l.n + excluded.n`,
-		ch, property, minute, b, n); err != nil {
-		return fmt.Errorf("parity lag: %w", err)
-	}
-	return nil
+// pushes lock them in one order; a retry commits nothing new and adds nothing.
+func lagOf(now time.Time, batch batchRow, ch int16, property string) *lagBump {
+	return &lagBump{channel: ch, property: property, minute: now.UTC().Truncate(time.Minute),
+		bucket: lagBucket(now.Sub(batch.created))}
 }
 
 // lagKeep is how long ack_lag rows are kept: the longest window read, twice.

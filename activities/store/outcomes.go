@@ -51,6 +51,57 @@ type outcomeRow struct {
 // batch's outcome_counts, so nothing ever counts a batch's outcomes. It returns how
 // many rows it inserted, per outcome. O(len(rows)): one index probe per row.
 func insertOutcomes(ctx context.Context, tx pgx.Tx, batch int64, rows []outcomeRow) (map[models.Outcome]int, error) {
+	return insertOutcomesLag(ctx, tx, batch, rows, nil)
+}
+
+// lagBump is where the updates a statement commits for the first time count into
+// the parity lag: the ack_lag rows of a channel and of one of its properties, for a
+// minute and a latency bucket (recordLag's rows).
+type lagBump struct {
+	channel  int16
+	property string
+	minute   time.Time
+	bucket   int16
+}
+
+// outcomesSQL inserts the outcomes of $2..$6 for batch $1 and bumps outcome_counts
+// with them; lagSQL, when appended, adds those of channel $7 it committed to the
+// ack_lag rows of the channel and of property $8 for minute $9 and bucket $10.
+const (
+	outcomesSQL = `
+WITH ins AS (
+	INSERT INTO outcomes (batch, mutation_id, family, channel, outcome, reason)
+	SELECT $1, * FROM unnest($2::text[], $3::text[]::family[], $4::smallint[], $5::text[]::outcome[], $6::text[])
+	ON CONFLICT (batch, mutation_id, family) DO NOTHING
+	RETURNING channel, outcome),
+tally AS (SELECT channel, outcome, count(*)::integer AS n FROM ins GROUP BY 1, 2),
+bump AS (
+	INSERT INTO outcome_counts AS c (batch, channel, outcome, n)
+	SELECT $1, channel, outcome, n FROM tally ORDER BY channel, outcome
+	ON CONFLICT (batch, channel, outcome) DO UPDATE SET n = c.n + excluded.n
+	RETURNING 1)`
+	// The count of bump makes every counter row locked before the lag rows, as
+	// when they were two statements; the channel's lag row goes before the
+	// property's (recordLag's order).
+	lagSQL = `,
+lag AS (
+	INSERT INTO ack_lag AS l (property, channel, minute, bucket, n)
+	SELECT k.property, $7::smallint, $9::timestamptz, $10::smallint, t.n
+	FROM (SELECT sum(n)::integer AS n FROM tally WHERE channel = $7::smallint AND outcome = 'committed') t
+	CROSS JOIN (SELECT count(*) FROM bump) counted
+	CROSS JOIN unnest(ARRAY['', $8::text]) WITH ORDINALITY AS k(property, ord)
+	WHERE t.n > 0
+	ORDER BY k.ord
+	ON CONFLICT (property, channel, minute, bucket) DO UPDATE SET n = l.n + excluded.n)`
+	outcomesTallySQL = `
+SELECT outcome::text, sum(n)::integer FROM tally GROUP BY 1`
+)
+
+// insertOutcomesLag is insertOutcomes that, with lag set, also counts the updates of
+// lag's channel it committed into the parity lag, in the same statement: the hot
+// counter rows of a channel are then held for one statement and the commit, not
+// for a statement more.
+func insertOutcomesLag(ctx context.Context, tx pgx.Tx, batch int64, rows []outcomeRow, lag *lagBump) (map[models.Outcome]int, error) {
 	// Counter rows are locked in (channel, outcome) order in every writer, across
 	// statements too, so two writers of one batch never deadlock on them.
 	rows, err := foldRanges(ctx, tx, batch, rows)
@@ -61,6 +112,10 @@ func insertOutcomes(ctx context.Context, tx pgx.Tx, batch int64, rows []outcomeR
 	slices.SortStableFunc(rows, func(a, b outcomeRow) int {
 		return cmp.Or(cmp.Compare(a.channel, b.channel), cmp.Compare(a.outcome, b.outcome))
 	})
+	sql := outcomesSQL + outcomesTallySQL
+	if lag != nil {
+		sql = outcomesSQL + lagSQL + outcomesTallySQL
+	}
 	inserted := map[models.Outcome]int{}
 	for len(rows) > 0 {
 		chunk := rows[:min(rowsPerStatement, len(rows))]
@@ -75,18 +130,11 @@ func insertOutcomes(ctx context.Context, tx pgx.Tx, batch int64, rows []outcomeR
 			fams[i] = pgtype.Text{String: string(o.family), Valid: o.family != ""}
 			reasons[i] = pgtype.Text{String: o.reason, Valid: o.reason != ""}
 		}
-		got, _ := tx.Query(ctx, `
-WITH ins AS (
-	INSERT INTO outcomes (batch, mutation_id, family, channel, outcome, reason)
-	SELECT $1, * FROM unnest($2::text[], $3::text[]::family[], $4::smallint[], $5::text[]::outcome[], $6::text[])
-	ON CONFLICT (batch, mutation_id, family) DO NOTHING
-	RETURNING channel, outcome),
-tally AS (SELECT channel, outcome, count(*)::integer AS n FROM ins GROUP BY 1, 2),
-bump AS (
-	INSERT INTO outcome_counts AS c (batch, channel, outcome, n)
-	SELECT $1, channel, outcome, n FROM tally ORDER BY channel, outcome
-	ON CONFLICT (batch, channel, outcome) DO UPDATE SET n = c.n + excluded.n)
-SELECT outcome::text, sum(n)::integer FROM tally GROUP BY 1`, batch, ids, fams, chs, outs, reasons)
+		args := []any{batch, ids, fams, chs, outs, reasons}
+		if lag != nil {
+			args = append(args, lag.channel, lag.property, lag.minute, lag.bucket)
+		}
+		got, _ := tx.Query(ctx, sql, args...)
 		var outcome string
 		var n int
 		if _, err := pgx.ForEachRow(got, []any{&outcome, &n}, func() error {
