@@ -126,6 +126,8 @@ func (b *bench) stack(o stack.Options) *e2eStack {
 	env := map[string]string{"PARITYSYNC_CHUNK_SIZE": fmt.Sprint(config.DefaultSettings().ChunkSize)}
 	maps.Copy(env, o.Env)
 	o.Env = env
+	// One stack at a time: the worker sizes its pool as in production.
+	o.PoolConns = -1
 	if b.newStack != nil {
 		return b.newStack(b.t, o)
 	}

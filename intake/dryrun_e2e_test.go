@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
 
@@ -26,11 +26,12 @@ func (s *apiStack) workflowCount(t *testing.T) int {
 // batchRows is how many batches the stack's schema holds.
 func (s *apiStack) batchRows(t *testing.T) int {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), s.Env["PARITYSYNC_DATABASE_URL"])
+	// A pool, as the worker opens the URL: it carries the pool's own parameters.
+	pool, err := pgxpool.New(context.Background(), s.Env["PARITYSYNC_DATABASE_URL"])
 	require.NoError(t, err)
-	defer conn.Close(context.Background())
+	defer pool.Close()
 	var n int
-	require.NoError(t, conn.QueryRow(context.Background(), `SELECT count(*) FROM batches`).Scan(&n))
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM batches`).Scan(&n))
 	return n
 }
 

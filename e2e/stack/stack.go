@@ -94,7 +94,17 @@ type Options struct {
 	// Worker are extra fx options of every in-process worker (an fx.Decorate of
 	// its channels, say).
 	Worker []fx.Option
+	// PoolConns bounds each worker's PostgreSQL pool (pool_max_conns in its
+	// database URL). 0 is testPoolConns: the stacks of a test run share one
+	// PostgreSQL server, whose 100 connections a worker sized to its activity slots
+	// (36) would take three at a time of. -1 keeps the worker's own sizing, for the
+	// benchmarks, which run one stack at a time and measure the push path.
+	PoolConns int
 }
+
+// testPoolConns is a test stack's pool per worker: pgx's own default on 2 CPUs,
+// with which every system test passes.
+const testPoolConns = 4
 
 // EveryChannel is the worker environment that gives each default channel
 // perMinute requests a minute (its burst and lines per request the defaults).
@@ -133,6 +143,17 @@ func New(t *testing.T, kind string, base map[string]string, o Options) *Stack {
 	maps.Copy(s.Env, o.Env)
 	if o.Window > 0 {
 		s.Env["PARITYSYNC_CHANNELS_FILE"] = WindowFile(t, o.Window, o.Channels)
+	}
+	if url := s.Env["PARITYSYNC_DATABASE_URL"]; o.PoolConns >= 0 && !strings.Contains(url, "pool_max_conns") {
+		n := o.PoolConns
+		if n == 0 {
+			n = testPoolConns
+		}
+		sep := "?"
+		if strings.Contains(url, "?") {
+			sep = "&"
+		}
+		s.Env["PARITYSYNC_DATABASE_URL"] = url + sep + "pool_max_conns=" + strconv.Itoa(n)
 	}
 	for _, f := range o.Edit {
 		f(s.Env)
