@@ -671,39 +671,6 @@ func (b *bench) perPropertyWith(props int, measure time.Duration) {
 		"≥ 0.9, 0, ≤ 10")
 }
 
-func (b *bench) throughput() {
-	chs := map[string]stack.Channel{}
-	for _, slug := range []string{"booking_com", "expedia", "agoda"} {
-		chs[slug] = stack.Channel{PerMinute: 100000, Burst: 1000, MaxLines: 1}
-	}
-	s := b.stack(stack.Options{Channels: chs})
-	// 2,865 one-line requests over three channels.
-	var ms []models.Mutation
-	for k, slug := range []string{"booking_com", "expedia", "agoda"} {
-		ms = append(ms, rateChanges(slug, 5, 191, time.Now().Unix(), 3+k%2, "140.00")...)
-	}
-	require.Len(b.t, ms, 2865)
-	noopQueue := b.noopWorker(s)
-
-	timeIt := func(queue string) time.Duration {
-		id := "bench-tp-" + uuid.NewString()[:8]
-		start := time.Now()
-		run, err := s.TC.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
-			ID: models.BatchWorkflowID(id), TaskQueue: queue,
-		}, workflows.BatchSync, models.BatchSyncInput{BatchID: id, Mutations: ms, Retry: models.DefaultRetryPolicy()})
-		require.NoError(b.t, err)
-		st := waitBatch(b.t, run, 20*time.Minute)
-		require.Equal(b.t, 2865, st.Totals().Committed)
-		return time.Since(start)
-	}
-	noopTime := timeIt(noopQueue)
-	ours := timeIt(s.Queue)
-	b.row("limits raised to 100,000/min, 2,865 requests, beside a no-op activity of the same workflows",
-		fmt.Sprintf("%.1f requests/s vs %.1f no-op = %.2f", 2865/ours.Seconds(), 2865/noopTime.Seconds(),
-			noopTime.Seconds()/ours.Seconds()),
-		"≥ 0.9")
-}
-
 // plainPush is the comparison's whole workflow: one activity per request, rate
 // limited by Temporal's task queue limit alone.
 func plainPush(ctx workflow.Context, n int) error {
