@@ -470,7 +470,10 @@ type Ack struct {
 // nothing new and returns the same counts, read back from the stored outcomes. The
 // counts include ack.Superseded. The updates it commits count into the parity lag
 // (recordLag). With the room rates, batch and channel cached (every push after a
-// worker's first), it is one transaction of at most six statements, each by key.
+// worker's first), it is one transaction of statements by key:
+// two on a first attempt (the cells with their confirmation, then the outcomes with
+// their counters and lag), foldRanges' statements more for refs of night ranges,
+// one more on a retry.
 func (s *Store) RecordAcknowledged(ctx context.Context, ack Ack) (committed, superseded int, err error) {
 	r := ack.Request
 	rows := requestRows(r, ack.FailedLines)
@@ -489,21 +492,12 @@ func (s *Store) RecordAcknowledged(ctx context.Context, ack Ack) (committed, sup
 	}
 	won := map[cellKey]bool{}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		var conf pgtype.Int8
-		if ack.ConfirmationID != "" {
-			// last_night is the latest night the confirmation may stand for: Prune
-			// drops it once that night is past retention, its cells gone with it.
-			last := rows[0].night
-			for _, row := range rows {
-				if row.night.After(last) {
-					last = row.night
-				}
-			}
-			if err := tx.QueryRow(ctx, `
-INSERT INTO confirmations AS f (channel, code, confirmed_at, last_night) VALUES ($1, $2, $3, $4)
-ON CONFLICT (channel, code) DO UPDATE SET last_night = greatest(f.last_night, excluded.last_night)
-RETURNING id`, ch, ack.ConfirmationID, s.now(), last.Time()).Scan(&conf); err != nil {
-				return err
+		// last_night is the latest night the confirmation may stand for: Prune drops
+		// it once that night is past retention, its cells gone with it.
+		last := rows[0].night
+		for _, row := range rows {
+			if row.night.After(last) {
+				last = row.night
 			}
 		}
 		for _, chunk := range statements(rows) {
@@ -511,10 +505,18 @@ RETURNING id`, ch, ack.ConfirmationID, s.now(), last.Time()).Scan(&conf); err !=
 			for _, row := range chunk {
 				a.add(row)
 			}
+			// The confirmation (none for an empty code) is upserted in the cells'
+			// statement, locked before them as every writer does; a request of more
+			// than one statement upserts it again, to the same row.
 			got, _ := tx.Query(ctx, `
+WITH f AS (
+	INSERT INTO confirmations AS f (channel, code, confirmed_at, last_night)
+	SELECT $13::smallint, $14::text, $15::timestamptz, $16::date WHERE $14::text <> ''
+	ON CONFLICT (channel, code) DO UPDATE SET last_night = greatest(f.last_night, excluded.last_night)
+	RETURNING id)
 INSERT INTO cells AS c (room_rate, family, night, acked_version, a_amount, a_currency, a_inventory,
 	a_min_los, a_max_los, a_stop_sell, a_cta, a_ctd, sent_version, confirmation)
-SELECT u.*, u.version, $13::bigint FROM `+unnestCells+`
+SELECT u.*, u.version, (SELECT id FROM f) FROM `+unnestCells+`
 ON CONFLICT (room_rate, family, night) DO UPDATE SET
 	acked_version = excluded.acked_version, confirmation = excluded.confirmation,
 	sent_version = greatest(c.sent_version, excluded.acked_version),
@@ -523,7 +525,7 @@ ON CONFLICT (room_rate, family, night) DO UPDATE SET
 	a_cta = excluded.a_cta, a_ctd = excluded.a_ctd,
 	owed_since = CASE WHEN excluded.acked_version >= c.desired_version THEN NULL ELSE c.owed_since END
 WHERE c.acked_version <= excluded.acked_version
-RETURNING room_rate, night`, append(a.args(), conf)...)
+RETURNING room_rate, night`, append(a.args(), ch, ack.ConfirmationID, s.now(), last.Time())...)
 			var id int32
 			var night time.Time
 			at := map[[2]int64]cellRow{}
