@@ -553,17 +553,32 @@ func (b *bench) pause() {
 }
 
 // noopPush is PushRequest doing nothing: the same workflows around no limiter and no
-// channel.
+// channel, one request per activity.
 func noopPush(context.Context, models.PushInput) (models.PushResult, error) {
 	return models.PushResult{Committed: 1}, nil
 }
 
+// noopChainedPush is noopPush that, like PushRequest with every next slot due at
+// once, also delivers the lane's requests it is handed after this one (in.Next,
+// then in.Then) in the same attempt, so that the workflows run as many activities
+// per request as beside the real PushRequest on a channel with room.
+func noopChainedPush(_ context.Context, in models.PushInput) (models.PushResult, error) {
+	res := models.PushResult{Committed: 1}
+	if in.NextReservation == "" || len(in.Then) == 0 {
+		return res, nil
+	}
+	for range min(1+len(in.Then), 1+len(in.ThenReservations)) {
+		res.Chained = append(res.Chained, models.PushResult{Committed: 1})
+	}
+	return res, nil
+}
+
 // noopWorker starts the same workflows on a task queue of their own, with every
-// activity as the worker has it but PushRequest, which does nothing, and returns
-// the queue. It stops with the test.
-func (b *bench) noopWorker(s *e2eStack) string {
+// activity as the worker has it but PushRequest, which is push (noopPush or
+// noopChainedPush), and returns the queue. It stops with the test.
+func (b *bench) noopWorker(s *e2eStack, push func(context.Context, models.PushInput) (models.PushResult, error), suffix string) string {
 	real := s.Acts
-	noopQueue := s.Queue + "-noop"
+	noopQueue := s.Queue + "-" + suffix
 	w := sdkworker.New(s.TC, noopQueue, sdkworker.Options{MaxConcurrentActivityExecutionSize: 32})
 	w.RegisterWorkflow(workflows.BatchSync)
 	w.RegisterWorkflow(workflows.ChannelSync)
@@ -574,7 +589,7 @@ func (b *bench) noopWorker(s *e2eStack) string {
 			w.RegisterActivityWithOptions(rv.Method(i).Interface(), activity.RegisterOptions{Name: name})
 		}
 	}
-	w.RegisterActivityWithOptions(noopPush, activity.RegisterOptions{Name: "PushRequest"})
+	w.RegisterActivityWithOptions(push, activity.RegisterOptions{Name: "PushRequest"})
 	require.NoError(b.t, w.Start())
 	b.t.Cleanup(w.Stop)
 	return noopQueue
@@ -625,7 +640,7 @@ func (b *bench) perPropertyWith(props int, measure time.Duration) {
 	ms := rateChanges("expedia", props, nights, time.Now().Unix(), 5, "120.00")
 
 	// The no-op ceiling: the same batch, the same workflows, nothing pushed.
-	noopQueue := b.noopWorker(s)
+	noopQueue := b.noopWorker(s, noopPush, "noop")
 	noopID := "bench-pp-noop-" + uuid.NewString()[:8]
 	start := time.Now()
 	run := b.startBig(s, noopQueue, noopID, ms)
