@@ -34,8 +34,7 @@ import (
 // ratio (no-op time / real time) against either no-op, their median, and the total
 // requests/s of each side; the log gives each run's CPU per request in this process
 // (worker, no-op workers and simulator), the dev server, and the redis-server and
-// postgres processes alive through the run (machine-wide: other tests' share
-// included). PARITYSYNC_BENCH_PROFILE names a directory that gets a CPU profile of
+// postgres processes alive at its end (machine-wide: other tests' share included). PARITYSYNC_BENCH_PROFILE names a directory that gets a CPU profile of
 // each run.
 func (b *bench) throughput() {
 	const n = 2865
@@ -179,15 +178,14 @@ func readCPU() cpuTimes {
 }
 
 // since is the CPU from before to c per request of n, in milliseconds; of Redis and
-// PostgreSQL, the processes alive at both reads.
+// PostgreSQL, the processes alive at c (a backend the pool opened during the run
+// counts whole; one that exited, not at all).
 func (c cpuTimes) since(before cpuTimes, n int) string {
 	per := func(a, b float64) float64 { return (a - b) * 1000 / float64(n) }
 	alive := func(now, then map[int]float64) float64 {
 		d := 0.0
 		for pid, sec := range now {
-			if was, ok := then[pid]; ok {
-				d += sec - was
-			}
+			d += sec - then[pid]
 		}
 		return d
 	}
