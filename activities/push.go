@@ -30,7 +30,9 @@ import (
 //   - after the answer, one round trip (Settle) gives the limiter the back-off, the
 //     rate-limit headers, the breaker's feed, the lease (kept when the answer does
 //     not say whether the channel applied the push) and the next slot's hold, and
-//     one transaction records the acknowledgement and the outcomes.
+//     one transaction records the acknowledgement and the outcomes (its two
+//     statements sent at once, one round trip, unless the request ends nights of
+//     a range mutation or outgrows a statement).
 //
 // With in.Then set, a delivered push whose next slot is due within the short wait
 // pushes the next request too, in the same attempt, while the attempt has room for

@@ -81,8 +81,9 @@ func countedRedis(t *testing.T, c *redisCounter) *redis.Client {
 	return counted
 }
 
-// pgCounter is a pgx tracer counting transactions (BEGIN … COMMIT, or a statement
-// outside one) and statements, and delaying every write by slowWrites when set.
+// pgCounter is a pgx tracer counting transactions (BEGIN … COMMIT, a statement or a
+// batch outside one) and statements, and delaying every write (or batch that
+// writes) by slowWrites when set.
 type pgCounter struct {
 	mu           sync.Mutex
 	inTx         map[*pgx.Conn]bool
@@ -117,6 +118,30 @@ func (c *pgCounter) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pg
 }
 
 func (c *pgCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TraceBatchStart counts a batch's statements, and the batch as a transaction of
+// its own outside one (the server runs it in one implicit transaction); a batch
+// that writes is delayed by slowWrites once.
+func (c *pgCounter) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	writes := false
+	c.mu.Lock()
+	if !c.inTx[conn] {
+		c.transactions++
+	}
+	for _, q := range data.Batch.QueuedQueries {
+		c.statements++
+		writes = writes || isWrite(strings.ToLower(q.SQL))
+	}
+	c.mu.Unlock()
+	if d := time.Duration(c.slowWrites.Load()); d > 0 && writes {
+		time.Sleep(d)
+	}
+	return ctx
+}
+
+func (c *pgCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (c *pgCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 func (c *pgCounter) counts() (transactions, statements int) {
 	c.mu.Lock()

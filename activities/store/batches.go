@@ -21,10 +21,16 @@ import (
 // names and codes on every element, and shrink about tenfold.
 func deflate(v any) ([]byte, error) {
 	var buf bytes.Buffer
-	w, err := flate.NewWriter(&buf, flate.BestSpeed)
-	if err != nil {
-		return nil, err
+	w, ok := deflaters.Get().(*flate.Writer)
+	if !ok {
+		var err error
+		if w, err = flate.NewWriter(&buf, flate.BestSpeed); err != nil {
+			return nil, err
+		}
+	} else {
+		w.Reset(&buf)
 	}
+	defer deflaters.Put(w)
 	if err := json.NewEncoder(w).Encode(v); err != nil {
 		return nil, err
 	}
@@ -33,6 +39,11 @@ func deflate(v any) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// deflaters keeps flate writers for deflate: a new one allocates about 1 MB (its
+// window, hash chains and tables) and clears it, and a batch's chunks deflate every
+// request on its own, so the allocation cost more than the compression.
+var deflaters sync.Pool
 
 // inflaters keeps flate readers for inflate: a new one allocates about 40 KB (its
 // window and tables), and every push inflates the lane's next request.

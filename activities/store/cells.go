@@ -470,7 +470,10 @@ type Ack struct {
 // nothing new and returns the same counts, read back from the stored outcomes. The
 // counts include ack.Superseded. The updates it commits count into the parity lag
 // (recordLag). With the room rates, batch and channel cached (every push after a
-// worker's first), it is one transaction of at most six statements, each by key.
+// worker's first), it is one transaction of statements by key:
+// two on a first attempt (the cells with their confirmation, then the outcomes with
+// their counters and lag), foldRanges' statements more for refs of night ranges,
+// one more on a retry.
 func (s *Store) RecordAcknowledged(ctx context.Context, ack Ack) (committed, superseded int, err error) {
 	r := ack.Request
 	rows := requestRows(r, ack.FailedLines)
@@ -487,43 +490,57 @@ func (s *Store) RecordAcknowledged(ctx context.Context, ack Ack) (committed, sup
 	if err != nil {
 		return fail(err)
 	}
+	// last_night is the latest night the confirmation may stand for: Prune drops it
+	// once that night is past retention, its cells gone with it.
+	last := rows[0].night
+	for _, row := range rows {
+		if row.night.After(last) {
+			last = row.night
+		}
+	}
+	confArgs := []any{ch, ack.ConfirmationID, s.now(), last.Time()}
+	// outs are the refs' outcomes, committed until their cell's write says otherwise;
+	// cellOf is the row of each ref's cell (none for ack.Superseded).
+	var outs []outcomeRow
+	var cellOf []*cellRow
+	for _, ref := range ack.Superseded {
+		outs = append(outs, outcomeRow{mutationID: ref.ID, family: r.Family, channel: ch,
+			outcome: models.OutcomeSuperseded, reason: "a newer version was sent", night: ref.StayDate, nights: ref.Nights})
+		cellOf = append(cellOf, nil)
+	}
+	rowAt := make(map[cellKey]*cellRow, len(rows))
+	for i := range rows {
+		rowAt[cellKey{rows[i].cell(), r.Family}] = &rows[i]
+	}
+	for _, ref := range r.Refs {
+		if slices.Contains(ack.FailedLines, ref.Line) || ref.Line < 0 || ref.Line >= len(r.Lines) {
+			continue
+		}
+		l := r.Lines[ref.Line]
+		c := models.Cell{Channel: r.Channel, PropertyID: r.PropertyID, RoomTypeCode: l.RoomTypeCode,
+			RatePlanCode: l.RatePlanCode, StayDate: ref.StayDate}
+		outs = append(outs, outcomeRow{mutationID: ref.ID, family: r.Family, channel: ch, outcome: models.OutcomeCommitted,
+			night: ref.StayDate, nights: ref.Nights})
+		cellOf = append(cellOf, rowAt[cellKey{c, r.Family}])
+	}
+	lag := lagOf(s.now(), batch, ch, r.PropertyID)
+	if counts, ok, err := s.ackPipelined(ctx, batch.id, rows, confArgs, outs, cellOf, lag); ok || err != nil {
+		if err != nil {
+			return fail(err)
+		}
+		return counts[models.OutcomeCommitted], counts[models.OutcomeSuperseded], nil
+	}
 	won := map[cellKey]bool{}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		var conf pgtype.Int8
-		if ack.ConfirmationID != "" {
-			// last_night is the latest night the confirmation may stand for: Prune
-			// drops it once that night is past retention, its cells gone with it.
-			last := rows[0].night
-			for _, row := range rows {
-				if row.night.After(last) {
-					last = row.night
-				}
-			}
-			if err := tx.QueryRow(ctx, `
-INSERT INTO confirmations AS f (channel, code, confirmed_at, last_night) VALUES ($1, $2, $3, $4)
-ON CONFLICT (channel, code) DO UPDATE SET last_night = greatest(f.last_night, excluded.last_night)
-RETURNING id`, ch, ack.ConfirmationID, s.now(), last.Time()).Scan(&conf); err != nil {
-				return err
-			}
-		}
 		for _, chunk := range statements(rows) {
 			var a cellArrays
 			for _, row := range chunk {
 				a.add(row)
 			}
-			got, _ := tx.Query(ctx, `
-INSERT INTO cells AS c (room_rate, family, night, acked_version, a_amount, a_currency, a_inventory,
-	a_min_los, a_max_los, a_stop_sell, a_cta, a_ctd, sent_version, confirmation)
-SELECT u.*, u.version, $13::bigint FROM `+unnestCells+`
-ON CONFLICT (room_rate, family, night) DO UPDATE SET
-	acked_version = excluded.acked_version, confirmation = excluded.confirmation,
-	sent_version = greatest(c.sent_version, excluded.acked_version),
-	a_amount = excluded.a_amount, a_currency = excluded.a_currency, a_inventory = excluded.a_inventory,
-	a_min_los = excluded.a_min_los, a_max_los = excluded.a_max_los, a_stop_sell = excluded.a_stop_sell,
-	a_cta = excluded.a_cta, a_ctd = excluded.a_ctd,
-	owed_since = CASE WHEN excluded.acked_version >= c.desired_version THEN NULL ELSE c.owed_since END
-WHERE c.acked_version <= excluded.acked_version
-RETURNING room_rate, night`, append(a.args(), conf)...)
+			// A request of more than one statement upserts its confirmation again,
+			// to the same row.
+			got, _ := tx.Query(ctx, ackCellsSQL+`
+RETURNING room_rate, night`, append(a.args(), confArgs...)...)
 			var id int32
 			var night time.Time
 			at := map[[2]int64]cellRow{}
@@ -538,28 +555,15 @@ RETURNING room_rate, night`, append(a.args(), conf)...)
 				return err
 			}
 		}
-		var outs []outcomeRow
-		for _, ref := range ack.Superseded {
-			outs = append(outs, outcomeRow{mutationID: ref.ID, family: r.Family, channel: ch,
-				outcome: models.OutcomeSuperseded, reason: "a newer version was sent", night: ref.StayDate, nights: ref.Nights})
-		}
-		for _, ref := range r.Refs {
-			if slices.Contains(ack.FailedLines, ref.Line) || ref.Line < 0 || ref.Line >= len(r.Lines) {
-				continue
+		outs := slices.Clone(outs)
+		for i, row := range cellOf {
+			if row != nil && !won[cellKey{row.cell(), r.Family}] {
+				outs[i].outcome, outs[i].reason = models.OutcomeSuperseded, "a newer version was acknowledged"
 			}
-			l := r.Lines[ref.Line]
-			c := models.Cell{Channel: r.Channel, PropertyID: r.PropertyID, RoomTypeCode: l.RoomTypeCode,
-				RatePlanCode: l.RatePlanCode, StayDate: ref.StayDate}
-			o := outcomeRow{mutationID: ref.ID, family: r.Family, channel: ch, outcome: models.OutcomeCommitted,
-				night: ref.StayDate, nights: ref.Nights}
-			if !won[cellKey{c, r.Family}] {
-				o.outcome, o.reason = models.OutcomeSuperseded, "a newer version was acknowledged"
-			}
-			outs = append(outs, o)
 		}
 		// Last: the outcome counters and the parity lag are rows every push of the
 		// channel writes, locked from this statement to the commit.
-		inserted, err := insertOutcomesLag(ctx, tx, batch.id, outs, lagOf(s.now(), batch, ch, r.PropertyID))
+		inserted, err := insertOutcomesLag(ctx, tx, batch.id, outs, lag)
 		if err != nil {
 			return err
 		}
@@ -572,6 +576,111 @@ RETURNING room_rate, night`, append(a.args(), conf)...)
 	}
 	return committed, superseded, nil
 }
+
+// ackCellsSQL writes acknowledged lines (cellArrays' args, $1..$12) and their
+// confirmation (channel $13, code $14, none when empty, confirmed at $15, last
+// night $16) in one statement: the confirmation is locked before the cells, as every
+// writer does. A cell holding a newer acknowledged version is left alone.
+const ackCellsSQL = `
+WITH f AS (
+	INSERT INTO confirmations AS f (channel, code, confirmed_at, last_night)
+	SELECT $13::smallint, $14::text, $15::timestamptz, $16::date WHERE $14::text <> ''
+	ON CONFLICT (channel, code) DO UPDATE SET last_night = greatest(f.last_night, excluded.last_night)
+	RETURNING id)
+INSERT INTO cells AS c (room_rate, family, night, acked_version, a_amount, a_currency, a_inventory,
+	a_min_los, a_max_los, a_stop_sell, a_cta, a_ctd, sent_version, confirmation)
+SELECT u.*, u.version, (SELECT id FROM f) FROM ` + unnestCells + `
+ON CONFLICT (room_rate, family, night) DO UPDATE SET
+	acked_version = excluded.acked_version, confirmation = excluded.confirmation,
+	sent_version = greatest(c.sent_version, excluded.acked_version),
+	a_amount = excluded.a_amount, a_currency = excluded.a_currency, a_inventory = excluded.a_inventory,
+	a_min_los = excluded.a_min_los, a_max_los = excluded.a_max_los, a_stop_sell = excluded.a_stop_sell,
+	a_cta = excluded.a_cta, a_ctd = excluded.a_ctd,
+	owed_since = CASE WHEN excluded.acked_version >= c.desired_version THEN NULL ELSE c.owed_since END
+WHERE c.acked_version <= excluded.acked_version`
+
+// ackPipelined is RecordAcknowledged of a request whose cells and outcomes each fit
+// one statement and that ends no night of a range: its two statements go to the
+// server at once, in one implicit transaction (one round trip, not a transaction's
+// four). The outcome statement reads whether each ref's cell now holds the version
+// this request wrote (the first statement's row locks hold until the commit): a
+// cell a newer acknowledgement holds is superseded. ok is false, with nothing
+// written, when the request needs RecordAcknowledged's transaction.
+func (s *Store) ackPipelined(ctx context.Context, batch int64, rows []cellRow, confArgs []any,
+	outs []outcomeRow, cellOf []*cellRow, lag *lagBump) (counts map[models.Outcome]int, ok bool, err error) {
+	if len(rows) > rowsPerStatement || len(outs) > rowsPerStatement || len(outs) == 0 {
+		return nil, false, nil
+	}
+	for _, o := range outs {
+		if o.nights > 0 && o.family != "" {
+			return nil, false, nil
+		}
+	}
+	var a cellArrays
+	for _, row := range rows {
+		a.add(row)
+	}
+	// The counter rows are locked in (channel, outcome) order by the statement
+	// itself (outcomesWith's bump).
+	n := len(outs)
+	ids, fams, chs := make([]string, n), make([]pgtype.Text, n), make([]int16, n)
+	outcomes, reasons := make([]string, n), make([]pgtype.Text, n)
+	roomRates, nights, versions := make([]pgtype.Int4, n), make([]pgtype.Date, n), make([]pgtype.Int8, n)
+	for i, o := range outs {
+		ids[i], chs[i], outcomes[i] = o.mutationID, o.channel, string(o.outcome)
+		fams[i] = pgtype.Text{String: string(o.family), Valid: o.family != ""}
+		reasons[i] = pgtype.Text{String: o.reason, Valid: o.reason != ""}
+		if row := cellOf[i]; row != nil {
+			roomRates[i] = pgtype.Int4{Int32: row.id, Valid: true}
+			nights[i] = pgtype.Date{Time: row.night.Time(), Valid: true}
+			versions[i] = pgtype.Int8{Int64: row.line.Version, Valid: true}
+		}
+	}
+	var b pgx.Batch
+	b.Queue(ackCellsSQL, append(a.args(), confArgs...)...)
+	b.Queue(outcomesWith(ackOutcomesSource)+lagSQL+outcomesTallySQL, batch, ids, fams, chs, outcomes, reasons,
+		lag.channel, lag.property, lag.minute, lag.bucket, roomRates, nights, versions)
+	br := s.pool.SendBatch(ctx, &b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	if _, err := br.Exec(); err != nil {
+		return nil, true, err
+	}
+	got, _ := br.Query()
+	inserted := map[models.Outcome]int{}
+	var outcome string
+	var k int
+	if _, err := pgx.ForEachRow(got, []any{&outcome, &k}, func() error {
+		inserted[models.Outcome(outcome)] += k
+		return nil
+	}); err != nil {
+		return nil, true, fmt.Errorf("record outcomes: %w", err)
+	}
+	// Committed first: a retry reads back what was stored before.
+	if err := br.Close(); err != nil {
+		return nil, true, err
+	}
+	counts, err = storedCounts(ctx, s.pool, batch, outs, inserted)
+	return counts, true, err
+}
+
+// ackOutcomesSource is outcomesWith's rows for ackPipelined: $2..$6 as in
+// outcomeRows, and per ref its cell ($11 room rate, $12 night, $13 the version the
+// request wrote; null for a ref with no cell): a committed ref whose cell holds
+// another acknowledged version now is superseded.
+const ackOutcomesSource = `
+	SELECT $1, k.mutation_id, k.family, k.channel,
+		CASE WHEN k.outcome = 'committed' AND c.acked_version IS DISTINCT FROM k.version
+			THEN 'superseded'::outcome ELSE k.outcome END,
+		CASE WHEN k.outcome = 'committed' AND c.acked_version IS DISTINCT FROM k.version
+			THEN 'a newer version was acknowledged' ELSE k.reason END
+	FROM unnest($2::text[], $3::text[]::family[], $4::smallint[], $5::text[]::outcome[], $6::text[],
+		$11::integer[], $12::date[], $13::bigint[])
+		AS k(mutation_id, family, channel, outcome, reason, room_rate, night, version)
+	LEFT JOIN cells c ON c.room_rate = k.room_rate AND c.family = k.family AND c.night = k.night`
 
 // CellState is what the store knows of one cell and family.
 type CellState struct {

@@ -43,6 +43,21 @@ func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pg
 
 func (l *statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+func (l *statementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+// TraceBatchQuery keeps each statement of a batch as if sent alone.
+func (l *statementLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	l.mu.Lock()
+	if l.on {
+		l.stmts = append(l.stmts, loggedStatement{data.SQL, data.Args})
+	}
+	l.mu.Unlock()
+}
+
+func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 // loadProductionShape fills the schema as a running system's would look, sized so
 // that the planner prefers an index wherever a statement offers one: a channel's
 // cells over 200 nights (past nights as a daily prune leaves them), 36 days of

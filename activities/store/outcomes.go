@@ -64,14 +64,19 @@ type lagBump struct {
 	bucket   int16
 }
 
-// outcomesSQL inserts the outcomes of $2..$6 for batch $1 and bumps outcome_counts
-// with them; lagSQL, when appended, adds those of channel $7 it committed to the
-// ack_lag rows of the channel and of property $8 for minute $9 and bucket $10.
-const (
-	outcomesSQL = `
+// outcomeRows are the outcome rows (batch, mutation_id, family, channel, outcome,
+// reason) of $2..$6 for batch $1.
+const outcomeRows = `
+	SELECT $1, * FROM unnest($2::text[], $3::text[]::family[], $4::smallint[], $5::text[]::outcome[], $6::text[])`
+
+// outcomesWith inserts the outcome rows of source (outcomeRows' columns, batch $1)
+// and bumps outcome_counts with them; lagSQL, when appended, adds those of channel
+// $7 it committed to the ack_lag rows of the channel and of property $8 for minute
+// $9 and bucket $10.
+func outcomesWith(source string) string {
+	return `
 WITH ins AS (
-	INSERT INTO outcomes (batch, mutation_id, family, channel, outcome, reason)
-	SELECT $1, * FROM unnest($2::text[], $3::text[]::family[], $4::smallint[], $5::text[]::outcome[], $6::text[])
+	INSERT INTO outcomes (batch, mutation_id, family, channel, outcome, reason)` + source + `
 	ON CONFLICT (batch, mutation_id, family) DO NOTHING
 	RETURNING channel, outcome),
 tally AS (SELECT channel, outcome, count(*)::integer AS n FROM ins GROUP BY 1, 2),
@@ -80,6 +85,9 @@ bump AS (
 	SELECT $1, channel, outcome, n FROM tally ORDER BY channel, outcome
 	ON CONFLICT (batch, channel, outcome) DO UPDATE SET n = c.n + excluded.n
 	RETURNING 1)`
+}
+
+const (
 	// The count of bump makes every counter row locked before the lag rows, as
 	// when they were two statements; the channel's lag row goes before the
 	// property's (recordLag's order).
@@ -112,9 +120,9 @@ func insertOutcomesLag(ctx context.Context, tx pgx.Tx, batch int64, rows []outco
 	slices.SortStableFunc(rows, func(a, b outcomeRow) int {
 		return cmp.Or(cmp.Compare(a.channel, b.channel), cmp.Compare(a.outcome, b.outcome))
 	})
-	sql := outcomesSQL + outcomesTallySQL
+	sql := outcomesWith(outcomeRows) + outcomesTallySQL
 	if lag != nil {
-		sql = outcomesSQL + lagSQL + outcomesTallySQL
+		sql = outcomesWith(outcomeRows) + lagSQL + outcomesTallySQL
 	}
 	inserted := map[models.Outcome]int{}
 	for len(rows) > 0 {
@@ -151,7 +159,7 @@ func insertOutcomesLag(ctx context.Context, tx pgx.Tx, batch int64, rows []outco
 // outcome of their keys, the same on every retry. On a first attempt every key was
 // inserted and the insert's own tally is the answer; only a retry reads the rows
 // back, one index probe per key.
-func storedCounts(ctx context.Context, tx pgx.Tx, batch int64, rows []outcomeRow, inserted map[models.Outcome]int) (map[models.Outcome]int, error) {
+func storedCounts(ctx context.Context, tx dbtx, batch int64, rows []outcomeRow, inserted map[models.Outcome]int) (map[models.Outcome]int, error) {
 	type key struct {
 		id     string
 		family models.Family
@@ -173,7 +181,7 @@ func storedCounts(ctx context.Context, tx pgx.Tx, batch int64, rows []outcomeRow
 // countOutcomes counts the stored outcomes of rows' (mutation, family) keys. The
 // lateral join keeps it to the index probes of the given keys (at most one row per
 // family of a mutation), never the batch's other outcomes.
-func countOutcomes(ctx context.Context, tx pgx.Tx, batch int64, rows []outcomeRow) (map[models.Outcome]int, error) {
+func countOutcomes(ctx context.Context, tx dbtx, batch int64, rows []outcomeRow) (map[models.Outcome]int, error) {
 	ids := make([]string, len(rows))
 	fams := make([]pgtype.Text, len(rows))
 	for i, o := range rows {
