@@ -104,7 +104,8 @@ local function movable_rem(hid, h)
   return true
 end
 -- index_add enters a future held slot, its group's 'n' score already raised to s
--- (one slot more); its members go into ix (the index) and tz (turn), score and
+-- (one slot more) and, where the slot is movable, its count at its priority (with
+-- the priority's bit in s when it is the first); its members go into ix (the index) and tz (turn), score and
 -- member pairs the caller writes with the decision's other writes of those keys,
 -- one ZADD each. index_rem takes one out (sent, given back, due, or re-reserved),
 -- at most once whatever calls it. Both O(log n), with no read of the group's
@@ -117,7 +118,6 @@ local function index_add(hid, h, s, ix, tz)
     ix[#ix + 1] = by_prio(hid, h)
     ix[#ix + 1] = '0'
     ix[#ix + 1] = by_group(hid, h)
-    if incr('c' .. h.p .. SEP .. h.g, '1') == 1 then s = incr(held_of(h.g), BIT_S[h.p + 0]) end
     tz[#tz + 1] = int(math.floor(h.f + max_age))
     tz[#tz + 1] = 'a' .. SEP .. hid
   end
@@ -377,12 +377,14 @@ else
   elseif res_in_scope and redis.call('EXISTS', res) == 0 then
     fresh = true
   end
-  -- A future slot is taken at the next microsecond (now is on one already): written
-  -- padded (pad), it reads back as the same number, so the one string is its score
-  -- in the schedule and turn, its key in the index and its slot in the record.
+  -- A future slot is taken at the next whole ms: written padded (pad), it reads back
+  -- as the same number, so the one string is its score in the schedule, its key in
+  -- the index and its slot in the record; and a whole score is kept as an integer
+  -- in a small sorted set, which a fraction (parsed again on every look) is not.
+  -- Later is never more in any window: the tail is at or after every slot.
   local tail_k = now_k
   if tail > now then
-    tail = math.ceil(tail * 1000) / 1000
+    tail = math.ceil(tail)
     tail_k = pad(tail)
   end
   slot = tail
@@ -408,7 +410,11 @@ else
     -- The slot this request takes is in the future whichever it takes: its group's
     -- count goes up now (index_add takes its score), and this request's turn is that
     -- count over the group's weight.
-    held = incr(held_of(group), ONE_HELD)
+    -- Where the slot is movable its count at this priority goes up first, so that
+    -- the priority's bit (for the first) goes in with the slot: one ZINCRBY less.
+    local d = ONE_HELD
+    if now - first < max_age and incr('c' .. prio_s .. SEP .. group, '1') == 1 then d = int(MASK + BIT[prio]) end
+    held = incr(held_of(group), d)
     local over = redis.call('ZREVRANGEBYSCORE', turn, TURN_BELOW[prio],
       '(' .. turn_score(prio, math.floor(held / MASK) / weight), 'LIMIT', '0', '1')[1]
     if over then
