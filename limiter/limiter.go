@@ -428,7 +428,7 @@ func (l *Limiter) reserveCall(r Request) (keys []string, args []any, err error) 
 	keys = []string{ck.pause, ck.pausedUntil, ck.daily, ck.base + "adaptive:" + scope,
 		ck.base + "sched:" + scope, ck.base + "tat:" + scope, ck.res,
 		ck.base + "gate:" + gateScope, ck.base + "lease:" + gateScope, ck.breaker,
-		ck.base + "index3:" + scope, ck.base + "turn3:" + scope,
+		ck.base + "index4:" + scope, ck.base + "turn4:" + scope,
 		ck.base + "paused_until:" + scope, ck.base + "budget", ck.quotaStop(r.Family), ck.base + "budget_renewed",
 		ck.base + "alive:" + scope}
 	hold := 0

@@ -38,7 +38,7 @@ local PRIO = {'1', '2', '3', '4', '5'}
 -- The index's lower bounds of priority p's slots (by_prio), and the turn scores'
 -- upper bound at p: (p + 1) * TURN, excluded.
 local BY_PRIO = {'(m1' .. SEP, '(m2' .. SEP, '(m3' .. SEP, '(m4' .. SEP, '(m5' .. SEP}
-local TURN_BELOW = {'(2e9', '(3e9', '(4e9', '(5e9', '(6e9'}
+local TURN_BELOW = {'(2e15', '(3e15', '(4e15', '(5e15', '(6e15'}
 -- num0 reads a value MGET or HMGET gave: 0 when the key or field is missing.
 local function num0(v)
   if v then return v + 0 end
@@ -72,10 +72,9 @@ local ONE_HELD, BIT_S = '32', {'1', '2', '4', '8', '16'}
 -- turn_scores writes group g's turn score (n held slots over its weight gw) at every
 -- priority of mask into tz, score and member pairs for turn that the caller writes.
 local function turn_scores(g, gw, n, mask, tz)
-  local x = n / gw
   for p = 1, 5 do
     if mask % (2 * BIT[p]) >= BIT[p] then
-      tz[#tz + 1] = turn_score(p, x)
+      tz[#tz + 1] = turn_score(p, n, gw)
       tz[#tz + 1] = PRIO[p] .. SEP .. g
     end
   end
@@ -236,7 +235,8 @@ end
 -- Held slots that came due leave the index (their holders may still send within
 -- the margin), and work that has waited max_age is never moved again: each slot
 -- passes each step once, so both cost O(log n) amortized per slot. Both times are
--- in turn, scored in Unix ms, far above every turn score: one range finds both.
+-- in turn, scored in Unix ms, between the counts and the turn scores: one range
+-- finds both.
 -- A member's id follows its kind and a SEP.
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', turn, TIMES, now_k)) do
   local hid = string.sub(m, 3)
@@ -416,7 +416,7 @@ else
     if now - first < max_age and incr('c' .. prio_s .. SEP .. group, '1') == 1 then d = int(MASK + BIT[prio]) end
     held = incr(held_of(group), d)
     local over = redis.call('ZREVRANGEBYSCORE', turn, TURN_BELOW[prio],
-      '(' .. turn_score(prio, math.floor(held / MASK) / weight), 'LIMIT', '0', '1')[1]
+      '(' .. turn_score(prio, math.floor(held / MASK), weight), 'LIMIT', '0', '1')[1]
     if over then
       local g = '(g' .. over .. SEP
       local x = redis.call('ZRANGEBYLEX', idx, g .. lo, g .. hi, 'LIMIT', '0', '1')[1]
