@@ -75,16 +75,22 @@
 //	                                          group, weight, first ask); pruned with their
 //	                                          slots, TTL one to two windows (and a second)
 //	                                          after the channel's last slot
-//	<prefix>{<channel>}:index3:<scope>        the held index (lua/prelude.lua says how): the
-//	<prefix>{<channel>}:turn3:<scope>         movable held slots by priority and by priority
+//	<prefix>{<channel>}:index4:<scope>        the held index (lua/prelude.lua says how): the
+//	<prefix>{<channel>}:turn4:<scope>         movable held slots by priority and by priority
 //	                                          and group; per group its held and movable
 //	                                          counts; per priority the groups' turn scores,
 //	                                          and every held slot's due time and age limit.
 //	                                          Emptied as slots come due; TTL one to two
 //	                                          windows (and a second) after the last slot.
-//	                                          (index2, pending2 and turn2, and index,
-//	                                          pending and turn, earlier layouts, are no
-//	                                          longer read: they expire with their slots)
+//	                                          (index3 and turn3, index2, pending2 and
+//	                                          turn2, and index, pending and turn, earlier
+//	                                          layouts, are no longer read: they expire
+//	                                          with their slots)
+//	<prefix>{<channel>}:alive:<scope>         a time (Unix ms) that the scope's sched, index4
+//	                                          and turn4 (and on a channel-wide scope res)
+//	                                          outlive if they exist, so that a decision
+//	                                          reads one value where it read four TTLs
+//	                                          (lua/reserve.lua, keep_alive); expires then
 //	<prefix>{<channel>}:budget                rate, burst, scope and window in force (CheckConfig);
 //	                                          TTL 10 min, renewed by decisions every 30 s
 //	<prefix>{<channel>}:budget_renewed        the mark of the budget's last renewal; TTL 30 s

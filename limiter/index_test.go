@@ -87,20 +87,20 @@ func TestHeldIndexFollowsTheReservations(t *testing.T) {
 	held := map[string]float64{}
 	perGroup := map[string]int{}
 	// The index's members: a kind (and priority), \x01, then the rest; turn holds
-	// the groups' counts below 1e9, their turn scores below 1e10 and, above, the
+	// the groups' counts below 1e9, their turn scores from 1e15 and, between, the
 	// held slots' times: a kind, \x01 and the id.
 	members := map[byte][]string{}
-	for _, m := range rdb.ZRange(ctx, base+"index3:all", 0, -1).Val() {
+	for _, m := range rdb.ZRange(ctx, base+"index4:all", 0, -1).Val() {
 		members[m[0]] = append(members[m[0]], m)
 	}
 	var turn, counts []redis.Z
-	for _, z := range rdb.ZRangeWithScores(ctx, base+"turn3:all", 0, -1).Val() {
+	for _, z := range rdb.ZRangeWithScores(ctx, base+"turn4:all", 0, -1).Val() {
 		m := z.Member.(string)
 		if z.Score < 1e9 {
 			counts = append(counts, z)
 			continue
 		}
-		if z.Score < 1e10 {
+		if z.Score >= 1e15 {
 			turn = append(turn, z)
 			continue
 		}
@@ -178,7 +178,8 @@ func TestHeldIndexFollowsTheReservations(t *testing.T) {
 		p, g, _ := strings.Cut(m, "\x01")
 		pi, _ := strconv.Atoi(p)
 		w := ch.Shares.Of(models.Family(g[strings.IndexByte(g, '|')+1:]))
-		if want := float64(pi)*1e9 + float64(perGroup[g])/float64(w); movable[m] == 0 || math.Abs(z.Score-want) > 1e-6 {
+		// p * 1e15 + held / weight in millionths, rounded (lua/prelude.lua, turn_score).
+		if want := float64(pi)*1e15 + math.Round(float64(perGroup[g])*1e6/float64(w)); movable[m] == 0 || z.Score != want {
 			t.Errorf("turn %q = %f, want %f with %d movable", m, z.Score, want, movable[m])
 		}
 	}
@@ -196,7 +197,7 @@ func TestHeldIndexFollowsTheReservations(t *testing.T) {
 	}
 	time.Sleep(time.Duration((last-nowMS)*float64(time.Millisecond)) + ch.Window + 200*time.Millisecond)
 	mustReserve(t, l, req("idx", 3))
-	for _, k := range []string{"index3", "turn3"} {
+	for _, k := range []string{"index4", "turn4"} {
 		if n := rdb.Exists(ctx, base+k+":all").Val(); n != 0 {
 			t.Errorf("index key %s left once every slot is due", k)
 		}

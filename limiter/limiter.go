@@ -428,18 +428,24 @@ func (l *Limiter) reserveCall(r Request) (keys []string, args []any, err error) 
 	keys = []string{ck.pause, ck.pausedUntil, ck.daily, ck.base + "adaptive:" + scope,
 		ck.base + "sched:" + scope, ck.base + "tat:" + scope, ck.res,
 		ck.base + "gate:" + gateScope, ck.base + "lease:" + gateScope, ck.breaker,
-		ck.base + "index3:" + scope, ck.base + "turn3:" + scope,
-		ck.base + "paused_until:" + scope, ck.base + "budget", ck.quotaStop(r.Family), ck.base + "budget_renewed"}
+		ck.base + "index4:" + scope, ck.base + "turn4:" + scope,
+		ck.base + "paused_until:" + scope, ck.base + "budget", ck.quotaStop(r.Family), ck.base + "budget_renewed",
+		ck.base + "alive:" + scope}
 	hold := 0
 	if r.Hold {
 		hold = 1
 	}
+	// A channel limited as a whole has one scope, whose mark also speaks for res.
+	whole := 0
+	if ck.cfg.Scope != models.ScopeProperty {
+		whole = 1
+	}
 	runs := gateRuns(r.Lines)
-	args = make([]any, 0, 18+4*len(runs))
+	args = make([]any, 0, 19+4*len(runs))
 	args = append(args, r.ID, r.Priority, r.Cost, ck.cfg.DailyQuota, ck.cfg.RatePerMinute, ck.cfg.Burst,
 		l.opts.Margin.Milliseconds(), l.opts.PausePoll.Milliseconds(), l.lease(ck.cfg).Milliseconds(),
 		l.opts.MaxAge.Milliseconds(), r.Property+"|"+string(r.Family), weight, l.opts.GateTTL.Milliseconds(), len(runs), hold,
-		ck.cfg.WindowLength().Milliseconds(), l.cutoff(r.Property))
+		ck.cfg.WindowLength().Milliseconds(), l.cutoff(r.Property), whole)
 	for _, g := range runs {
 		ln := r.Lines[g.line]
 		args = append(args, ln.RoomTypeCode+"|"+ln.RatePlanCode, dayNumber(g.from), dayNumber(g.to), ln.Version)

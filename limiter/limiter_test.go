@@ -708,10 +708,11 @@ func TestEveryKeyHasTTLAndHashTag(t *testing.T) {
 			t.Errorf("key %s lacks its channel hash tag", k)
 		}
 	}
-	// pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker, and
-	// the held index: index, turn (no budget: CheckConfig was not called)
-	if n != 12 {
-		t.Errorf("%d keys, want 12", n)
+	// pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker,
+	// the held index: index, turn, and the mark of the scope's keys' TTLs: alive (no
+	// budget: CheckConfig was not called)
+	if n != 13 {
+		t.Errorf("%d keys, want 13", n)
 	}
 }
 

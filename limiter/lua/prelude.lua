@@ -16,27 +16,30 @@
 -- The held index answers "the earliest future slot held by lower-priority work, or by
 -- the equal-priority group furthest over its turn" without reading the schedule: it
 -- holds only future held slots, and each of its steps is O(log n) in them.
---   index3         lex set of the held slots that may still be moved (younger than
+--   index4         lex set of the held slots that may still be moved (younger than
 --                  max age), two members each: 'mP|slot|id' by priority P then time,
 --                  and 'gP|group|slot|id' by priority, group and time; a slot is
 --                  written in 17 bytes (pad), fields are joined by SEP
---   turn3          zset of three bands. Below TURN, each group's counts:
---                  'n|group' at 32 times its future held slots (the turn's
---                  numerator) plus a bit per priority where it has movable work, and
---                  'cp|group' at its movable slots at priority p. From TURN,
---                  'p|group' at p * TURN + held / weight, for every group with
---                  movable work at priority p: the one furthest over its turn at p is
---                  the highest score below (p + 1) * TURN. Above TIMES, scored in
---                  Unix ms, 'h|id' at every future held slot (swept once it is due)
---                  and 'a|id' at a movable slot's first ask plus max age (swept when
---                  it ages out)
+--   turn4          zset of three bands, every score a whole number (a small sorted
+--                  set keeps those as integers, and parses a fraction again on every
+--                  look). Below 1e9, each group's counts: 'n|group' at 32 times its
+--                  future held slots (the turn's numerator) plus a bit per priority
+--                  where it has movable work, and 'cp|group' at its movable slots at
+--                  priority p. Above TIMES, scored in Unix ms (whole, rounded up),
+--                  'h|id' at every future held slot (swept once it is due) and 'a|id'
+--                  at a movable slot's first ask plus max age (swept when it ages
+--                  out). From TURN, above every time, 'p|group' at p * TURN + held /
+--                  weight in millionths, for every group with movable work at
+--                  priority p: the one furthest over its turn at p is the highest
+--                  score below (p + 1) * TURN
 -- A slot given back, sent, come due or moved leaves the index (and re-enters it at
 -- its new place when moved); entries a reservation writes are its res record's
 -- fields (k is the slot as written in the index). The keys' names are the layout's:
--- earlier layouts kept their slots under index2, pending2 and turn2 (the counts in a
--- set of their own, a group's priorities read from turn on every change), and before
--- that index, pending and turn; these scripts read none of them, so those slots are
--- not moved while they drain and the keys expire with them.
+-- earlier layouts kept their slots under index3 and turn3 (the turn scores below the
+-- times, with a fraction), before that under index2, pending2 and turn2 (the counts
+-- in a set of their own, a group's priorities read from turn on every change), and
+-- before that index, pending and turn; these scripts read none of them, so those
+-- slots are not moved while they drain and the keys expire with them.
 
 if redis.replicate_commands then
   pcall(redis.replicate_commands)
@@ -103,18 +106,17 @@ local HI = '\255'
 local BUDGET_TTL = 600000
 -- BUDGET_RENEW is how often decisions renew it (the TTL of its mark, budget_renewed).
 local BUDGET_RENEW = 30000
--- TURN separates the priorities in the turn score: priority * TURN + held / weight.
-local TURN = 1e9
--- turn_score writes priority p's turn score for a turn of x (held / weight) in
--- integer formatting, to nine decimals: two groups' turns that differ at all differ
--- by at least one over the product of their weights.
-local function turn_score(p, x)
-  local i = math.floor(x)
-  local f = math.floor((x - i) * 1e9 + 0.5)
-  if f >= 1e9 then i, f = i + 1, 0 end
-  return string.format('%d.%09d', p * TURN + i, f)
+-- TURN separates the priorities in the turn score: priority * TURN + held / weight
+-- in millionths, a whole number below 2^53 for a turn (held / weight) below 1e9.
+local TURN = 1e15
+-- turn_score writes priority p's turn score for n held slots over weight gw: two
+-- groups' turns that differ at all differ by at least one over the product of their
+-- weights (shares, at most 100), a hundred millionths or more, so the rounding keeps
+-- their order.
+local function turn_score(p, n, gw)
+  return string.format('%d', p * TURN + math.floor(n * 1e6 / gw + 0.5))
 end
--- TIMES bounds the turn scores from above and the times in turn (Unix ms) from below.
+-- TIMES bounds the times in turn (Unix ms) from below; TURN bounds them from above.
 local TIMES = '(1e10'
 
 -- EPOCH_TAG starts the gate's epoch since the gate holds packed ranges (lua/gate.lua):

@@ -1,10 +1,11 @@
 -- reserve: one decision for one request.
 -- KEYS: pause, paused_until, daily, adaptive, sched, tat, res, gate, lease, breaker,
 --       index, turn, paused_until of scope, budget, quota_stop of the request's
---       family, budget_renewed
+--       family, budget_renewed, alive (the scope's keys' mark)
 -- ARGV: id, priority, cost, daily quota, rate/min, burst, margin ms, poll ms,
 --       lease ms, max age ms, group, weight, gate ttl ms, line count, hold,
---       window ms, cutoff day, then per line: room|plan, first day, last day, version
+--       window ms, cutoff day, channel-wide scope (1|0), then per line:
+--       room|plan, first day, last day, version
 -- -> {state, wait ms, slots left in window, daily used, daily quota, tier,
 --     reason, dropped (line, first day, last day) triples...}
 
@@ -37,12 +38,23 @@ local PRIO = {'1', '2', '3', '4', '5'}
 -- The index's lower bounds of priority p's slots (by_prio), and the turn scores'
 -- upper bound at p: (p + 1) * TURN, excluded.
 local BY_PRIO = {'(m1' .. SEP, '(m2' .. SEP, '(m3' .. SEP, '(m4' .. SEP, '(m5' .. SEP}
-local TURN_BELOW = {'(2e9', '(3e9', '(4e9', '(5e9', '(6e9'}
+local TURN_BELOW = {'(2e15', '(3e15', '(4e15', '(5e15', '(6e15'}
 -- num0 reads a value MGET or HMGET gave: 0 when the key or field is missing.
 local function num0(v)
   if v then return v + 0 end
   return 0
 end
+-- ms_up writes a time in turn in whole ms, rounded up: a sorted set of up to 128
+-- members keeps its scores as text, and one with a fraction is parsed again
+-- (strtod) on every look at it; a held slot leaves the index at most a ms later.
+local function ms_up(x) return int(math.ceil(x)) end
+-- res_in_scope: the channel is limited as a whole, so the reservations (res) are
+-- its one scope's, and the scope's mark (keep_alive) speaks for them too.
+local res_in_scope = ARGV[18] == '1'
+-- alive is the scope's mark (keep_alive); fresh is set once this call may have
+-- made one of the keys the mark speaks of anew.
+local alive = 0
+local fresh = false
 
 -- turn also holds what the turn scores are made of, each group's counts, scored
 -- below every turn score (below TURN): 'n'..SEP..g is MASK times the group's future
@@ -60,10 +72,9 @@ local ONE_HELD, BIT_S = '32', {'1', '2', '4', '8', '16'}
 -- turn_scores writes group g's turn score (n held slots over its weight gw) at every
 -- priority of mask into tz, score and member pairs for turn that the caller writes.
 local function turn_scores(g, gw, n, mask, tz)
-  local x = n / gw
   for p = 1, 5 do
     if mask % (2 * BIT[p]) >= BIT[p] then
-      tz[#tz + 1] = turn_score(p, x)
+      tz[#tz + 1] = turn_score(p, n, gw)
       tz[#tz + 1] = PRIO[p] .. SEP .. g
     end
   end
@@ -92,21 +103,21 @@ local function movable_rem(hid, h)
   return true
 end
 -- index_add enters a future held slot, its group's 'n' score already raised to s
--- (one slot more); its members go into ix (the index) and tz (turn), score and
+-- (one slot more) and, where the slot is movable, its count at its priority (with
+-- the priority's bit in s when it is the first); its members go into ix (the index) and tz (turn), score and
 -- member pairs the caller writes with the decision's other writes of those keys,
 -- one ZADD each. index_rem takes one out (sent, given back, due, or re-reserved),
 -- at most once whatever calls it. Both O(log n), with no read of the group's
 -- other priorities: its mask says where it has movable work.
 local function index_add(hid, h, s, ix, tz)
-  tz[#tz + 1] = h.ss
+  tz[#tz + 1] = ms_up(h.s)
   tz[#tz + 1] = 'h' .. SEP .. hid
   if now - h.f < max_age then
     ix[#ix + 1] = '0'
     ix[#ix + 1] = by_prio(hid, h)
     ix[#ix + 1] = '0'
     ix[#ix + 1] = by_group(hid, h)
-    if incr('c' .. h.p .. SEP .. h.g, '1') == 1 then s = incr(held_of(h.g), BIT_S[h.p + 0]) end
-    tz[#tz + 1] = pad(h.f + max_age)
+    tz[#tz + 1] = int(math.floor(h.f + max_age))
     tz[#tz + 1] = 'a' .. SEP .. hid
   end
   local mask = s % MASK
@@ -132,34 +143,64 @@ local function index_rem(hid, h)
   if #tz > 0 then redis.call('ZADD', turn, unpack(tz)) end
 end
 -- index_move moves a movable held slot to slot t, written as tk: its group's counts
--- stay. Its new members go into ix and tz, as index_add's.
-local function index_move(hid, h, t, tk, ix, tz)
-  redis.call('ZREM', idx, by_prio(hid, h), by_group(hid, h))
+-- stay. Its new members go into ix and tz, as index_add's; its old members of the
+-- index go into rm, which the caller takes out after it wrote ix, so that the index
+-- is never emptied (and so never made again without a TTL) within the decision.
+local function index_move(hid, h, t, tk, ix, tz, rm)
+  rm[#rm + 1] = by_prio(hid, h)
+  rm[#rm + 1] = by_group(hid, h)
   h.s, h.ss, h.k = t, tk, tk
   ix[#ix + 1] = '0'
   ix[#ix + 1] = by_prio(hid, h)
   ix[#ix + 1] = '0'
   ix[#ix + 1] = by_group(hid, h)
-  tz[#tz + 1] = tk
+  tz[#tz + 1] = ms_up(t)
   tz[#tz + 1] = 'h' .. SEP .. hid
 end
--- keep_alive renews the schedule's keys, and with held the index's, so that they
--- outlive slot upto by a window and a second: after that the script forgets every
+-- keep_alive renews the schedule's keys and the index's, so that they outlive slot
+-- upto by a window and a second: after that the script forgets every
 -- slot and reservation they hold, so an idle channel's schedule leaves Redis soon
 -- after its last slot. A TTL is only ever lengthened (other slots of the scope,
 -- and for res of the whole channel, may need it longer), and then by a window
 -- more, so that most calls only read it. Every key is renewed by the call that
 -- writes it: a key emptied and written again must not live on without a TTL.
+--
+-- Reading four TTLs was four calls a decision, so the scope's keys have a mark,
+-- alive (KEYS[17], read with the channel's plain values): a time (Unix ms) that
+-- the schedule, the index and turn of the scope, and on a channel-wide scope the
+-- reservations too, each outlive if they exist. It is written from their TTLs as
+-- read, and expires at that time itself. It stays true as TTLs are only lengthened,
+-- and a key that leaves Redis (emptied) makes it no less true; what would make it
+-- untrue is a key made anew, without a TTL, which a call that finds the mark in
+-- time does not renew. So a call renews whenever it may have made a key anew
+-- (fresh): it knows the keys it writes existed before it wrote them (the
+-- schedule's newest slot it read, an EXISTS of the others), and it writes a key it
+-- also takes members out of before it takes them out, so that no key is emptied
+-- and made again within one call. The reservations are shared by the scopes of a
+-- per-property channel, one of which could make them anew with a shorter TTL than
+-- another's mark says: there they are renewed as before, by their TTL.
 local function renew(k, ttl)
-  if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, int(ttl + math.ceil(w))) end
+  local p = redis.call('PTTL', k)
+  if p == -2 then return nil end
+  if p < ttl then
+    p = ttl + math.ceil(w)
+    redis.call('PEXPIRE', k, int(p))
+  end
+  return now + p
 end
-local function keep_alive(upto, held)
+local function keep_alive(upto, fresh)
   local ttl = math.ceil(upto - now + w) + 1000
-  renew(sched, ttl)
-  renew(res, ttl)
-  if held then
-    renew(idx, ttl)
-    renew(turn, ttl)
+  if not res_in_scope then renew(res, ttl) end
+  if not fresh and alive >= now + ttl then return end
+  local keys = {sched, idx, turn, res_in_scope and res or nil}
+  local x = math.huge
+  for _, k in ipairs(keys) do
+    local e = renew(k, ttl)
+    if e and e < x then x = e end
+  end
+  if x < math.huge and x - now >= 1 then
+    x = math.floor(x)
+    redis.call('SET', KEYS[17], int(x), 'PX', int(x - now))
   end
 end
 -- A reservation's record (res) is its fields joined by SEP, the group last: a
@@ -194,7 +235,8 @@ end
 -- Held slots that came due leave the index (their holders may still send within
 -- the margin), and work that has waited max_age is never moved again: each slot
 -- passes each step once, so both cost O(log n) amortized per slot. Both times are
--- in turn, scored in Unix ms, far above every turn score: one range finds both.
+-- in turn, scored in Unix ms, between the counts and the turn scores: one range
+-- finds both.
 -- A member's id follows its kind and a SEP.
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', turn, TIMES, now_k)) do
   local hid = string.sub(m, 3)
@@ -209,7 +251,8 @@ for _, m in ipairs(redis.call('ZRANGEBYSCORE', turn, TIMES, now_k)) do
 end
 
 -- The channel's plain values, in one read: none is written before it is used.
-local vals = redis.call('MGET', KEYS[1], KEYS[2], KEYS[13], KEYS[15], KEYS[3], KEYS[4], KEYS[6], KEYS[16])
+local vals = redis.call('MGET', KEYS[1], KEYS[2], KEYS[13], KEYS[15], KEYS[3], KEYS[4], KEYS[6], KEYS[16], KEYS[17])
+alive = num0(vals[9])
 -- Decisions keep the channel's budget identity (CheckConfig) alive: renewed to its
 -- full TTL whenever the mark of its last renewal (half a minute) is gone, so that a
 -- decision reads one more value where it asked the budget's TTL.
@@ -284,8 +327,9 @@ if e then
     -- A re-send (Temporal retried the request) or a holder too late for its
     -- slot: the old slot stays in the window as sent, and a new one is needed.
     index_rem(id, e)
-    redis.call('ZREM', sched, id)
     redis.call('ZADD', sched, e.s, id .. '@' .. e.s)
+    redis.call('ZREM', sched, id)
+    fresh = true
     e = nil
   elseif e.s <= paused_until then
     -- A slot that came due during a back-off was never used: it is given back,
@@ -322,12 +366,25 @@ else
   local last = redis.call('ZREVRANGE', sched, '0', '0', 'WITHSCORES')
   if last[2] then tail = math.max(tail, last[2] + 0) end
   tail = window_slot(sched, tail, r, w)
-  -- A future slot is taken at the next microsecond (now is on one already): written
-  -- padded (pad), it reads back as the same number, so the one string is its score
-  -- in the schedule and turn, its key in the index and its slot in the record.
+  -- What this call writes it may make anew (keep_alive): the schedule unless it
+  -- has a slot, the index and turn where the slot is held, and the reservations
+  -- where the mark speaks for them.
+  if not last[2] then fresh = true end
+  if tail > now or hold then
+    local n
+    if res_in_scope then n = redis.call('EXISTS', idx, turn, res) - 1 else n = redis.call('EXISTS', idx, turn) end
+    if n < 2 then fresh = true end
+  elseif res_in_scope and redis.call('EXISTS', res) == 0 then
+    fresh = true
+  end
+  -- A future slot is taken at the next whole ms: written padded (pad), it reads back
+  -- as the same number, so the one string is its score in the schedule, its key in
+  -- the index and its slot in the record; and a whole score is kept as an integer
+  -- in a small sorted set, which a fraction (parsed again on every look) is not.
+  -- Later is never more in any window: the tail is at or after every slot.
   local tail_k = now_k
   if tail > now then
-    tail = math.ceil(tail * 1000) / 1000
+    tail = math.ceil(tail)
     tail_k = pad(tail)
   end
   slot = tail
@@ -353,9 +410,13 @@ else
     -- The slot this request takes is in the future whichever it takes: its group's
     -- count goes up now (index_add takes its score), and this request's turn is that
     -- count over the group's weight.
-    held = incr(held_of(group), ONE_HELD)
+    -- Where the slot is movable its count at this priority goes up first, so that
+    -- the priority's bit (for the first) goes in with the slot: one ZINCRBY less.
+    local d = ONE_HELD
+    if now - first < max_age and incr('c' .. prio_s .. SEP .. group, '1') == 1 then d = int(MASK + BIT[prio]) end
+    held = incr(held_of(group), d)
     local over = redis.call('ZREVRANGEBYSCORE', turn, TURN_BELOW[prio],
-      '(' .. turn_score(prio, math.floor(held / MASK) / weight), 'LIMIT', '0', '1')[1]
+      '(' .. turn_score(prio, math.floor(held / MASK), weight), 'LIMIT', '0', '1')[1]
     if over then
       local g = '(g' .. over .. SEP
       local x = redis.call('ZRANGEBYLEX', idx, g .. lo, g .. hi, 'LIMIT', '0', '1')[1]
@@ -379,12 +440,12 @@ else
     -- The slot is held: what this decision writes to the schedule, the reservations,
     -- the index and turn (the holder moved, if any, and this request) goes in one
     -- call per key.
-    local zs, hs, ix, tz = {}, {}, {}, {}
+    local zs, hs, ix, tz, rm = {}, {}, {}, {}, {}
     if victim_id then
       local h = entry(victim_id)
       slot = victim_k + 0
       e.s, e.ss, e.k = slot, victim_k, victim_k
-      index_move(victim_id, h, tail, tail_k, ix, tz)
+      index_move(victim_id, h, tail, tail_k, ix, tz, rm)
       h.t0, h.t1 = nil, nil
       zs[1], zs[2] = tail_k, victim_id
       hs[1], hs[2] = victim_id, encode(h)
@@ -399,11 +460,12 @@ else
     if slot > now then index_add(id, e, held, ix, tz) end
     redis.call('ZADD', sched, unpack(zs))
     if #ix > 0 then redis.call('ZADD', idx, unpack(ix)) end
+    if #rm > 0 then redis.call('ZREM', idx, unpack(rm)) end
     if #tz > 0 then redis.call('ZADD', turn, unpack(tz)) end
     hs[#hs + 1] = id
     hs[#hs + 1] = encode(e)
     redis.call('HSET', res, unpack(hs))
-    keep_alive(tail, true)
+    keep_alive(tail, fresh)
     return {'wait', math.max(0, math.ceil(slot - now)), left, used, quota, cur, ''}
   end
 end
@@ -417,7 +479,7 @@ local cutoff = ARGV[17] + 0
 local lines = {}
 local bykey = {}
 for i = 0, nlines - 1 do
-  local b = 18 + i * 4
+  local b = 19 + i * 4
   local l = {k = ARGV[b], a = ARGV[b + 1] + 0, z = ARGV[b + 2] + 0, v = ARGV[b + 3]}
   lines[#lines + 1] = l
   bykey[l.k] = bykey[l.k] or {}
@@ -529,7 +591,7 @@ if pace then redis.call('SET', KEYS[6], pace, 'PX', pace_ttl) end
 index_rem(id, e)
 e.st, e.t0, e.t1 = 'sent', nil, nil
 redis.call('HSET', res, id, encode(e))
-keep_alive(slot, false)
+keep_alive(slot, fresh)
 redis.call('INCRBY', KEYS[3], cost)
 redis.call('PEXPIREAT', KEYS[3], midnight)
 local out = {'send', 0, math.max(0, left - 1), after, quota, tier(after, quota), ''}
