@@ -82,10 +82,9 @@
 //	                                          and every held slot's due time and age limit.
 //	                                          Emptied as slots come due; TTL one to two
 //	                                          windows (and a second) after the last slot.
-//	                                          (index3 and turn3, index2, pending2 and
-//	                                          turn2, and index, pending and turn, earlier
-//	                                          layouts, are no longer read: they expire
-//	                                          with their slots)
+//	                                          (index2, pending2 and turn2, and index,
+//	                                          pending and turn, earlier layouts, are no
+//	                                          longer read: they expire with their slots)
 //	<prefix>{<channel>}:alive:<scope>         a time (Unix ms) that the scope's sched, index4
 //	                                          and turn4 (and on a channel-wide scope res)
 //	                                          outlive if they exist, so that a decision

@@ -35,10 +35,9 @@
 -- A slot given back, sent, come due or moved leaves the index (and re-enters it at
 -- its new place when moved); entries a reservation writes are its res record's
 -- fields (k is the slot as written in the index). The keys' names are the layout's:
--- earlier layouts kept their slots under index3 and turn3 (the turn scores below the
--- times, with a fraction), before that under index2, pending2 and turn2 (the counts
--- in a set of their own, a group's priorities read from turn on every change), and
--- before that index, pending and turn; these scripts read none of them, so those
+-- earlier layouts kept their slots under index2, pending2 and turn2 (the counts in
+-- a set of their own, a group's priorities read from turn on every change, the turn
+-- scores with a fraction), and before that index, pending and turn; these scripts read none of them, so those
 -- slots are not moved while they drain and the keys expire with them.
 
 if redis.replicate_commands then
