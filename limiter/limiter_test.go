@@ -716,6 +716,41 @@ func TestEveryKeyHasTTLAndHashTag(t *testing.T) {
 	}
 }
 
+// The scope's keys are renewed through one mark of how long they live (alive), not
+// by reading their TTLs: a key that empties (its held slots came due) and is made
+// again while the mark still says it lives must get a TTL all the same.
+func TestKeysMadeAgainWhileTheMarkLivesHaveTTLs(t *testing.T) {
+	for _, scope := range []models.LimitScope{models.ScopeChannel, models.ScopeProperty} {
+		t.Run(string(scope), func(t *testing.T) {
+			rdb, prefix := testRedis(t)
+			ch := testChannel("again", 60, 1, 1000)
+			ch.Scope = scope
+			// A 6 s window: one interval is about 108 ms, so held slots come due
+			// and leave the index between the calls below.
+			ch.Window = 6 * time.Second
+			l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
+			ctx := context.Background()
+			for i := range 24 {
+				// Bulk work holds a slot whenever one was sent within the interval.
+				mustReserve(t, l, req("again", 4+i%2))
+				iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+				for iter.Next(ctx) {
+					if ttl := rdb.PTTL(ctx, iter.Val()).Val(); ttl <= 0 {
+						t.Fatalf("call %d: key %s has no TTL (%v)", i, iter.Val(), ttl)
+					}
+				}
+				// Every third gap outlasts the held slots, so the index and turn
+				// empty and are made again by the next call.
+				if i%3 == 2 {
+					time.Sleep(300 * time.Millisecond)
+				} else {
+					time.Sleep(40 * time.Millisecond)
+				}
+			}
+		})
+	}
+}
+
 func TestInvalidRequests(t *testing.T) {
 	rdb, prefix := testRedis(t)
 	ch := testChannel("known", 600, 5, 1000)
