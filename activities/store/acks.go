@@ -216,12 +216,7 @@ func (s *Store) ackPipelined(ctx context.Context, batch int64, rows []cellRow, c
 	}
 	got, _ := br.Query()
 	inserted := map[models.Outcome]int{}
-	var outcome string
-	var k int
-	if _, err := pgx.ForEachRow(got, []any{&outcome, &k}, func() error {
-		inserted[models.Outcome(outcome)] += k
-		return nil
-	}); err != nil {
+	if err := addOutcomeCounts(got, inserted); err != nil {
 		return nil, true, fmt.Errorf("record outcomes: %w", err)
 	}
 	// Committed first: a retry reads back what was stored before.

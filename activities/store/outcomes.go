@@ -143,12 +143,7 @@ func insertOutcomesLag(ctx context.Context, tx pgx.Tx, batch int64, rows []outco
 			args = append(args, lag.channel, lag.property, lag.minute, lag.bucket)
 		}
 		got, _ := tx.Query(ctx, sql, args...)
-		var outcome string
-		var n int
-		if _, err := pgx.ForEachRow(got, []any{&outcome, &n}, func() error {
-			inserted[models.Outcome(outcome)] += n
-			return nil
-		}); err != nil {
+		if err := addOutcomeCounts(got, inserted); err != nil {
 			return nil, fmt.Errorf("record outcomes: %w", err)
 		}
 	}
@@ -195,15 +190,21 @@ CROSS JOIN LATERAL (SELECT outcome FROM outcomes o
 	WHERE o.batch = $1 AND o.mutation_id = k.mutation_id AND o.family IS NOT DISTINCT FROM k.family) o
 GROUP BY 1`, batch, ids, fams)
 	counts := map[models.Outcome]int{}
-	var outcome string
-	var n int
-	if _, err := pgx.ForEachRow(got, []any{&outcome, &n}, func() error {
-		counts[models.Outcome(outcome)] = n
-		return nil
-	}); err != nil {
+	if err := addOutcomeCounts(got, counts); err != nil {
 		return nil, fmt.Errorf("count outcomes: %w", err)
 	}
 	return counts, nil
+}
+
+// addOutcomeCounts adds rows of (outcome, count) to counts.
+func addOutcomeCounts(rows pgx.Rows, counts map[models.Outcome]int) error {
+	var outcome string
+	var n int
+	_, err := pgx.ForEachRow(rows, []any{&outcome, &n}, func() error {
+		counts[models.Outcome(outcome)] += n
+		return nil
+	})
+	return err
 }
 
 // RecordOutcomes records outcomes of batch batchID, each at most once: a (mutation,
