@@ -96,9 +96,10 @@ type Options struct {
 	Worker []fx.Option
 	// PoolConns bounds each worker's PostgreSQL pool (pool_max_conns in its
 	// database URL). 0 is testPoolConns: the stacks of a test run share one
-	// PostgreSQL server, whose 100 connections a worker sized to its activity slots
-	// (36) would take three at a time of. -1 keeps the worker's own sizing, for the
-	// benchmarks, which run one stack at a time and measure the push path.
+	// PostgreSQL server of 100 connections, and three workers sized to their
+	// activity slots (36 each) would take them all. -1 keeps the worker's own
+	// sizing, for the benchmarks, which run one stack at a time and measure the
+	// push path.
 	PoolConns int
 }
 
