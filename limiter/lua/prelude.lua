@@ -112,8 +112,9 @@ local TURN = 1e15
 -- groups' turns that differ at all differ by at least one over the product of their
 -- weights (shares, at most 100), a hundred millionths or more, so the rounding keeps
 -- their order.
-local function turn_score(p, n, gw)
-  return string.format('%d', p * TURN + math.floor(n * 1e6 / gw + 0.5))
+-- fmt, '%d' unless given, may write it as an exclusive bound ('(%d').
+local function turn_score(p, n, gw, fmt)
+  return string.format(fmt or '%d', p * TURN + math.floor(n * 1e6 / gw + 0.5))
 end
 -- TIMES bounds the times in turn (Unix ms) from below; TURN bounds them from above.
 local TIMES = '(1e10'

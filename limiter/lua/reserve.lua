@@ -37,7 +37,9 @@ local now_k = pad(now)
 local PRIO = {'1', '2', '3', '4', '5'}
 -- The index's lower bounds of priority p's slots (by_prio), and the turn scores'
 -- upper bound at p: (p + 1) * TURN, excluded.
-local BY_PRIO = {'(m1' .. SEP, '(m2' .. SEP, '(m3' .. SEP, '(m4' .. SEP, '(m5' .. SEP}
+-- Written as literals ('\1' is SEP): a constant costs nothing per call, where a
+-- concatenation makes a new string each time.
+local BY_PRIO = {'(m1\1', '(m2\1', '(m3\1', '(m4\1', '(m5\1'}
 local TURN_BELOW = {'(2e15', '(3e15', '(4e15', '(5e15', '(6e15'}
 -- num0 reads a value MGET or HMGET gave: 0 when the key or field is missing.
 local function num0(v)
@@ -67,8 +69,8 @@ local MASK = 32
 local BIT = {1, 2, 4, 8, 16}
 local function incr(m, d) return redis.call('ZINCRBY', turn, d, m) + 0 end
 local function held_of(g) return 'n' .. SEP .. g end
--- The increments of a group's count as strings: a slot more, and a priority's bit.
-local ONE_HELD, BIT_S = '32', {'1', '2', '4', '8', '16'}
+-- The increment of a group's count, as a string: a slot more.
+local ONE_HELD = '32'
 -- turn_scores writes group g's turn score (n held slots over its weight gw) at every
 -- priority of mask into tz, score and member pairs for turn that the caller writes.
 local function turn_scores(g, gw, n, mask, tz)
@@ -217,13 +219,13 @@ local function encode(h)
     (h.fk or pad(h.f)) .. SEP .. (h.t0 or '') .. SEP .. (h.t1 or '') .. SEP .. h.g
 end
 local function decode(raw)
-  if string.sub(raw, 1, 1) == '{' then return cjson.decode(raw) end -- written as JSON before
+  if string.byte(raw) == 123 then return cjson.decode(raw) end -- '{': written as JSON before
   local st, s, k, p, gw, f, t0, t1, g = string.match(raw,
     '^([^\1]*)\1([^\1]*)\1([^\1]*)\1([^\1]*)\1([^\1]*)\1([^\1]*)\1([^\1]*)\1([^\1]*)\1(.*)$')
   if t1 == '' then t1 = nil end
   -- A first ask written exactly (%.17g, before) is padded again where needed.
   local fk = nil
-  if #f == 17 and string.sub(f, 14, 14) == '.' then fk = f end
+  if #f == 17 and string.byte(f, 14) == 46 then fk = f end -- '.'
   return {st = st, s = s + 0, ss = s, k = k, p = p, w = gw, f = f + 0, fk = fk, t0 = t0, t1 = t1, g = g}
 end
 local function entry(hid)
@@ -398,13 +400,16 @@ else
   local victim_k, victim_id, held = nil, nil, nil
   if tail > now then
     -- A member is its kind (and priority, and group), SEP, the 17 bytes of its
-    -- slot, SEP and the id: the slot and the id are read at fixed offsets.
-    local lo, hi = now_k .. HI, tail_k .. SEP
+    -- slot, SEP and the id: the slot and the id are read at fixed offsets, the id
+    -- only of the candidate that wins. Each bound is one concatenation: every
+    -- string a decision makes costs an allocation and its collection.
+    local victim_x, victim_at = nil, nil
     for p = prio + 1, 5 do
-      local x = redis.call('ZRANGEBYLEX', idx, BY_PRIO[p] .. lo, BY_PRIO[p] .. hi, 'LIMIT', '0', '1')[1]
+      local x = redis.call('ZRANGEBYLEX', idx, BY_PRIO[p] .. now_k .. HI, BY_PRIO[p] .. tail_k .. SEP,
+        'LIMIT', '0', '1')[1]
       if x then
         local k = string.sub(x, 4, 20)
-        if not victim_k or k < victim_k then victim_k, victim_id = k, string.sub(x, 22) end
+        if not victim_k or k < victim_k then victim_k, victim_x, victim_at = k, x, 22 end
       end
     end
     -- The slot this request takes is in the future whichever it takes: its group's
@@ -416,16 +421,17 @@ else
     if now - first < max_age and incr('c' .. prio_s .. SEP .. group, '1') == 1 then d = int(MASK + BIT[prio]) end
     held = incr(held_of(group), d)
     local over = redis.call('ZREVRANGEBYSCORE', turn, TURN_BELOW[prio],
-      '(' .. turn_score(prio, math.floor(held / MASK), weight), 'LIMIT', '0', '1')[1]
+      turn_score(prio, math.floor(held / MASK), weight, '(%d'), 'LIMIT', '0', '1')[1]
     if over then
-      local g = '(g' .. over .. SEP
-      local x = redis.call('ZRANGEBYLEX', idx, g .. lo, g .. hi, 'LIMIT', '0', '1')[1]
+      local x = redis.call('ZRANGEBYLEX', idx, '(g' .. over .. SEP .. now_k .. HI, '(g' .. over .. SEP .. tail_k .. SEP,
+        'LIMIT', '0', '1')[1]
       if x then
         local at = #over + 3
         local k = string.sub(x, at, at + 16)
-        if not victim_k or k < victim_k then victim_k, victim_id = k, string.sub(x, at + 18) end
+        if not victim_k or k < victim_k then victim_k, victim_x, victim_at = k, x, at + 18 end
       end
     end
+    if victim_x then victim_id = string.sub(victim_x, victim_at) end
   end
   e = {st = 'held', s = tail, ss = tail_k, k = tail_k, p = prio_s, g = group, w = weight_s, f = first, fk = first_k}
   local next_tat = pad(math.max(tat, tail) + interval)
