@@ -30,7 +30,7 @@ const channexMaxValues = 10000
 func (s *Simulator) serveChannex(w http.ResponseWriter, r *http.Request, ch *channel, endpoint string) {
 	switch r.Method {
 	case http.MethodPost:
-		s.protocolPush(w, r, ch, func(body []byte, readErr error, now time.Time, f Faults) reply {
+		s.handlePush(w, r, ch, func(body []byte, readErr error, now time.Time, f Faults, _ *RequestRecord) reply {
 			return s.channexPush(ch, r, endpoint, body, readErr, now, f)
 		})
 	case http.MethodGet:

@@ -15,22 +15,11 @@ import (
 const maxIdempotencyKeyLen = 255
 
 func (s *Simulator) servePush(w http.ResponseWriter, r *http.Request, ch *channel) {
-	body, readErr, f, ok := s.receive(w, r, ch)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	now := s.now()
-	rec := RequestRecord{At: now, Channel: ch.cfg.Slug}
-	late := ch.deferApplies(f)
-	rep, key := s.push(ch, r, body, readErr, now, f, &rec)
-	ch.deferred = nil
-	ch.rateHeaders(key, now, rep.header)
-	rec.Status = rep.status
-	s.record(rec)
-	s.mu.Unlock()
-	s.applyLate(ch, f, *late)
-	rep.write(w)
+	s.handlePush(w, r, ch, func(body []byte, readErr error, now time.Time, f Faults, rec *RequestRecord) reply {
+		rep, key := s.push(ch, r, body, readErr, now, f, rec)
+		ch.rateHeaders(key, now, rep.header)
+		return rep
+	})
 }
 
 // push decides one push; it runs under s.mu and returns the limit key it counted

@@ -48,7 +48,7 @@ func (s *Simulator) serveOpenTravel(w http.ResponseWriter, r *http.Request, ch *
 		allow(w, r, http.MethodPost)
 		return
 	}
-	s.protocolPush(w, r, ch, func(body []byte, readErr error, now time.Time, f Faults) reply {
+	s.handlePush(w, r, ch, func(body []byte, readErr error, now time.Time, f Faults, _ *RequestRecord) reply {
 		return s.otaPush(ch, r, msg, body, readErr, now, f)
 	})
 }

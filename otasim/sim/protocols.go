@@ -42,20 +42,23 @@ func (s *Simulator) serveProtocol(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// protocolPush is what the Channex and OpenTravel handlers share: one push read
-// whole, counted, delayed by the latency faults, and answered under s.mu.
-func (s *Simulator) protocolPush(w http.ResponseWriter, r *http.Request, ch *channel,
-	decide func(body []byte, readErr error, now time.Time, f Faults) reply) {
+// handlePush is what the push handlers of every protocol share: one push read
+// whole, counted, delayed by the latency faults, decided and recorded under s.mu.
+// decide fills in rec what it learns of the request.
+func (s *Simulator) handlePush(w http.ResponseWriter, r *http.Request, ch *channel,
+	decide func(body []byte, readErr error, now time.Time, f Faults, rec *RequestRecord) reply) {
 	body, readErr, f, ok := s.receive(w, r, ch)
 	if !ok {
 		return
 	}
 	s.mu.Lock()
 	now := s.now()
+	rec := RequestRecord{At: now, Channel: ch.cfg.Slug}
 	late := ch.deferApplies(f)
-	rep := decide(body, readErr, now, f)
+	rep := decide(body, readErr, now, f, &rec)
 	ch.deferred = nil
-	s.record(RequestRecord{At: now, Channel: ch.cfg.Slug, Status: rep.status})
+	rec.Status = rep.status
+	s.record(rec)
 	s.mu.Unlock()
 	s.applyLate(ch, f, *late)
 	rep.write(w)
