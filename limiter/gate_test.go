@@ -56,7 +56,8 @@ func gateRecords(t *testing.T, rdb *redis.Client, key, roomPlan string) []gateRa
 	return out
 }
 
-// sendAll reserves r until it is decided (waiting out held slots) and releases it.
+// decide reserves r until it is decided (waiting out held slots for up to 5 s) and
+// releases it if it was sent.
 func decide(t *testing.T, l *Limiter, r Request) Decision {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
