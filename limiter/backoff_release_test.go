@@ -70,11 +70,8 @@ func TestWaitersReleasedByABackoffLeaveAtTheChannelsPace(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb, prefix := testRedis(t)
-			ch := testChannel("release", 60, 3, 1000)
-			ch.Scope = tc.scope
-			// A 6 s window: one interval is (6 s + 500 ms margin) / 60, 108 ms, so
-			// several held slots fall within the margin of the back-off's end.
-			ch.Window = 6 * time.Second
+			// Several held slots fall within the margin of the back-off's end.
+			ch := shortWindowChannel("release", 3, tc.scope)
 			l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
 			interval := (ch.Window + l.Margin()) / time.Duration(ch.RatePerMinute)
 			const backoff = 700 * time.Millisecond

@@ -38,6 +38,24 @@ func testChannel(slug string, perMinute, burst, quota int) models.ChannelConfig 
 	}
 }
 
+// shortWindowChannel is testChannel(slug, 60, burst, 1000) limited per scope over a
+// 6 s window: one interval is (6 s + the 500 ms margin) / 60, 108 ms, so held slots
+// come due, and a back-off's waiters leave, within a short test.
+func shortWindowChannel(slug string, burst int, scope models.LimitScope) models.ChannelConfig {
+	ch := testChannel(slug, 60, burst, 1000)
+	ch.Scope = scope
+	ch.Window = 6 * time.Second
+	return ch
+}
+
+// inEachScope runs test once for each limit scope, per channel and per property.
+func inEachScope(t *testing.T, test func(t *testing.T, scope models.LimitScope)) {
+	t.Helper()
+	for _, scope := range []models.LimitScope{models.ScopeChannel, models.ScopeProperty} {
+		t.Run(string(scope), func(t *testing.T) { test(t, scope) })
+	}
+}
+
 // perPropertyLimiter is a limiter of one channel that limits per property and
 // family (testChannel's, scope property).
 func perPropertyLimiter(t *testing.T, slug string, perMinute, burst, quota int) *Limiter {
@@ -373,9 +391,7 @@ func TestExpiredLeaseNoLongerBlocks(t *testing.T) {
 // three blocked answers (one of them for a slot held first) a burst of 6 is whole.
 func TestARequestNotSentConsumesNothing(t *testing.T) {
 	rdb, prefix := testRedis(t)
-	ch := testChannel("nosend", 60, 6, 1000)
-	// A short window keeps the test short: one interval is (6 s + margin) / 60.
-	ch.Window = 6 * time.Second
+	ch := shortWindowChannel("nosend", 6, models.ScopeChannel)
 	l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
 	ctx := context.Background()
 	blocker := req("nosend", 3)
@@ -720,35 +736,30 @@ func TestEveryKeyHasTTLAndHashTag(t *testing.T) {
 // by reading their TTLs: a key that empties (its held slots came due) and is made
 // again while the mark still says it lives must get a TTL all the same.
 func TestKeysMadeAgainWhileTheMarkLivesHaveTTLs(t *testing.T) {
-	for _, scope := range []models.LimitScope{models.ScopeChannel, models.ScopeProperty} {
-		t.Run(string(scope), func(t *testing.T) {
-			rdb, prefix := testRedis(t)
-			ch := testChannel("again", 60, 1, 1000)
-			ch.Scope = scope
-			// A 6 s window: one interval is about 108 ms, so held slots come due
-			// and leave the index between the calls below.
-			ch.Window = 6 * time.Second
-			l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
-			ctx := context.Background()
-			for i := range 24 {
-				// Bulk work holds a slot whenever one was sent within the interval.
-				mustReserve(t, l, req("again", 4+i%2))
-				iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-				for iter.Next(ctx) {
-					if ttl := rdb.PTTL(ctx, iter.Val()).Val(); ttl <= 0 {
-						t.Fatalf("call %d: key %s has no TTL (%v)", i, iter.Val(), ttl)
-					}
-				}
-				// Every third gap outlasts the held slots, so the index and turn
-				// empty and are made again by the next call.
-				if i%3 == 2 {
-					time.Sleep(300 * time.Millisecond)
-				} else {
-					time.Sleep(40 * time.Millisecond)
+	inEachScope(t, func(t *testing.T, scope models.LimitScope) {
+		rdb, prefix := testRedis(t)
+		// Held slots come due and leave the index between the calls below.
+		ch := shortWindowChannel("again", 1, scope)
+		l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
+		ctx := context.Background()
+		for i := range 24 {
+			// Bulk work holds a slot whenever one was sent within the interval.
+			mustReserve(t, l, req("again", 4+i%2))
+			iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+			for iter.Next(ctx) {
+				if ttl := rdb.PTTL(ctx, iter.Val()).Val(); ttl <= 0 {
+					t.Fatalf("call %d: key %s has no TTL (%v)", i, iter.Val(), ttl)
 				}
 			}
-		})
-	}
+			// Every third gap outlasts the held slots, so the index and turn
+			// empty and are made again by the next call.
+			if i%3 == 2 {
+				time.Sleep(300 * time.Millisecond)
+			} else {
+				time.Sleep(40 * time.Millisecond)
+			}
+		}
+	})
 }
 
 func TestInvalidRequests(t *testing.T) {
@@ -881,50 +892,45 @@ func TestA429OnAPropertyBacksOffThatPropertyOnly(t *testing.T) {
 // When a back-off ends, the requests that waited for it leave at the channel's pace,
 // one interval apart, not together in a burst.
 func TestWaitersAfterABackoffLeaveAtThePace(t *testing.T) {
-	for _, scope := range []models.LimitScope{models.ScopeChannel, models.ScopeProperty} {
-		t.Run(string(scope), func(t *testing.T) {
-			rdb, prefix := testRedis(t)
-			ch := testChannel("after429", 60, 6, 1000)
-			ch.Scope = scope
-			// A 6 s window: one interval is (6 s + margin) / 60, 108 ms.
-			ch.Window = 6 * time.Second
-			l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
-			interval := (ch.Window + 500*time.Millisecond) / 60
-			ctx := context.Background()
-			// The back-off ends at end or a little after (the call's own latency).
-			end := time.Now().Add(300 * time.Millisecond)
-			if err := l.BackoffScope(ctx, "after429", "prop_00000001", models.FamilyRates, 300*time.Millisecond); err != nil {
-				t.Fatal(err)
+	inEachScope(t, func(t *testing.T, scope models.LimitScope) {
+		rdb, prefix := testRedis(t)
+		ch := shortWindowChannel("after429", 6, scope)
+		l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
+		interval := (ch.Window + l.Margin()) / time.Duration(ch.RatePerMinute)
+		ctx := context.Background()
+		// The back-off ends at end or a little after (the call's own latency).
+		end := time.Now().Add(300 * time.Millisecond)
+		if err := l.BackoffScope(ctx, "after429", "prop_00000001", models.FamilyRates, 300*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		var waiters []Request
+		for range 4 {
+			r := req("after429", 3)
+			d := mustReserve(t, l, r)
+			if d.State != Backoff {
+				t.Fatalf("during the back-off: %+v", d)
 			}
-			var waiters []Request
-			for range 4 {
-				r := req("after429", 3)
-				d := mustReserve(t, l, r)
-				if d.State != Backoff {
-					t.Fatalf("during the back-off: %+v", d)
-				}
-				waiters = append(waiters, r)
+			waiters = append(waiters, r)
+		}
+		time.Sleep(time.Until(end.Add(20 * time.Millisecond)))
+		asked := time.Now()
+		slots := slotsOf(t, l, waiters)
+		// The pace restarts at the back-off's end: waiter i leaves no earlier
+		// than i intervals after it (half an interval's slack), however late the
+		// waiters ask again (a busy machine may wake this test after the end).
+		for i, at := range slots {
+			after := asked.Add(at).Sub(end)
+			if want := time.Duration(i)*interval - interval/2; after < want {
+				t.Fatalf("waiters after the back-off leave %v after asking, %v after its end: waiter %d %s after the end, want at least %s (one interval is %s)",
+					slots, asked.Sub(end), i, after, want, interval)
 			}
-			time.Sleep(time.Until(end.Add(20 * time.Millisecond)))
-			asked := time.Now()
-			slots := slotsOf(t, l, waiters)
-			// The pace restarts at the back-off's end: waiter i leaves no earlier
-			// than i intervals after it (half an interval's slack), however late the
-			// waiters ask again (a busy machine may wake this test after the end).
-			for i, at := range slots {
-				after := asked.Add(at).Sub(end)
-				if want := time.Duration(i)*interval - interval/2; after < want {
-					t.Fatalf("waiters after the back-off leave %v after asking, %v after its end: waiter %d %s after the end, want at least %s (one interval is %s)",
-						slots, asked.Sub(end), i, after, want, interval)
-				}
-				// A waiter whose turn of the pace is still ahead when they ask
-				// leaves about an interval after the one before, not with it.
-				if ahead := end.Add(time.Duration(i) * interval).Sub(asked); i > 0 && ahead > interval/2 {
-					if gap := slots[i] - slots[i-1]; gap < interval/2 {
-						t.Fatalf("waiters after the back-off leave at %v: %s apart, want about one interval (%s)", slots, gap, interval)
-					}
+			// A waiter whose turn of the pace is still ahead when they ask
+			// leaves about an interval after the one before, not with it.
+			if ahead := end.Add(time.Duration(i) * interval).Sub(asked); i > 0 && ahead > interval/2 {
+				if gap := slots[i] - slots[i-1]; gap < interval/2 {
+					t.Fatalf("waiters after the back-off leave at %v: %s apart, want about one interval (%s)", slots, gap, interval)
 				}
 			}
-		})
-	}
+		}
+	})
 }
