@@ -66,6 +66,22 @@ func perPropertyLimiter(t *testing.T, slug string, perMinute, burst, quota int) 
 	return New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix})
 }
 
+// neighboursSend checks that requests of slug for another property and for another
+// family are sent: on a per-property channel each property and family has its own
+// window and back-off. why ends the failure message.
+func neighboursSend(t *testing.T, l *Limiter, slug, why string) {
+	t.Helper()
+	other := req(slug, 3)
+	other.Property = "prop_00000002"
+	avail := req(slug, 3)
+	avail.Family = models.FamilyAvailability
+	for _, r := range []Request{other, avail} {
+		if d := mustReserve(t, l, r); d.State != Send {
+			t.Fatalf("%s/%s %s: %+v", r.Property, r.Family, why, d)
+		}
+	}
+}
+
 var ids atomic.Int64
 
 func req(channel string, priority int) Request {
@@ -638,15 +654,7 @@ func TestPerPropertyWindows(t *testing.T) {
 	if d := mustReserve(t, l, req("props", 3)); d.State != Wait || d.Wait < 59*time.Second {
 		t.Fatalf("11th for one property and family: %+v, want a slot a window later", d)
 	}
-	other := req("props", 3)
-	other.Property = "prop_00000002"
-	avail := req("props", 3)
-	avail.Family = models.FamilyAvailability
-	for _, r := range []Request{other, avail} {
-		if d := mustReserve(t, l, r); d.State != Send {
-			t.Fatalf("%s/%s has its own window: %+v", r.Property, r.Family, d)
-		}
-	}
+	neighboursSend(t, l, "props", "has its own window")
 	noProp := req("props", 3)
 	noProp.Property = ""
 	if _, err := l.Reserve(context.Background(), noProp); !errors.Is(err, ErrInvalidRequest) {
@@ -865,15 +873,7 @@ func TestA429OnAPropertyBacksOffThatPropertyOnly(t *testing.T) {
 	if d := mustReserve(t, l, req("prop429", 1)); d.State != Backoff || d.Wait < 4900*time.Millisecond {
 		t.Fatalf("the property that got the 429: %+v, want a 5 s back-off", d)
 	}
-	other := req("prop429", 3)
-	other.Property = "prop_00000002"
-	avail := req("prop429", 3)
-	avail.Family = models.FamilyAvailability
-	for _, r := range []Request{other, avail} {
-		if d := mustReserve(t, l, r); d.State != Send {
-			t.Fatalf("%s/%s is not backed off: %+v", r.Property, r.Family, d)
-		}
-	}
+	neighboursSend(t, l, "prop429", "is not backed off")
 	if err := l.BackoffScope(ctx, "prop429", "", models.FamilyRates, time.Second); !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("back-off without a property on a per-property channel: %v", err)
 	}
