@@ -63,7 +63,7 @@ type envOptions struct {
 	sim        func(*sim.Config)
 	tokens     channels.Credential
 	// limiterRDB replaces the limiter's Redis client.
-	limiterRDB redis.Scripter
+	limiterRDB limiter.Client
 	chunkSize  int
 	// pgTracer sees every statement the store sends.
 	pgTracer pgx.QueryTracer
@@ -127,7 +127,7 @@ func newActivityEnv(t *testing.T, o envOptions) *activityEnv {
 	if tokens == nil {
 		tokens = channels.StaticCredential(testToken)
 	}
-	var limRDB redis.Scripter = rdb
+	var limRDB limiter.Client = rdb
 	if o.limiterRDB != nil {
 		limRDB = o.limiterRDB
 	}

@@ -57,7 +57,7 @@ func (c *redisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 		err := next(ctx, cmds)
 		at := time.Now()
 		for _, cmd := range cmds {
-			if r, ok := cmd.(*redis.Cmd); ok && cmd.Name() == "evalsha" {
+			if r, ok := cmd.(*redis.Cmd); ok && (cmd.Name() == "evalsha" || cmd.Name() == "fcall") {
 				if v, _ := r.Slice(); len(v) > 0 && v[0] == "send" {
 					c.mu.Lock()
 					c.decided = append(c.decided, at)

@@ -43,7 +43,12 @@ func budgetIdentity(c models.ChannelConfig) string {
 // start and refuses to start on an error, which names each channel and field that
 // differs. A budget stays in force until 10 minutes after the last decision made
 // under it, so a changed configuration takes over once the old workers are gone.
+// It also loads the decision's library where a server does not have it yet, so
+// that the first decision does not.
 func (l *Limiter) CheckConfig(ctx context.Context) error {
+	if err := loadLibrary(ctx, l.rdb); err != nil {
+		return fmt.Errorf("check config: %w", err)
+	}
 	var errs []error
 	for _, slug := range slices.Sorted(maps.Keys(l.channels)) {
 		ck := l.channels[slug]

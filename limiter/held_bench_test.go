@@ -13,8 +13,8 @@ import (
 	"github.com/paritysync/paritysync/models"
 )
 
-// scriptStats is the Redis server's count of script calls (EVAL and EVALSHA) and the
-// microseconds it spent in them, from INFO commandstats.
+// scriptStats is the Redis server's count of script and function calls (EVAL,
+// EVALSHA and FCALL) and the microseconds it spent in them, from INFO commandstats.
 func scriptStats(tb testing.TB, rdb *redis.Client) (calls, usec int64) {
 	tb.Helper()
 	info, err := rdb.Info(context.Background(), "commandstats").Result()
@@ -23,7 +23,8 @@ func scriptStats(tb testing.TB, rdb *redis.Client) (calls, usec int64) {
 	}
 	for _, ln := range strings.Split(info, "\n") {
 		ln = strings.TrimSpace(ln)
-		if !strings.HasPrefix(ln, "cmdstat_evalsha:") && !strings.HasPrefix(ln, "cmdstat_eval:") {
+		if !strings.HasPrefix(ln, "cmdstat_evalsha:") && !strings.HasPrefix(ln, "cmdstat_eval:") &&
+			!strings.HasPrefix(ln, "cmdstat_fcall:") {
 			continue
 		}
 		for _, kv := range strings.Split(ln[strings.IndexByte(ln, ':')+1:], ",") {
@@ -66,11 +67,11 @@ func (s *scriptTime) report(b *testing.B) {
 
 // fillHeld reserves n bulk slots (priority 4 and 5) spread over 100 properties'
 // rates and availability, all held in the future: the schedule a deep backlog
-// leaves. The reservations go through the script in pipelines of a thousand.
+// leaves. The reservations go through the library's reserve in pipelines of a thousand.
 func fillHeld(tb testing.TB, rdb *redis.Client, l *Limiter, channel string, n int, seq *int) {
 	tb.Helper()
 	ctx := context.Background()
-	if err := reserveScript.Load(ctx, rdb).Err(); err != nil {
+	if err := loadLibrary(ctx, rdb); err != nil {
 		tb.Fatal(err)
 	}
 	pipe := rdb.Pipeline()
@@ -85,7 +86,7 @@ func fillHeld(tb testing.TB, rdb *redis.Client, l *Limiter, channel string, n in
 		if err != nil {
 			tb.Fatal(err)
 		}
-		reserveScript.EvalSha(ctx, pipe, keys, args...)
+		pipe.FCall(ctx, reserveFunc, keys, args...)
 		if i%1000 == 999 || i == n-1 {
 			if _, err := pipe.Exec(ctx); err != nil {
 				tb.Fatalf("filling the schedule: %v", err)

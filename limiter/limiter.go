@@ -18,7 +18,8 @@ import (
 // The limiter's code on the Redis side: one script per operation (lua/), each the
 // shared prelude, the ordering gate's helpers where it reads the gate, and its own
 // file, so that each is whole for EVALSHA. redis.NewScript runs a script with EVALSHA
-// and falls back to EVAL when the server's script cache is cold.
+// and falls back to EVAL when the server's script cache is cold. The decision itself,
+// reserve, is a function of a library instead (library.go).
 var (
 	//go:embed lua/prelude.lua
 	preludeLua string
@@ -27,7 +28,6 @@ var (
 	//go:embed lua
 	luaFS embed.FS
 
-	reserveScript    = newScript("reserve.lua", true)
 	releaseScript    = newScript("release.lua", false)
 	outcomeScript    = newScript("outcome.lua", false)
 	backoffScript    = newScript("backoff.lua", false)
@@ -56,7 +56,8 @@ func newScript(name string, gate bool) *redis.Script {
 	if gate {
 		src += gateLua
 	}
-	s := redis.NewScript(src + string(own))
+	// A script reads the clock first (prelude's clock).
+	s := redis.NewScript(src + "clock()\n" + string(own))
 	scripts[s.Hash()] = s
 	return s
 }
@@ -261,7 +262,7 @@ type Options struct {
 
 // Limiter is the distributed rate governor shared by every worker.
 type Limiter struct {
-	rdb      redis.Scripter
+	rdb      Client
 	channels map[string]channelKeys
 	prefix   string
 	opts     Options
@@ -282,9 +283,8 @@ type channelKeys struct {
 	backoffs    string
 }
 
-// New returns a Limiter over rdb for channels. Any client with scripting satisfies
-// redis.Scripter: *redis.Client, *redis.ClusterClient, redis.UniversalClient.
-func New(rdb redis.Scripter, channels []models.ChannelConfig, opts Options) *Limiter {
+// New returns a Limiter over rdb for channels (see Client).
+func New(rdb Client, channels []models.ChannelConfig, opts Options) *Limiter {
 	if opts.Prefix == "" {
 		opts.Prefix = "paritysync:"
 	}
@@ -349,7 +349,7 @@ func (l *Limiter) Reserve(ctx context.Context, r Request) (Decision, error) {
 	if err != nil {
 		return Decision{}, fmt.Errorf("reserve %s: %w", r.Channel, err)
 	}
-	res, err := reserveScript.Run(ctx, l.rdb, keys, args...).Slice()
+	res, err := l.fcall(ctx, reserveFunc, keys, args...).Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("reserve %s: %w", r.Channel, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,15 +31,17 @@ type pipeliner interface {
 // errRecorded is what a recorded call answers while it is only being recorded.
 var errRecorded = errors.New("script call recorded, not sent")
 
-// scriptCall is one script call of a Limiter method, and its reply once it came.
+// scriptCall is one script call of a Limiter method (or, with fn, one call of a
+// function of the library), and its reply once it came.
 type scriptCall struct {
 	sha   string
+	fn    string
 	keys  []string
 	args  []any
 	reply *redis.Cmd
 }
 
-// recorder is a redis.Scripter that never talks to Redis: recording, it keeps each
+// recorder is a Client that never talks to Redis: recording, it keeps each
 // script call and answers errRecorded; replaying, it answers each call, in order,
 // with the reply the pipeline brought back.
 type recorder struct {
@@ -77,6 +80,20 @@ func (r *recorder) EvalShaRO(_ context.Context, sha string, keys []string, args 
 	return r.call(sha, keys, args)
 }
 
+func (r *recorder) FCall(_ context.Context, fn string, keys []string, args ...any) *redis.Cmd {
+	if !r.replay {
+		r.calls = append(r.calls, &scriptCall{fn: fn, keys: keys, args: args})
+		return redis.NewCmdResult(nil, errRecorded)
+	}
+	return r.call("", keys, args)
+}
+
+func (r *recorder) FunctionLoad(ctx context.Context, _ string) *redis.StringCmd {
+	c := redis.NewStringCmd(ctx)
+	c.SetErr(errors.New("limiter: recorder runs no script commands"))
+	return c
+}
+
 func (r *recorder) ScriptExists(ctx context.Context, _ ...string) *redis.BoolSliceCmd {
 	c := redis.NewBoolSliceCmd(ctx)
 	c.SetErr(errors.New("limiter: recorder runs no script commands"))
@@ -112,14 +129,18 @@ func (l *Limiter) batch(ctx context.Context, tx bool, fn func(l *Limiter, replay
 	return nil
 }
 
-// send sends calls, and more, on one pipeline, loading the scripts first when the
-// server does not know them (after a restart). A client that cannot pipeline gets the
+// send sends calls, and more, on one pipeline, loading the scripts and the library
+// first when the server does not know them (after a restart). A client that cannot pipeline gets the
 // calls one by one: still correct for Settle, not atomic for Dispatch.
 func (l *Limiter) send(ctx context.Context, tx bool, calls []*scriptCall, more func(redis.Pipeliner)) error {
 	p, ok := l.rdb.(pipeliner)
 	if !ok {
 		for _, c := range calls {
-			c.reply = scripts[c.sha].Run(ctx, l.rdb, c.keys, c.args...)
+			if c.fn != "" {
+				c.reply = l.fcall(ctx, c.fn, c.keys, c.args...)
+			} else {
+				c.reply = scripts[c.sha].Run(ctx, l.rdb, c.keys, c.args...)
+			}
 		}
 		return nil
 	}
@@ -127,45 +148,57 @@ func (l *Limiter) send(ctx context.Context, tx bool, calls []*scriptCall, more f
 	if tx {
 		run = p.TxPipelined
 	}
+	todo := calls
 	for attempt := 0; ; attempt++ {
 		_, err := run(ctx, func(pipe redis.Pipeliner) error {
-			for _, c := range calls {
-				c.reply = scripts[c.sha].EvalSha(ctx, pipe, c.keys, c.args...)
+			for _, c := range todo {
+				if c.fn != "" {
+					c.reply = pipe.FCall(ctx, c.fn, c.keys, c.args...)
+				} else {
+					c.reply = scripts[c.sha].EvalSha(ctx, pipe, c.keys, c.args...)
+				}
 			}
-			if more != nil {
+			if more != nil && (tx || attempt == 0) {
 				more(pipe)
 			}
 			return nil
 		})
-		if attempt > 0 || !noScript(err, calls) {
+		if attempt > 0 || !(unknown(err) || slices.ContainsFunc(todo, unknownCall)) {
 			// Each reply carries its own error; a call that failed shows it to its
 			// method as a direct call would.
 			return nil
 		}
-		for _, c := range calls {
-			if err := scripts[c.sha].Load(ctx, l.rdb).Err(); err != nil {
-				return fmt.Errorf("load limiter script: %w", err)
+		loaded := false
+		for _, c := range todo {
+			if c.fn == "" {
+				if err := scripts[c.sha].Load(ctx, l.rdb).Err(); err != nil {
+					return fmt.Errorf("load limiter script: %w", err)
+				}
+			} else if !loaded {
+				if err := loadLibrary(ctx, l.rdb); err != nil {
+					return err
+				}
+				loaded = true
 			}
+		}
+		// A transaction goes again whole: the call the server did not know changed
+		// nothing, and the others run again in the same atomic step. Outside one,
+		// only the calls it did not know go again: the others took effect, and must
+		// not twice (a breaker's failure counted twice, say).
+		if !tx {
+			todo = slices.DeleteFunc(slices.Clone(todo), func(c *scriptCall) bool { return !unknownCall(c) })
 		}
 	}
 }
 
-// noScript reports whether the server did not know the script: a pipeline's first
-// call after a Redis restart.
-func noScript(err error, calls []*scriptCall) bool {
-	is := func(err error) bool {
-		return err != nil && (strings.HasPrefix(err.Error(), "NOSCRIPT") || strings.HasPrefix(err.Error(), "EXECABORT"))
-	}
-	if is(err) {
-		return true
-	}
-	for _, c := range calls {
-		if c.reply != nil && is(c.reply.Err()) {
-			return true
-		}
-	}
-	return false
+// unknown reports whether the server did not know a script or the library: a call
+// after a Redis restart (EXECABORT: a transaction that held such a call).
+func unknown(err error) bool {
+	return err != nil && (strings.HasPrefix(err.Error(), "NOSCRIPT") ||
+		strings.HasPrefix(err.Error(), "EXECABORT") || noFunction(err))
 }
+
+func unknownCall(c *scriptCall) bool { return c.reply != nil && unknown(c.reply.Err()) }
 
 // Dispatched is a Reserve's decision with what the caller needs to act on it safely.
 type Dispatched struct {

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -216,4 +217,45 @@ func oneNightTwice(channel string) (first, newer Request) {
 	ln.Version = 2
 	newer.Lines = []models.ARILine{ln}
 	return first, newer
+}
+
+// forgetLibrary deletes the limiter's library from the test's Redis: what a server
+// restarted empty (or a new one) looks like to the decision. Other tests' calls
+// that find it gone load it again.
+func forgetLibrary(t *testing.T, l *Limiter) {
+	t.Helper()
+	err := l.rdb.(*redis.Client).FunctionDelete(context.Background(), "paritysync_"+library.hash).Err()
+	if err != nil && !strings.Contains(err.Error(), "not exist") {
+		t.Fatal(err)
+	}
+}
+
+// A server without the library loads it at the first decision, whichever way the
+// decision comes: alone, in Dispatch's transaction, or held in Settle's pipeline,
+// where only the decision goes again: the breaker counts the failure beside it once.
+func TestDecisionsLoadTheLibraryWhereTheServerHasNone(t *testing.T) {
+	ctx := context.Background()
+	l, _ := pipelineLimiter(t)
+	forgetLibrary(t, l)
+	if d := mustReserve(t, l, req("pipe", 3)); d.State != Send {
+		t.Fatalf("reserve on a server without the library: %+v, want send", d)
+	}
+	forgetLibrary(t, l)
+	if d, err := l.Dispatch(ctx, req("pipe", 3)); err != nil || d.State != Send {
+		t.Fatalf("dispatch on a server without the library: %+v, %v; want send", d, err)
+	}
+	// The test channel's breaker opens at the third failure in a row.
+	sick := false
+	for i := 1; i <= 2; i++ {
+		forgetLibrary(t, l)
+		next := req("pipe", 3)
+		got := mustSettle(t, l, Settlement{Request: req("pipe", 3), Unsettled: true, Healthy: &sick, Next: &next})
+		if got.Breaker != BreakerClosed || got.Next.State != Wait {
+			t.Fatalf("failure %d on a server without the library: %+v, want the breaker closed "+
+				"(one failure counted per answer) and the next slot held", i, got)
+		}
+	}
+	if got := mustSettle(t, l, Settlement{Request: req("pipe", 3), Unsettled: true, Healthy: &sick}); got.Breaker != BreakerOpen {
+		t.Errorf("third failure: breaker %q, want open", got.Breaker)
+	}
 }

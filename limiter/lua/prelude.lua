@@ -1,9 +1,10 @@
 -- paritysync limiter v2: every decision and every change of limiter state runs in
--- one of the scripts beside this file, one per operation, so that each is atomic,
--- takes one round trip and reads time only from Redis. limiter.go loads each as this
--- prelude, then gate.lua where the script reads the ordering gate, then the
--- operation's own file: each script is whole for EVALSHA. The Go side builds KEYS and
--- ARGV; all keys of one call carry the same {channel} hash tag.
+-- one of the files beside this one, one per operation, so that each is atomic, takes
+-- one round trip and reads time only from Redis. limiter.go makes each as this
+-- prelude, then gate.lua where the operation reads the ordering gate, then the
+-- operation's own file: a script whole for EVALSHA, or, for reserve, a library for
+-- FUNCTION LOAD. The Go side builds KEYS and ARGV; all keys of one call carry the
+-- same {channel} hash tag.
 
 -- The schedule (sched) is a sorted set of send slots, scored by Unix ms: the slots of
 -- the last window (sent, or held and passed) and every reserved future slot. A slot is
@@ -40,16 +41,21 @@
 -- scores with a fraction), and before that index, pending and turn; these scripts read none of them, so those
 -- slots are not moved while they drain and the keys expire with them.
 
-if redis.replicate_commands then
-  pcall(redis.replicate_commands)
-end
-
 -- now is Unix ms to the microsecond: the nearest double to TIME's microseconds over a
--- thousand, so that now written with pad (below) reads back as the same number.
-local t = redis.call('TIME')
-local now = (t[1] * 1000000 + t[2]) / 1000
+-- thousand, so that now written with pad (below) reads back as the same number; and
+-- midnight the end of the day (UTC) it is in. clock reads them, first thing in every
+-- call: a script's top level, or a library function (which is loaded once, so its
+-- helpers cannot read the time when they are made).
 local day = 86400000
-local midnight = (math.floor(now / day) + 1) * day
+local now, midnight
+local function clock()
+  if redis.replicate_commands then
+    pcall(redis.replicate_commands)
+  end
+  local t = redis.call('TIME')
+  now = (t[1] * 1000000 + t[2]) / 1000
+  midnight = (math.floor(now / day) + 1) * day
+end
 
 
 local function tier(used, quota)
