@@ -2,10 +2,12 @@
 // worker asks it, through one Redis round trip, when a channel request may go out and
 // which of its nights may go at all.
 //
-// All state lives in Redis and every decision runs in one Lua script (lua/reserve.lua;
-// each operation has a script of its own in lua/, run with EVALSHA, EVAL when the
-// script cache is cold). Time comes only from Redis TIME, so workers with skewed
-// clocks share one budget. Reserve checks, in order:
+// All state lives in Redis and every decision runs in one atomic Lua call
+// (lua/reserve.lua, a function of the limiter's library: FCALL, with the library
+// loaded once per server, again when a server has lost it). Each other operation has a
+// script of its own in lua/, run with EVALSHA, EVAL when the script cache is cold.
+// Time comes only from Redis TIME, so workers with skewed clocks share one budget.
+// Reserve checks, in order:
 //
 //  1. the channel's operator pause, then a back-off written after a 429 or by rate-
 //     limit headers reporting nothing left that our own traffic does not explain —
