@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -693,6 +694,40 @@ func TestConcurrentReservationsKeepTheWindow(t *testing.T) {
 	}
 	if got := maxInWindow(slots, time.Minute); got > rate {
 		t.Fatalf("120 concurrent reservations: %d in a 60 s window, want <= %d", got, rate)
+	}
+}
+
+// Slots are written in whole ms, sent at once or held, so that a window's schedule
+// of up to 128 slots stays a listpack of integers: a fractional score is parsed
+// again by every count and insert that walks the set.
+func TestTheScheduleKeepsWholeMilliseconds(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	l := New(rdb, []models.ChannelConfig{testChannel("whole", 600, 20, 100000)}, Options{Prefix: prefix})
+	sent, held := 0, 0
+	for range 60 {
+		switch d := mustReserve(t, l, req("whole", 3)); d.State {
+		case Send:
+			sent++
+		case Wait:
+			held++
+		}
+	}
+	if sent == 0 || held == 0 {
+		t.Fatalf("%d sent and %d held, want both", sent, held)
+	}
+	ctx := context.Background()
+	key := prefix + "{whole}:sched:all"
+	z, err := rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range z {
+		if x.Score != math.Trunc(x.Score) {
+			t.Errorf("slot %v of %s: not a whole ms", x.Score, x.Member)
+		}
+	}
+	if enc, err := rdb.ObjectEncoding(ctx, key).Result(); err != nil || enc != "listpack" {
+		t.Errorf("a schedule of %d slots is encoded %q (%v), want listpack", len(z), enc, err)
 	}
 }
 

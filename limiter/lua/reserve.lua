@@ -395,15 +395,22 @@ local function reserve(keys, args)
     elseif res_in_scope and redis.call('EXISTS', res) == 0 then
       fresh = true
     end
-    -- A future slot is taken at the next whole ms: written padded (pad), it reads back
-    -- as the same number, so the one string is its score in the schedule, its key in
-    -- the index and its slot in the record; and a whole score is kept as an integer
-    -- in a small sorted set, which a fraction (parsed again on every look) is not.
-    -- Later is never more in any window: the tail is at or after every slot.
-    local tail_k = now_k
+    -- A slot is written in whole ms: a whole score is kept as an integer in a small
+    -- sorted set (up to 128 members: a window's slots on most channels), where a
+    -- fraction is parsed again on every look at it, by every count and insert that
+    -- walks the set. A future slot is taken at the next whole ms: written padded
+    -- (pad), it reads back as the same number, so the one string is its score in
+    -- the schedule, its key in the index and its slot in the record. Later is never
+    -- more in any window: the tail is at or after every slot. A slot taken now is
+    -- written at the ms it is in: at most a ms before the call goes, which the
+    -- lateness a Send is told of (Dispatch) includes, so no call goes more than the
+    -- margin after its slot.
+    local tail_k
     if tail > now then
       tail = math.ceil(tail)
       tail_k = pad(tail)
+    else
+      tail_k = int(math.floor(now))
     end
     slot = tail
     -- Strict priority and turns: a request may take the earliest future slot held by
