@@ -3,6 +3,8 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -233,6 +235,98 @@ func BenchmarkReserveLines(b *testing.B) {
 			}
 			return ls
 		}, func(d Decision) bool { return d.State == Send && len(d.Dropped) == 0 })
+	})
+}
+
+// TestDecisionInstructions counts the instructions a Redis server spends per decision,
+// a steadier figure than time on a shared machine: run redis-server under callgrind
+// (valgrind --tool=callgrind redis-server --save ” ...), point REDIS_URL at it (with
+// ?read_timeout=300s), and opt in with PARITYSYNC_CALLGRIND=1. It counts what the
+// server's main thread does, the network included, between the first and the last
+// of 300 decisions, read with callgrind_control: held decisions with 10 and 10,000
+// slots held, in BenchmarkReserveHeld's mix (on a channel slow enough that no held
+// slot comes due meanwhile), and sends of one line each.
+func TestDecisionInstructions(t *testing.T) {
+	if os.Getenv("PARITYSYNC_CALLGRIND") == "" {
+		t.Skip("opt in with PARITYSYNC_CALLGRIND=1, against a redis-server under callgrind")
+	}
+	const n = 300
+	rdb, prefix := testRedis(t)
+	ctx := context.Background()
+	info, err := rdb.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid string
+	for _, ln := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(ln), "process_id:"); ok {
+			pid = v
+		}
+	}
+	// count runs decide n times (after 30 that warm up) and reports the server's
+	// instructions per decision.
+	count := func(t *testing.T, decide func(i int)) {
+		for i := range 30 {
+			decide(-1 - i)
+		}
+		if out, err := exec.Command("callgrind_control", "-z", pid).CombinedOutput(); err != nil {
+			t.Fatalf("callgrind_control -z %s: %v: %s", pid, err, out)
+		}
+		for i := range n {
+			decide(i)
+		}
+		out, err := exec.Command("callgrind_control", "-e", pid).CombinedOutput()
+		if err != nil {
+			t.Fatalf("callgrind_control -e %s: %v: %s", pid, err, out)
+		}
+		var total int64
+		for _, ln := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(strings.ReplaceAll(ln, ",", "")); len(f) == 3 && f[0] == "Th" && f[1] == "1" {
+				total, _ = strconv.ParseInt(f[2], 10, 64)
+			}
+		}
+		if total == 0 {
+			t.Fatalf("no count from callgrind_control -e %s: %s", pid, out)
+		}
+		t.Logf("%d instructions a decision", total/n)
+	}
+	for _, held := range []int{10, 10000} {
+		t.Run(fmt.Sprintf("held=%d", held), func(t *testing.T) {
+			ch := testChannel(fmt.Sprintf("cg%d", held), 6, 10, 1<<40)
+			ch.Shares = models.FamilyShares{Rates: 60, Availability: 40}
+			l := New(rdb, []models.ChannelConfig{ch}, Options{Prefix: prefix, MaxAge: time.Hour})
+			if err := l.CheckConfig(ctx); err != nil {
+				t.Fatal(err)
+			}
+			seq := 0
+			fillHeld(t, rdb, l, ch.Slug, held, &seq)
+			count(t, func(i int) {
+				seq++
+				r := Request{Channel: ch.Slug, Family: models.FamilyRates, Cost: 1, ID: "b" + strconv.Itoa(seq),
+					Priority: 5, Property: "prop_00000003"}
+				switch {
+				case i >= 0 && i%3 == 0:
+					r.Priority, r.Property = 1, "prop_00000007"
+				case i >= 0 && i%3 == 1:
+					r.Property = fmt.Sprintf("new_%08d", seq)
+				}
+				if d := mustReserve(t, l, r); d.State != Wait {
+					t.Fatalf("decision %d on a deep schedule: %+v, want wait", i, d)
+				}
+			})
+		})
+	}
+	t.Run("send", func(t *testing.T) {
+		l := New(rdb, []models.ChannelConfig{testChannel("cgsend", 1_000_000, 500_000, 1<<40)}, Options{Prefix: prefix})
+		count(t, func(i int) {
+			// A property of its own each, so that no lease holds another's nights.
+			r := req("cgsend", 3)
+			r.Property = fmt.Sprintf("p%d", i)
+			r.Lines = []models.ARILine{line("DBL", "2030-01-01", "2030-01-03", 1)}
+			if d := mustReserve(t, l, r); d.State != Send {
+				t.Fatalf("send %d: %+v, want send", i, d)
+			}
+		})
 	})
 }
 
