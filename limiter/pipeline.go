@@ -130,8 +130,9 @@ func (l *Limiter) batch(ctx context.Context, tx bool, fn func(l *Limiter, replay
 }
 
 // send sends calls, and more, on one pipeline, loading the scripts and the library
-// first when the server does not know them (after a restart). A client that cannot pipeline gets the
-// calls one by one: still correct for Settle, not atomic for Dispatch.
+// first when the server does not know them (after a restart). A client that cannot
+// pipeline gets the calls one by one: still correct for Settle, not atomic for
+// Dispatch.
 func (l *Limiter) send(ctx context.Context, tx bool, calls []*scriptCall, more func(redis.Pipeliner)) error {
 	p, ok := l.rdb.(pipeliner)
 	if !ok {
