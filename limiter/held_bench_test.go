@@ -240,12 +240,14 @@ func BenchmarkReserveLines(b *testing.B) {
 
 // TestDecisionInstructions counts the instructions a Redis server spends per decision,
 // a steadier figure than time on a shared machine: run redis-server under callgrind
-// (valgrind --tool=callgrind redis-server --save ” ...), point REDIS_URL at it (with
+// (valgrind --tool=callgrind redis-server --save "" ...), point REDIS_URL at it (with
 // ?read_timeout=300s), and opt in with PARITYSYNC_CALLGRIND=1. It counts what the
 // server's main thread does, the network included, between the first and the last
 // of 300 decisions, read with callgrind_control: held decisions with 10 and 10,000
 // slots held, in BenchmarkReserveHeld's mix (on a channel slow enough that no held
-// slot comes due meanwhile), and sends of one line each.
+// slot comes due meanwhile), and sends of one line each. It also reports the Redis
+// commands a decision makes (INFO commandstats: every command but FCALL itself and
+// the connection's own).
 func TestDecisionInstructions(t *testing.T) {
 	if os.Getenv("PARITYSYNC_CALLGRIND") == "" {
 		t.Skip("opt in with PARITYSYNC_CALLGRIND=1, against a redis-server under callgrind")
@@ -272,9 +274,11 @@ func TestDecisionInstructions(t *testing.T) {
 		if out, err := exec.Command("callgrind_control", "-z", pid).CombinedOutput(); err != nil {
 			t.Fatalf("callgrind_control -z %s: %v: %s", pid, err, out)
 		}
+		before := innerCommands(t, rdb)
 		for i := range n {
 			decide(i)
 		}
+		commands := innerCommands(t, rdb) - before
 		out, err := exec.Command("callgrind_control", "-e", pid).CombinedOutput()
 		if err != nil {
 			t.Fatalf("callgrind_control -e %s: %v: %s", pid, err, out)
@@ -288,7 +292,7 @@ func TestDecisionInstructions(t *testing.T) {
 		if total == 0 {
 			t.Fatalf("no count from callgrind_control -e %s: %s", pid, out)
 		}
-		t.Logf("%d instructions a decision", total/n)
+		t.Logf("%d instructions a decision, %.1f Redis commands", total/n, float64(commands)/n)
 	}
 	for _, held := range []int{10, 10000} {
 		t.Run(fmt.Sprintf("held=%d", held), func(t *testing.T) {
@@ -328,6 +332,28 @@ func TestDecisionInstructions(t *testing.T) {
 			}
 		})
 	})
+}
+
+// innerCommands is the server's count of commands run (INFO commandstats) but
+// FCALL itself and the connection's own (INFO, HELLO, CLIENT): those a decision's
+// function makes.
+func innerCommands(tb testing.TB, rdb *redis.Client) int64 {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatalf("INFO commandstats: %v", err)
+	}
+	var n int64
+	for _, ln := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(strings.TrimPrefix(ln, "cmdstat_")), ":calls=")
+		if !ok || name == "fcall" || name == "info" || name == "hello" || strings.HasPrefix(name, "client") {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		c, _ := strconv.ParseInt(calls, 10, 64)
+		n += c
+	}
+	return n
 }
 
 // clearKeys deletes every key under prefix.
