@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/paritysync/paritysync/activities/store"
@@ -21,8 +22,11 @@ import (
 // and otasim faults: a lost acknowledgement, a rate-limited reconciliation, Redis
 // losing its state mid-batch, and a worker stopped mid-batch.
 
-// loseRedis deletes every key of the stack's prefix: Redis restarted empty, as far
-// as this stack can tell. (The Redis is shared, so nothing else is touched.)
+// loseRedis makes Redis restart empty, as far as this stack can tell: every key of
+// the stack's prefix goes, and so does every function, which a Redis without
+// persistence also forgets on restart (the limiter's decisions are a library of
+// functions). The Redis is shared, so no other stack's keys are touched; the other
+// tests' limiters lose their library too, and load it again, as after a restart.
 func (s *e2eStack) loseRedis(t *testing.T) int {
 	t.Helper()
 	ctx := context.Background()
@@ -31,6 +35,7 @@ func (s *e2eStack) loseRedis(t *testing.T) int {
 	if len(keys) > 0 {
 		require.NoError(t, s.RDB.Del(ctx, keys...).Err())
 	}
+	require.NoError(t, s.RDB.FunctionFlush(ctx).Err())
 	return len(keys)
 }
 
@@ -121,8 +126,8 @@ func (s *e2eStack) channelState(t *testing.T, channel, property string, night mo
 	return st
 }
 
-// Redis loses every key of the stack twice, 5 s apart, while a batch of 1,000
-// mutations runs: the batch finishes, every update has its outcome, the channels
+// Redis loses every key of the stack, and its functions, twice, 5 s apart, while a
+// batch of 1,000 mutations runs: the batch finishes, every update has its outcome, the channels
 // hold the final values, no older version follows a newer one, and no 60 s window
 // holds more than the limit plus one burst.
 func TestDurableRedisLossMidBatch(t *testing.T) {
@@ -154,6 +159,10 @@ func TestDurableRedisLossMidBatch(t *testing.T) {
 
 	bs := waitBatch(t, run, 10*time.Minute)
 	took := time.Since(started)
+	// The library is there again: a decision that finds none loads it.
+	libs, err := s.RDB.FunctionList(context.Background(), redis.FunctionListQuery{LibraryNamePattern: "paritysync_*"}).Result()
+	require.NoError(t, err)
+	require.NotEmpty(t, libs, "the limiter's library, loaded again after the loss")
 	total := bs.Totals()
 	stored := storedTotal(t, st, batchID)
 	t.Logf("batch in %s: %+v; stored outcomes %+v", took.Round(time.Second), total, stored)
