@@ -15,30 +15,45 @@ import (
 	"github.com/paritysync/paritysync/models"
 )
 
-// scriptStats is the Redis server's count of script and function calls (EVAL,
-// EVALSHA and FCALL) and the microseconds it spent in them, from INFO commandstats.
-func scriptStats(tb testing.TB, rdb *redis.Client) (calls, usec int64) {
+// commandStats is the Redis server's INFO commandstats: calls and microseconds per
+// command, by name (evalsha, fcall, zadd, …).
+func commandStats(tb testing.TB, rdb *redis.Client) map[string][2]int64 {
 	tb.Helper()
 	info, err := rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		tb.Fatalf("INFO commandstats: %v", err)
 	}
+	stats := map[string][2]int64{}
 	for _, ln := range strings.Split(info, "\n") {
-		ln = strings.TrimSpace(ln)
-		if !strings.HasPrefix(ln, "cmdstat_evalsha:") && !strings.HasPrefix(ln, "cmdstat_eval:") &&
-			!strings.HasPrefix(ln, "cmdstat_fcall:") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(ln), ":")
+		name, cmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !cmd {
 			continue
 		}
-		for _, kv := range strings.Split(ln[strings.IndexByte(ln, ':')+1:], ",") {
+		var st [2]int64
+		for _, kv := range strings.Split(rest, ",") {
 			k, v, _ := strings.Cut(kv, "=")
 			n, _ := strconv.ParseInt(v, 10, 64)
 			switch k {
 			case "calls":
-				calls += n
+				st[0] = n
 			case "usec":
-				usec += n
+				st[1] = n
 			}
 		}
+		stats[name] = st
+	}
+	return stats
+}
+
+// scriptStats is the Redis server's count of script and function calls (EVAL,
+// EVALSHA and FCALL) and the microseconds it spent in them, from INFO commandstats.
+func scriptStats(tb testing.TB, rdb *redis.Client) (calls, usec int64) {
+	tb.Helper()
+	stats := commandStats(tb, rdb)
+	for _, name := range []string{"eval", "evalsha", "fcall"} {
+		calls += stats[name][0]
+		usec += stats[name][1]
 	}
 	return calls, usec
 }
@@ -339,19 +354,12 @@ func TestDecisionInstructions(t *testing.T) {
 // function makes.
 func innerCommands(tb testing.TB, rdb *redis.Client) int64 {
 	tb.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		tb.Fatalf("INFO commandstats: %v", err)
-	}
 	var n int64
-	for _, ln := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(strings.TrimPrefix(ln, "cmdstat_")), ":calls=")
-		if !ok || name == "fcall" || name == "info" || name == "hello" || strings.HasPrefix(name, "client") {
+	for name, st := range commandStats(tb, rdb) {
+		if name == "fcall" || name == "info" || name == "hello" || strings.HasPrefix(name, "client") {
 			continue
 		}
-		calls, _, _ := strings.Cut(rest, ",")
-		c, _ := strconv.ParseInt(calls, 10, 64)
-		n += c
+		n += st[0]
 	}
 	return n
 }

@@ -183,9 +183,10 @@ func (l *Limiter) send(ctx context.Context, tx bool, calls []*scriptCall, more f
 			}
 		}
 		// A transaction goes again whole: the call the server did not know changed
-		// nothing, and the others run again in the same atomic step. Outside one,
-		// only the calls it did not know go again: the others took effect, and must
-		// not twice (a breaker's failure counted twice, say).
+		// nothing, and the others (Dispatch's: the gate's epoch, the slot's score and
+		// the clock) only read, so they run again in the same atomic step as the
+		// decision. Outside one, only the calls it did not know go again: the others
+		// took effect, and must not twice (a breaker's failure counted twice, say).
 		if !tx {
 			todo = slices.DeleteFunc(slices.Clone(todo), func(c *scriptCall) bool { return !unknownCall(c) })
 		}
