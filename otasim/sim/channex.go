@@ -90,7 +90,7 @@ func (s *Simulator) channexPush(ch *channel, r *http.Request, endpoint string, b
 
 	key := units[0].property + "|" + endpoint
 	ch.arrive(key, now)
-	if now.Before(s.stormUntil) && f.StormSeconds > 0 {
+	if s.inStorm(f, now) {
 		ch.stats.FaultsInjected++
 		if f.StormStatus == http.StatusServiceUnavailable {
 			ch.stats.ServerErrors++

@@ -103,6 +103,10 @@ type Faults struct {
 	StormSeconds int `yaml:"storm_seconds" json:"storm_seconds"`
 	// StormStatus is 429 (default) or 503; both carry Retry-After.
 	StormStatus int `yaml:"storm_status" json:"storm_status,omitempty"`
+	// StormFromFirstPush counts the storm's seconds from the first push it meets
+	// (on a channel the faults apply to) instead of from the moment the faults are
+	// set: a batch slow to reach the channel still meets the whole storm.
+	StormFromFirstPush bool `yaml:"storm_from_first_push" json:"storm_from_first_push,omitempty"`
 	// PartialRatio answers 207 with at least one failed line; failed lines are not
 	// applied.
 	PartialRatio float64 `yaml:"partial_ratio" json:"partial_ratio"`
@@ -157,6 +161,8 @@ func (f Faults) Validate() error {
 		return fmt.Errorf("storm_seconds: must be >= 0")
 	case f.StormStatus != 0 && f.StormStatus != 429 && f.StormStatus != 503:
 		return fmt.Errorf("storm_status: must be 429 or 503")
+	case f.StormFromFirstPush && f.StormSeconds == 0:
+		return fmt.Errorf("storm_from_first_push: needs storm_seconds > 0")
 	case !slices.Contains(badBodies, f.BadBody):
 		return fmt.Errorf("bad_body: must be one of %s", strings.Join(badBodies[1:], ", "))
 	}

@@ -11,7 +11,8 @@ import (
 	"github.com/paritysync/paritysync/models"
 )
 
-// SetFaults replaces the injected faults; a storm starts now.
+// SetFaults replaces the injected faults; a storm starts now, or with
+// StormFromFirstPush at the first push it meets.
 func (s *Simulator) SetFaults(f Faults) error {
 	if err := f.Validate(); err != nil {
 		return fmt.Errorf("faults: %w", err)
@@ -26,13 +27,31 @@ func (s *Simulator) setFaultsLocked(f Faults) {
 	f.StormUntil = nil
 	f.Channels = slices.Clone(f.Channels)
 	s.faults = f
-	s.stormUntil = time.Time{}
-	if f.StormSeconds > 0 {
+	s.stormUntil, s.stormArmed = time.Time{}, false
+	switch {
+	case f.StormSeconds > 0 && f.StormFromFirstPush:
+		s.stormArmed = true
+	case f.StormSeconds > 0:
 		s.stormUntil = s.now().Add(time.Duration(f.StormSeconds) * time.Second)
 	}
 }
 
-// Faults are the faults in force, with StormUntil set while a storm lasts.
+// inStorm reports whether a push at now, under the faults f that apply to its
+// channel, arrives during a storm; the first push a StormFromFirstPush storm
+// meets starts it. It runs under s.mu.
+func (s *Simulator) inStorm(f Faults, now time.Time) bool {
+	if f.StormSeconds <= 0 {
+		return false
+	}
+	if s.stormArmed {
+		s.stormArmed = false
+		s.stormUntil = now.Add(time.Duration(f.StormSeconds) * time.Second)
+	}
+	return now.Before(s.stormUntil)
+}
+
+// Faults are the faults in force, with StormUntil set while a storm lasts (not
+// before a StormFromFirstPush storm has met its first push).
 func (s *Simulator) Faults() Faults {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -91,7 +110,7 @@ func (s *Simulator) receive(w http.ResponseWriter, r *http.Request, ch *channel)
 // stormStatus is the status of a push that arrives during a storm the faults
 // started, counted; 0 outside a storm.
 func (s *Simulator) stormStatus(ch *channel, f Faults, now time.Time) int {
-	if !now.Before(s.stormUntil) || f.StormSeconds <= 0 {
+	if !s.inStorm(f, now) {
 		return 0
 	}
 	ch.stats.FaultsInjected++

@@ -61,6 +61,34 @@ func TestFaultStorm(t *testing.T) {
 	}
 }
 
+func TestFaultStormFromFirstPushStartsAtThePush(t *testing.T) {
+	s, clk := newSim(t, nil)
+	if err := s.SetFaults(Faults{StormSeconds: 10, StormFromFirstPush: true}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Faults().StormUntil != nil {
+		t.Error("GET faults shows a storm no push has met")
+	}
+	clk.Add(30 * time.Second) // longer than the storm: a storm counted from SetFaults is over
+	body := ratesBody("p1", 1, "1.00", "2030-04-01", "2030-04-01")
+	rec := post(s, "a", token, body)
+	wantStatus(t, rec, 429)
+	if got := rec.Header().Get("Retry-After"); got != "10" {
+		t.Errorf("Retry-After %q, want 10 (the whole storm)", got)
+	}
+	clk.Add(9 * time.Second)
+	wantStatus(t, post(s, "a", token, body), 429)
+	clk.Add(time.Second)
+	wantStatus(t, post(s, "a", token, body), 200)
+	if st := s.Stats()["ota"]; st.Throttled != 2 {
+		t.Errorf("throttled %d, want 2", st.Throttled)
+	}
+	if err := s.SetFaults(Faults{StormFromFirstPush: true}); err == nil ||
+		!strings.Contains(err.Error(), "storm_from_first_push") {
+		t.Errorf("a first-push storm without seconds: %v", err)
+	}
+}
+
 func TestFaultPartialFailsLinesAndSkipsThem(t *testing.T) {
 	s, _ := newSim(t, func(c *Config) { c.Faults = Faults{PartialRatio: 1} })
 	var lines []string
