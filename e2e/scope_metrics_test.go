@@ -49,9 +49,8 @@ func scrapeSample(t *testing.T, url, sample string) (float64, bool) {
 // scrape shows availability stopped and rates not.
 func TestScrapeShowsPropertyBackoffsAndFamilyStops(t *testing.T) {
 	srv := parallelDevServer(t)
-	// Counted from the batch's first push (StormFromFirstPush): counted from the
-	// faults' setting, 4 s failed on a loaded machine, where the batch had not pushed
-	// before the storm ended.
+	// Counted from the batch's first push: a storm counted from SetFaults (4 s) had
+	// ended on a loaded machine before the batch pushed.
 	const storm = 12 * time.Second
 	s := startStackWith(t, srv, stack.Options{
 		Channels: map[string]stack.Channel{"expedia": {PerMinute: 60, Burst: 6, MaxLines: 4}},

@@ -15,30 +15,33 @@ import (
 	"github.com/paritysync/paritysync/models"
 )
 
+// commandStat is one command's line of INFO commandstats.
+type commandStat struct{ calls, usec int64 }
+
 // commandStats is the Redis server's INFO commandstats: calls and microseconds per
 // command, by name (evalsha, fcall, zadd, …).
-func commandStats(tb testing.TB, rdb *redis.Client) map[string][2]int64 {
+func commandStats(tb testing.TB, rdb *redis.Client) map[string]commandStat {
 	tb.Helper()
 	info, err := rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		tb.Fatalf("INFO commandstats: %v", err)
 	}
-	stats := map[string][2]int64{}
+	stats := map[string]commandStat{}
 	for _, ln := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(ln), ":")
 		name, cmd := strings.CutPrefix(name, "cmdstat_")
 		if !ok || !cmd {
 			continue
 		}
-		var st [2]int64
+		var st commandStat
 		for _, kv := range strings.Split(rest, ",") {
 			k, v, _ := strings.Cut(kv, "=")
 			n, _ := strconv.ParseInt(v, 10, 64)
 			switch k {
 			case "calls":
-				st[0] = n
+				st.calls = n
 			case "usec":
-				st[1] = n
+				st.usec = n
 			}
 		}
 		stats[name] = st
@@ -52,8 +55,8 @@ func scriptStats(tb testing.TB, rdb *redis.Client) (calls, usec int64) {
 	tb.Helper()
 	stats := commandStats(tb, rdb)
 	for _, name := range []string{"eval", "evalsha", "fcall"} {
-		calls += stats[name][0]
-		usec += stats[name][1]
+		calls += stats[name].calls
+		usec += stats[name].usec
 	}
 	return calls, usec
 }
@@ -359,7 +362,7 @@ func innerCommands(tb testing.TB, rdb *redis.Client) int64 {
 		if name == "fcall" || name == "info" || name == "hello" || strings.HasPrefix(name, "client") {
 			continue
 		}
-		n += st[0]
+		n += st.calls
 	}
 	return n
 }

@@ -27,11 +27,8 @@ func (s *Simulator) setFaultsLocked(f Faults) {
 	f.StormUntil = nil
 	f.Channels = slices.Clone(f.Channels)
 	s.faults = f
-	s.stormUntil, s.stormArmed = time.Time{}, false
-	switch {
-	case f.StormSeconds > 0 && f.StormFromFirstPush:
-		s.stormArmed = true
-	case f.StormSeconds > 0:
+	s.stormUntil = time.Time{}
+	if f.StormSeconds > 0 && !f.StormFromFirstPush {
 		s.stormUntil = s.now().Add(time.Duration(f.StormSeconds) * time.Second)
 	}
 }
@@ -43,9 +40,8 @@ func (s *Simulator) inStorm(f Faults, now time.Time) bool {
 	if f.StormSeconds <= 0 {
 		return false
 	}
-	if s.stormArmed {
-		s.stormArmed = false
-		s.stormUntil = now.Add(time.Duration(f.StormSeconds) * time.Second)
+	if s.stormUntil.IsZero() && s.faults.StormFromFirstPush {
+		s.stormUntil = now.Add(time.Duration(s.faults.StormSeconds) * time.Second)
 	}
 	return now.Before(s.stormUntil)
 }

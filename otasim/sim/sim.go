@@ -24,7 +24,6 @@ type Simulator struct {
 	rng        *rand.Rand
 	faults     Faults
 	stormUntil time.Time
-	stormArmed bool // a StormFromFirstPush storm waiting for its first push
 	bySlug     map[string]*channel
 	byPath     map[string]*channel
 }
